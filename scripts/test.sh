@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what the tests need, then runs them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --all-targets --locked
