@@ -436,7 +436,7 @@ fn every_alert_has_a_firing_and_a_silent_unit_test() {
 
 #[tokio::test]
 async fn every_promql_expression_parses_in_a_real_prometheus() {
-    let prom = Prometheus::start(None).await;
+    let mut prom = Prometheus::start(None).await;
 
     let rules = prom.rules().await;
     let loaded: BTreeSet<String> = rules.iter().map(|r| r.name.clone()).collect();
