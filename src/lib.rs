@@ -8,3 +8,6 @@
 //! - [`store`]: the `LocationStore` trait and its backends (in-memory, Cosmos DB).
 //! - [`routing`]: the lock lifecycle (pure), enforcement, the tiered cache and the
 //!   `RoutingClient` a service links.
+//! - [`status_page`]: the human status page at `/`, rendered from the status API's JSON.
+
+pub mod status_page;
