@@ -469,3 +469,200 @@ async fn every_promql_expression_parses_in_a_real_prometheus() {
     }
     prom.child.assert_running("after the queries");
 }
+
+// ---------------------------------------------------------------------------------------
+// What an alert condition measures
+
+/// The series an alert condition is computed from: its expression split at the top-level
+/// `or`, `and`, `unless` and comparison operators, scalar thresholds dropped, `absent(x)`
+/// replaced by `x`, vector-matching modifiers (`on`, `ignoring`, `group_*`, `bool`) removed.
+///
+/// Why this and not "the expression without its threshold": a healthy probe must leave the
+/// alerts silent, so the full conditions return nothing by design; what must not be empty
+/// is the data each side of each condition reads. Checking every operand (not just one
+/// alternative of an `or`) also catches a metric name in any branch that the probe does
+/// not export.
+fn measured_operands(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    collect_operands(expr, &mut out);
+    out
+}
+
+fn collect_operands(expr: &str, out: &mut Vec<String>) {
+    let expr = strip_modifiers(expr.trim());
+    if let Some(inner) = strip_outer_parens(expr) {
+        return collect_operands(inner, out);
+    }
+    if let Some(inner) = expr
+        .strip_prefix("absent")
+        .and_then(|rest| strip_outer_parens(rest.trim_start()))
+    {
+        return collect_operands(inner, out);
+    }
+    // Lowest precedence first, as PromQL binds them.
+    const LEVELS: [&[&str]; 3] = [
+        &["or"],
+        &["and", "unless"],
+        &["==", "!=", ">=", "<=", ">", "<"],
+    ];
+    for ops in LEVELS {
+        let parts = split_top_level(expr, ops);
+        if parts.len() > 1 {
+            for part in parts {
+                collect_operands(part, out);
+            }
+            return;
+        }
+    }
+    let scalar = expr
+        .chars()
+        .all(|c| c.is_ascii_digit() || " .+-*/%()eE".contains(c));
+    if !scalar {
+        out.push(expr.to_string());
+    }
+}
+
+/// Removes the modifiers that may open the right-hand side of a binary operator.
+fn strip_modifiers(mut s: &str) -> &str {
+    loop {
+        s = s.trim_start();
+        let mut changed = false;
+        for word in ["bool", "on", "ignoring", "group_left", "group_right"] {
+            let Some(rest) = s.strip_prefix(word) else {
+                continue;
+            };
+            if rest.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue; // a longer identifier, e.g. a metric called `only_...`
+            }
+            let rest = rest.trim_start();
+            s = match (rest.starts_with('('), matching_paren(rest)) {
+                (true, Some(end)) => &rest[end + 1..],
+                _ => rest,
+            };
+            changed = true;
+        }
+        if !changed {
+            return s.trim();
+        }
+    }
+}
+
+/// Index of the `)` matching the `(` at the start of `s`.
+fn matching_paren(s: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' | '`' => quote = Some(c),
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn strip_outer_parens(s: &str) -> Option<&str> {
+    let s = s.trim();
+    (s.starts_with('(') && matching_paren(s) == Some(s.len() - 1)).then(|| &s[1..s.len() - 1])
+}
+
+/// Splits `s` at every occurrence of one of `ops` outside brackets and quotes.
+fn split_top_level<'a>(s: &'a str, ops: &[&str]) -> Vec<&'a str> {
+    let bytes = s.as_bytes();
+    let mut parts = Vec::new();
+    let (mut depth, mut start, mut i) = (0i32, 0usize, 0usize);
+    let mut quote: Option<u8> = None;
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b':';
+    while i < bytes.len() {
+        let c = bytes[i];
+        if let Some(q) = quote {
+            if c == b'\\' {
+                i += 2;
+                continue;
+            }
+            if c == q {
+                quote = None;
+            }
+            i += 1;
+            continue;
+        }
+        match c {
+            b'"' | b'\'' | b'`' => quote = Some(c),
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => depth -= 1,
+            _ if depth == 0 => {
+                let hit = ops.iter().find(|op| {
+                    let op = op.as_bytes();
+                    if !bytes[i..].starts_with(op) {
+                        return false;
+                    }
+                    if op[0].is_ascii_alphabetic() {
+                        // A keyword needs a boundary on both sides.
+                        let before = i == 0 || !ident(bytes[i - 1]);
+                        let after = bytes.get(i + op.len()).is_none_or(|b| !ident(*b));
+                        before && after
+                    } else {
+                        // `>` must not be the start of `>=`, nor `=`/`!` of `=~`/`!~`.
+                        !matches!(bytes.get(i + op.len()), Some(b'=') | Some(b'~'))
+                    }
+                });
+                if let Some(op) = hit {
+                    parts.push(&s[start..i]);
+                    i += op.len();
+                    start = i;
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+#[test]
+fn measured_operands_drop_thresholds_and_keep_every_data_side() {
+    assert_eq!(
+        measured_operands(r#"up{job="lockprobe"} == 0"#),
+        vec![r#"up{job="lockprobe"}"#]
+    );
+    assert_eq!(
+        measured_operands("absent(lockprobe_probe_runs_total)"),
+        vec!["lockprobe_probe_runs_total"]
+    );
+    assert_eq!(
+        measured_operands("max by (target) (a) > max by (target) (b) or sum by (target) (increase(c[30m])) > 0"),
+        vec!["max by (target) (a)", "max by (target) (b)", "sum by (target) (increase(c[30m]))"]
+    );
+    assert_eq!(
+        measured_operands("count by (target) (r) unless on (target) (s > 0)"),
+        vec!["count by (target) (r)", "s"]
+    );
+    assert_eq!(
+        measured_operands("time() - max by (target) (s > 0) > 6 * 3600"),
+        vec!["time() - max by (target) (s > 0)"]
+    );
+    assert_eq!(
+        measured_operands(r#"(x{a=~"p|q"} or y * 0) / z >= 0.5"#),
+        vec![r#"(x{a=~"p|q"} or y * 0) / z"#]
+    );
+    assert_eq!(measured_operands(r#"m{l!="a>b"} > bool 1"#), vec![r#"m{l!="a>b"}"#]);
+}
