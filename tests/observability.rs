@@ -13,10 +13,11 @@
 //! Every wait has a deadline and every child process is killed by a drop guard.
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -262,18 +263,19 @@ struct LoadedRule {
 }
 
 impl Prometheus {
-    /// Starts Prometheus with the alert rules loaded, scraping `scrape` (host:port) every
-    /// second as job `lockprobe` when given, and waits until it is ready.
-    async fn start(scrape: Option<&str>) -> Prometheus {
+    /// Starts Prometheus with the alert rules loaded, scraping every `scrape` (host:port)
+    /// every second as job `lockprobe`, and waits until it is ready.
+    async fn start(scrape: &[&str]) -> Prometheus {
         let bin = tool("prometheus");
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n",
             serde_json::to_string(&repo_path(RULES)).unwrap()
         );
-        if let Some(addr) = scrape {
+        if !scrape.is_empty() {
             config.push_str(&format!(
-                "scrape_configs:\n  - job_name: lockprobe\n    scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      - targets: [\"{addr}\"]\n"
+                "scrape_configs:\n  - job_name: lockprobe\n    scrape_interval: 1s\n    scrape_timeout: 1s\n    static_configs:\n      - targets: {}\n",
+                serde_json::to_string(scrape).unwrap()
             ));
         }
         let config_path = dir.path().join("prometheus.yml");
@@ -436,7 +438,7 @@ fn every_alert_has_a_firing_and_a_silent_unit_test() {
 
 #[tokio::test]
 async fn every_promql_expression_parses_in_a_real_prometheus() {
-    let mut prom = Prometheus::start(None).await;
+    let mut prom = Prometheus::start(&[]).await;
 
     let rules = prom.rules().await;
     let loaded: BTreeSet<String> = rules.iter().map(|r| r.name.clone()).collect();
@@ -665,4 +667,407 @@ fn measured_operands_drop_thresholds_and_keep_every_data_side() {
         vec![r#"(x{a=~"p|q"} or y * 0) / z"#]
     );
     assert_eq!(measured_operands(r#"m{l!="a>b"} > bool 1"#), vec![r#"m{l!="a>b"}"#]);
+}
+
+// ---------------------------------------------------------------------------------------
+// A running `lockprobe demo`
+
+/// Flags for every demo the tests start. The demo runs until it is killed.
+const DEMO_ARGS: &[&str] = &["demo"];
+
+/// How long a demo may take to print its address and to finish its first cycles.
+const DEMO_DEADLINE: Duration = Duration::from_secs(90);
+
+/// `lockprobe demo` running in its own directory, killed on drop.
+struct Demo {
+    /// Base URL of the probe's HTTP server (`/metrics`, `/api/v1/status`, `/`).
+    base: String,
+    /// Host and port, for a scrape config.
+    host_port: String,
+    child: ChildGuard,
+    _lines: mpsc::Receiver<String>,
+    dir: tempfile::TempDir,
+}
+
+impl Demo {
+    /// Starts the demo and waits for the line that names its metrics URL (the demo prints
+    /// one containing "metrics" and an `http://` URL).
+    fn start(extra: &[&str]) -> Demo {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = std::fs::File::create(dir.path().join("demo.stderr")).expect("log file");
+        let mut child = ChildGuard::spawn(
+            "lockprobe demo",
+            Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+                .args(DEMO_ARGS)
+                .args(extra)
+                .current_dir(dir.path())
+                .env("RUST_LOG", "warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(log),
+        );
+        let stdout = child.child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        // Keeps draining stdout for the demo's whole life, so its progress lines never
+        // fill the pipe and block it.
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + DEMO_DEADLINE;
+        let mut seen = Vec::new();
+        let url = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if line.to_lowercase().contains("metrics") {
+                        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                            break url.trim_end_matches(['.', ',', ';', ')']).to_string();
+                        }
+                    }
+                    seen.push(line);
+                }
+                Err(e) => panic!(
+                    "lockprobe demo printed no line with its metrics URL ({}); \
+                     stdout so far:\n{}\nstderr:\n{}",
+                    match e {
+                        mpsc::RecvTimeoutError::Timeout => format!("waited {DEMO_DEADLINE:?}"),
+                        mpsc::RecvTimeoutError::Disconnected => "it closed its stdout".to_string(),
+                    },
+                    seen.join("\n"),
+                    std::fs::read_to_string(dir.path().join("demo.stderr")).unwrap_or_default()
+                ),
+            }
+        };
+        let rest = url.strip_prefix("http://").expect("http URL");
+        let host_port = rest.split('/').next().expect("host:port").to_string();
+        Demo {
+            base: format!("http://{host_port}"),
+            host_port,
+            child,
+            _lines: rx,
+            dir,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("demo.stderr")).unwrap_or_default()
+    }
+
+    async fn get_text(&self, path: &str) -> String {
+        let resp = http()
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path} on the demo: {e}\ndemo stderr:\n{}", self.stderr()));
+        assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
+        resp.text().await.expect("body")
+    }
+
+    async fn status(&self) -> Value {
+        serde_json::from_str(&self.get_text("/api/v1/status").await).expect("status is JSON")
+    }
+
+    /// Waits until every target has finished `cycles` cycles, one of them passed when
+    /// `passed` is set.
+    async fn wait_for_cycles(&mut self, cycles: usize, passed: bool) -> Value {
+        let deadline = Instant::now() + DEMO_DEADLINE;
+        loop {
+            self.child.assert_running("while waiting for cycles");
+            let status = self.status().await;
+            let targets = status["targets"].as_array().cloned().unwrap_or_default();
+            let done = !targets.is_empty()
+                && targets.iter().all(|t| {
+                    t["lastCycles"].as_array().is_some_and(|c| c.len() >= cycles)
+                        && (!passed || !t["lastSuccessAt"].is_null())
+                });
+            if done {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the demo did not finish {cycles} cycles (passed: {passed}) within {DEMO_DEADLINE:?}; \
+                 status: {status:#}\nstderr:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. The running demo in the Prometheus ecosystem
+
+/// Flags of the second demo: its service breaks enforcement on purpose, so the probe finds
+/// violations. Prometheus scrapes both demos, which gives every expression of the
+/// dashboard and the rules its data (the violation counter only has series once a
+/// violation happened) and shows the critical alert firing on real data.
+const FAULTY_DEMO_ARGS: &[&str] = &["--fault", "ignore-write-lock"];
+
+#[tokio::test]
+async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() {
+    let promtool = tool("promtool");
+    // Fail before the slow part when Prometheus is missing.
+    tool("prometheus");
+    let mut healthy = Demo::start(&[]);
+    let mut faulty = Demo::start(FAULTY_DEMO_ARGS);
+    healthy.wait_for_cycles(1, true).await;
+    faulty.wait_for_cycles(1, false).await;
+
+    // `promtool check metrics` on a real scrape: exit 0 and nothing reported.
+    let scrape = healthy.get_text("/metrics").await;
+    assert!(scrape.contains("lockprobe_"), "no lockprobe metrics in:\n{scrape}");
+    for (which, text) in [("healthy", scrape.clone()), ("faulty", faulty.get_text("/metrics").await)] {
+        let lint = run(
+            Command::new(&promtool).args(["check", "metrics"]),
+            Some(text.as_bytes()),
+            Duration::from_secs(30),
+        );
+        assert!(
+            lint.status.success() && lint.stdout.trim().is_empty() && lint.stderr.trim().is_empty(),
+            "promtool check metrics reported problems on the {which} demo\n{}",
+            lint.describe()
+        );
+    }
+
+    // A real Prometheus scrapes both demos every second, with the alert rules loaded.
+    let mut prom = Prometheus::start(&[&healthy.host_port, &faulty.host_port]).await;
+    let deadline = Instant::now() + DEMO_DEADLINE;
+    // Rates and histogram quantiles need a counter increase between two scrapes: wait for
+    // a cycle of each demo that finished after Prometheus' first scrape of it.
+    let mut first_runs: [Option<f64>; 2] = [None, None];
+    let mut increased = [false, false];
+    while increased != [true, true] {
+        for (i, demo) in [&mut healthy, &mut faulty].into_iter().enumerate() {
+            demo.child.assert_running("while Prometheus scrapes it");
+            let runs = prom
+                .query(&format!(
+                    r#"sum(lockprobe_probe_runs_total{{job="lockprobe",instance="{}"}})"#,
+                    demo.host_port
+                ))
+                .await;
+            if let Some(v) = runs.first().and_then(sample_value) {
+                match first_runs[i] {
+                    None => first_runs[i] = Some(v),
+                    Some(first) => increased[i] |= v > first,
+                }
+            }
+        }
+        prom.child.assert_running("while scraping");
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus saw no finished cycle of each demo within {DEMO_DEADLINE:?} (first values {first_runs:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // One more scrape after the increase.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let mut empty = Vec::new();
+    // The dashboard: every expression, with `$target` = all targets and a window that
+    // covers the whole run, returns at least one series.
+    for e in dashboard_exprs("10m") {
+        if prom.query(&e.expr).await.is_empty() {
+            empty.push(format!("dashboard {}: `{}`", e.origin, e.expr));
+        }
+    }
+    // The rules: every series an alert condition reads returns data (see
+    // `measured_operands` for why the thresholds are dropped).
+    let rules = prom.rules().await;
+    assert_eq!(rules.len(), alert_names().len());
+    for rule in &rules {
+        let operands = measured_operands(&rule.query);
+        assert!(!operands.is_empty(), "{}: no operands in {}", rule.name, rule.query);
+        for operand in operands {
+            if prom.query(&operand).await.is_empty() {
+                empty.push(format!("alert {}: `{operand}`", rule.name));
+            }
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "these expressions return no series from a real scrape of the demos:\n{}\n\nscrape of the healthy demo:\n{scrape}",
+        empty.join("\n")
+    );
+
+    // The broken service pages: the violation alert fires in Prometheus itself.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let firing = prom
+            .query(r#"ALERTS{alertname="LockprobeEnforcementViolation",alertstate="firing"}"#)
+            .await;
+        if let Some(alert) = firing.first() {
+            let m = &alert["metric"];
+            assert_eq!(m["severity"], "critical");
+            assert_ne!(m["expected"], m["observed"], "{alert}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "LockprobeEnforcementViolation did not fire for the faulty demo; violations: {:?}",
+            prom.query("lockprobe_enforcement_violations_total").await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    for demo in [&healthy, &faulty] {
+        check_percentiles_agree(demo, &prom).await;
+    }
+    prom.child.assert_running("at the end");
+    healthy.child.assert_running("at the end");
+    faulty.child.assert_running("at the end");
+}
+
+fn sample_value(series: &Value) -> Option<f64> {
+    series["value"][1].as_str().and_then(|v| v.parse().ok())
+}
+
+/// `/api/v1/status` percentiles (exact, from the HDR histograms) against Prometheus'
+/// `histogram_quantile` over the same observations.
+///
+/// Same data: the status API and the Prometheus histogram count the same observations
+/// since the demo started, so the comparison is made at a moment when Prometheus' `_count`
+/// equals the status `count` (no cycle finished in between), and on the cumulative bucket
+/// counters (not a rate window), which cover the same population.
+///
+/// Tolerance: Prometheus knows only bucket counts. For quantile q it takes rank q·n, finds
+/// the first bucket whose cumulative count reaches it (the same observation HDR returns)
+/// and interpolates linearly inside that bucket. So the two agree exactly on the bucket and
+/// not inside it: the check is that Prometheus' estimate lies in the bucket (lo, hi] that
+/// holds the HDR value, widened by 0.1% because HDR keeps 3 significant digits. A value
+/// above the last finite bucket is reported by Prometheus as that bucket's bound.
+async fn check_percentiles_agree(demo: &Demo, prom: &Prometheus) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    'retry: loop {
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus' histogram counts never matched the status API's counts"
+        );
+        let status = demo.status().await;
+        let mut compared = 0;
+        for target in status["targets"].as_array().expect("targets") {
+            let name = target["name"].as_str().expect("target name");
+            let pct = &target["percentiles"];
+            let inst = &demo.host_port;
+            let mut series: Vec<(String, &Value)> = vec![(
+                format!(r#"lockprobe_read_through_latency_seconds_bucket{{instance="{inst}",target="{name}"}}"#),
+                &pct["readThroughLatencySeconds"],
+            )];
+            for (phase, summary) in pct["lockPhaseDurationSeconds"].as_object().expect("phases") {
+                series.push((
+                    format!(
+                        r#"lockprobe_lock_phase_duration_seconds_bucket{{instance="{inst}",target="{name}",phase="{phase}"}}"#
+                    ),
+                    summary,
+                ));
+            }
+            for (selector, summary) in series {
+                let count = summary["count"].as_u64().expect("count");
+                if count == 0 {
+                    continue;
+                }
+                let count_selector = selector.replace("_bucket{", "_count{");
+                let prom_count = prom.query(&format!("sum({count_selector})")).await;
+                let prom_count = prom_count.first().and_then(sample_value);
+                if prom_count != Some(count as f64) {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    continue 'retry;
+                }
+                let buckets = bucket_bounds(&prom.query(&selector).await);
+                for (key, q) in [("p50", 0.5), ("p75", 0.75), ("p99", 0.99)] {
+                    let exact = summary[key].as_f64().expect("percentile");
+                    let estimate = prom
+                        .query(&format!("histogram_quantile({q}, sum by (le) ({selector}))"))
+                        .await
+                        .first()
+                        .and_then(sample_value)
+                        .unwrap_or_else(|| panic!("no histogram_quantile for {selector}"));
+                    let (lo, hi) = bucket_of(&buckets, exact);
+                    assert!(
+                        estimate >= lo * 0.999 && estimate <= hi * 1.001,
+                        "{selector} {key}: status API says {exact}, Prometheus {estimate}, \
+                         outside the bucket ({lo}, {hi}] that holds the exact value"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared >= 6, "too few percentiles compared ({compared})");
+        return;
+    }
+}
+
+/// The finite upper bounds of a histogram's buckets, sorted.
+fn bucket_bounds(series: &[Value]) -> Vec<f64> {
+    let mut les: Vec<f64> = series
+        .iter()
+        .filter_map(|s| s["metric"]["le"].as_str())
+        .filter_map(|le| le.parse::<f64>().ok())
+        .filter(|le| le.is_finite())
+        .collect();
+    les.sort_by(f64::total_cmp);
+    les.dedup();
+    assert!(!les.is_empty(), "no buckets");
+    les
+}
+
+/// The bucket (lo, hi] holding `v`; above the last finite bound, Prometheus answers with
+/// that bound, so the "bucket" is the bound itself.
+fn bucket_of(bounds: &[f64], v: f64) -> (f64, f64) {
+    let mut lo = 0.0;
+    for &hi in bounds {
+        if v <= hi * 1.001 {
+            return (lo, hi);
+        }
+        lo = hi;
+    }
+    (lo, lo)
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. The status page in a real browser
+
+#[tokio::test]
+async fn headless_chromium_shows_the_target_and_its_last_cycle() {
+    let chromium = tool("chromium");
+    let mut demo = Demo::start(&[]);
+    let status = demo.wait_for_cycles(1, true).await;
+    let target = &status["targets"][0];
+    let name = target["name"].as_str().expect("target name").to_string();
+    let last = &target["lastCycles"][0];
+    let started = last["startedAt"].as_str().expect("startedAt").to_string();
+    let resource = last["resource"].as_str().expect("resource").to_string();
+
+    let profile = tempfile::tempdir().expect("profile dir");
+    let out = run(
+        Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("--dump-dom")
+            .arg(format!("{}/", demo.base)),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success(), "chromium failed\n{}", out.describe());
+    let dom = out.stdout;
+    assert!(dom.contains("<html"), "chromium printed no DOM\n{dom}");
+    // Text as the browser parsed it: the page's own escaping is undone by the parser, so
+    // plain names and timestamps appear as they are.
+    assert!(dom.contains(&format!("<h2>{name}</h2>")), "target {name} not on the page:\n{dom}");
+    assert!(dom.contains(&started), "last cycle {started} not on the page:\n{dom}");
+    assert!(dom.contains(&resource), "last cycle's resource {resource} not on the page:\n{dom}");
+    demo.child.assert_running("after the browser visit");
 }
