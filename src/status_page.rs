@@ -45,7 +45,10 @@ pub fn render(status: &Value) -> String {
         esc(&generated)
     );
 
-    let targets = status["targets"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let targets = status["targets"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     if targets.is_empty() {
         page.push_str("<p class=\"empty\">No targets configured.</p>\n");
     }
@@ -82,12 +85,17 @@ fn render_target(page: &mut String, target: &Value, now: Option<DateTime<Utc>>) 
             instances.join(", ")
         }
     );
-    let last_success = match (&target["lastSuccessAt"], parse_time(&target["lastSuccessAt"])) {
+    let last_success = match (
+        &target["lastSuccessAt"],
+        parse_time(&target["lastSuccessAt"]),
+    ) {
         (Value::Null, _) => "<span class=\"bad\">never</span>".to_string(),
         (raw, Some(at)) => format!(
             "<time>{}</time>{}",
             esc(&text(raw)),
-            ago(now, at).map(|a| format!(" ({a} ago)")).unwrap_or_default()
+            ago(now, at)
+                .map(|a| format!(" ({a} ago)"))
+                .unwrap_or_default()
         ),
         (raw, None) => esc(&text(raw)),
     };
@@ -150,8 +158,14 @@ fn render_percentiles(page: &mut String, pct: &Value) {
             }
         }
     }
-    rows.push(("read-through latency".into(), &pct["readThroughLatencySeconds"]));
-    rows.push(("observed convergence".into(), &pct["observedConvergenceSeconds"]));
+    rows.push((
+        "read-through latency".into(),
+        &pct["readThroughLatencySeconds"],
+    ));
+    rows.push((
+        "observed convergence".into(),
+        &pct["observedConvergenceSeconds"],
+    ));
     for (label, s) in rows {
         let _ = writeln!(
             page,
@@ -293,14 +307,24 @@ fn seconds(v: Option<f64>) -> String {
     } else if a < 3600.0 {
         format!("{}m {:02}s", (s / 60.0).floor(), (s % 60.0).floor())
     } else {
-        format!("{}h {:02}m", (s / 3600.0).floor(), ((s % 3600.0) / 60.0).floor())
+        format!(
+            "{}h {:02}m",
+            (s / 3600.0).floor(),
+            ((s % 3600.0) / 60.0).floor()
+        )
     }
 }
 
 /// A fragment id for a target: names are free text, ids must not contain spaces.
 fn anchor(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -400,13 +424,20 @@ mod tests {
         assert!(html.contains("<h2>demo</h2>"));
         assert!(html.contains("badge ok\">ready"));
         // Last success with its age relative to generatedAt.
-        assert!(html.contains("2026-11-29T22:39:50Z</time> (10.00 s ago)"), "{html}");
+        assert!(
+            html.contains("2026-11-29T22:39:50Z</time> (10.00 s ago)"),
+            "{html}"
+        );
         // The cycle, its duration and its assertion.
         assert!(html.contains("<time>2026-11-29T22:39:40Z</time> · 10.00 s · resource <code>probe-0003</code> · 0 failed of 1"));
-        assert!(html.contains("<tr class=\"pass\"><td>hardDelete/delete</td><td>hardDelete</td><td>delete</td>"));
+        assert!(html.contains(
+            "<tr class=\"pass\"><td>hardDelete/delete</td><td>hardDelete</td><td>delete</td>"
+        ));
         // Percentiles in human units; an empty summary renders as dashes.
         assert!(html.contains("<th scope=\"row\">preLock hold</th><td>2</td><td>3.10 s</td><td>3.20 s</td><td>3.30 s</td><td>3.30 s</td>"));
-        assert!(html.contains("<th scope=\"row\">write hold</th><td>0</td><td>—</td><td>—</td><td>—</td><td>—</td>"));
+        assert!(html.contains(
+            "<th scope=\"row\">write hold</th><td>0</td><td>—</td><td>—</td><td>—</td><td>—</td>"
+        ));
         assert!(html.contains("<th scope=\"row\">read-through latency</th><td>40</td><td>1.0 ms</td><td>2.0 ms</td><td>4.0 ms</td><td>5.0 ms</td>"));
         // Convergence within the declared delay is not flagged.
         assert!(html.contains("<td>3.00 s</td><td>3.00 s</td><td>1.20 s</td>"));
@@ -431,7 +462,9 @@ mod tests {
         c["result"] = json!(evil);
         c["startedAt"] = json!(evil);
         let a = &mut c["assertions"][0];
-        for key in ["name", "phase", "op", "instance", "expected", "observed", "detail"] {
+        for key in [
+            "name", "phase", "op", "instance", "expected", "observed", "detail",
+        ] {
             a[key] = json!(evil);
         }
         let html = render(&status);
@@ -447,7 +480,9 @@ mod tests {
 
     #[test]
     fn renders_empty_targets_and_not_ready() {
-        let html = render(&json!({ "generatedAt": "2026-11-29T22:40:00Z", "ready": false, "targets": [] }));
+        let html = render(
+            &json!({ "generatedAt": "2026-11-29T22:40:00Z", "ready": false, "targets": [] }),
+        );
         assert!(html.contains("No targets configured."));
         assert!(html.contains("badge bad\">not ready"));
         assert!(!html.contains("<section"));
@@ -472,7 +507,10 @@ mod tests {
             "failedAssertions": 1
         }]);
         let html = render(&status);
-        assert!(html.contains("<details class=\"cycle fail\" open>"), "{html}");
+        assert!(
+            html.contains("<details class=\"cycle fail\" open>"),
+            "{html}"
+        );
         assert!(html.contains("<span class=\"badge fail\">failed</span>"));
         assert!(html.contains("3.50 s · resource <code>probe-0004</code> · 1 failed of 2"));
         assert!(html.contains("<tr class=\"fail\"><td>write/write</td><td>write</td><td>write</td><td>http://127.0.0.1:8080</td><td>block</td><td>allow</td><td>3.0 ms</td><td>PUT returned 200, expected 423</td></tr>"));
@@ -489,7 +527,12 @@ mod tests {
         status["targets"][0]["convergence"] =
             json!({ "declaredSeconds": 3.0, "expectedSeconds": null, "observedSeconds": 4.5 });
         let html = render(&status);
-        assert!(html.contains("<td>3.00 s</td><td>—</td><td class=\"fail\">4.50 s — above declared</td>"), "{html}");
+        assert!(
+            html.contains(
+                "<td>3.00 s</td><td>—</td><td class=\"fail\">4.50 s — above declared</td>"
+            ),
+            "{html}"
+        );
     }
 
     #[test]

@@ -286,7 +286,10 @@ impl Prometheus {
             "prometheus",
             Command::new(bin)
                 .arg(format!("--config.file={}", config_path.display()))
-                .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join("data").display()
+                ))
                 .arg(format!("--web.listen-address=127.0.0.1:{port}"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -339,7 +342,10 @@ impl Prometheus {
             body["errorType"], body["error"]
         );
         match body["data"]["resultType"].as_str() {
-            Some("vector") => body["data"]["result"].as_array().cloned().unwrap_or_default(),
+            Some("vector") => body["data"]["result"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
             // A scalar result (e.g. from `time()` arithmetic) counts as one series.
             Some("scalar") => vec![body["data"]["result"].clone()],
             other => panic!("`{expr}`: unexpected result type {other:?}"),
@@ -384,7 +390,11 @@ fn alert_rules_pass_promtool_check_rules() {
         None,
         Duration::from_secs(30),
     );
-    assert!(out.status.success(), "promtool check rules failed\n{}", out.describe());
+    assert!(
+        out.status.success(),
+        "promtool check rules failed\n{}",
+        out.describe()
+    );
     let expected = format!("SUCCESS: {} rules found", alert_names().len());
     assert!(
         out.stdout.contains(&expected),
@@ -403,7 +413,11 @@ fn alert_rule_unit_tests_pass_promtool_test_rules() {
         None,
         Duration::from_secs(60),
     );
-    assert!(out.status.success(), "promtool test rules failed\n{}", out.describe());
+    assert!(
+        out.status.success(),
+        "promtool test rules failed\n{}",
+        out.describe()
+    );
 }
 
 /// Each alert has at least one case where it fires and one where it stays silent. The
@@ -422,14 +436,97 @@ fn every_alert_has_a_firing_and_a_silent_unit_test() {
                 match next {
                     "exp_alerts: []" => silent.insert(name),
                     "exp_alerts:" => fires.insert(name),
-                    other => panic!("{}: unexpected line after alertname: {other}", file.display()),
+                    other => panic!(
+                        "{}: unexpected line after alertname: {other}",
+                        file.display()
+                    ),
                 };
             }
         }
     }
     for alert in alert_names() {
         assert!(fires.contains(&alert), "no unit test where {alert} fires");
-        assert!(silent.contains(&alert), "no unit test where {alert} stays silent");
+        assert!(
+            silent.contains(&alert),
+            "no unit test where {alert} stays silent"
+        );
+    }
+}
+
+/// The dashboard has what the issue asks of it: data source and target as template
+/// variables that every panel uses, and a panel for each signal; panels do not overlap.
+#[test]
+fn dashboard_has_its_variables_and_a_panel_for_each_signal() {
+    let dash: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo_path(DASHBOARD)).expect(DASHBOARD))
+            .expect("dashboard is JSON");
+    let vars = dash["templating"]["list"]
+        .as_array()
+        .expect("templating.list");
+    let var = |name: &str| vars.iter().find(|v| v["name"] == name);
+    assert_eq!(
+        var("datasource").expect("datasource variable")["type"],
+        "datasource"
+    );
+    assert_eq!(var("datasource").unwrap()["query"], "prometheus");
+    assert_eq!(var("target").expect("target variable")["type"], "query");
+
+    let panels: Vec<&Value> = dash["panels"].as_array().expect("panels").iter().collect();
+    let mut cells = std::collections::HashMap::new();
+    let mut ids = BTreeSet::new();
+    let mut exprs = Vec::new();
+    for p in &panels {
+        assert!(
+            ids.insert(p["id"].as_u64().expect("panel id")),
+            "duplicate id {}",
+            p["id"]
+        );
+        let g = &p["gridPos"];
+        let (x, y, w, h) = (
+            g["x"].as_u64().unwrap(),
+            g["y"].as_u64().unwrap(),
+            g["w"].as_u64().unwrap(),
+            g["h"].as_u64().unwrap(),
+        );
+        assert!(x + w <= 24, "{} is wider than the grid", p["title"]);
+        for cx in x..x + w {
+            for cy in y..y + h {
+                if let Some(other) = cells.insert((cx, cy), p["title"].clone()) {
+                    panic!("{} overlaps {other}", p["title"]);
+                }
+            }
+        }
+        if p["type"] == "row" {
+            continue;
+        }
+        assert_eq!(
+            p["datasource"]["uid"], "${datasource}",
+            "{} ignores the datasource variable",
+            p["title"]
+        );
+        for t in p["targets"].as_array().expect("targets") {
+            let e = t["expr"].as_str().expect("expr");
+            assert!(
+                e.contains(r#"target=~"$target""#),
+                "{}: not filtered by $target: {e}",
+                p["title"]
+            );
+            exprs.push(e.to_string());
+        }
+    }
+    let has = |needle: &str| exprs.iter().any(|e| e.contains(needle));
+    for needle in [
+        r#"lockprobe_probe_runs_total{target=~"$target",result="passed"}"#,
+        r#"lockprobe_assertions_total{target=~"$target",result="failed"}"#,
+        "lockprobe_enforcement_violations_total",
+        "histogram_quantile(0.5, sum by (target, phase, le) (rate(lockprobe_lock_phase_duration_seconds_bucket",
+        "histogram_quantile(0.99, sum by (target, phase, le) (rate(lockprobe_lock_phase_duration_seconds_bucket",
+        "histogram_quantile(0.99, sum by (target, le) (rate(lockprobe_read_through_latency_seconds_bucket",
+        "lockprobe_convergence_declared_seconds",
+        "lockprobe_convergence_observed_seconds",
+        "time() - max by (target) (lockprobe_last_success_timestamp_seconds",
+    ] {
+        assert!(has(needle), "no dashboard panel queries {needle}");
     }
 }
 
@@ -442,7 +539,11 @@ async fn every_promql_expression_parses_in_a_real_prometheus() {
 
     let rules = prom.rules().await;
     let loaded: BTreeSet<String> = rules.iter().map(|r| r.name.clone()).collect();
-    assert_eq!(loaded, alert_names(), "Prometheus loaded other rules than the file lists");
+    assert_eq!(
+        loaded,
+        alert_names(),
+        "Prometheus loaded other rules than the file lists"
+    );
     for rule in &rules {
         let severity = rule.labels["severity"].as_str().unwrap_or("");
         assert!(
@@ -453,7 +554,9 @@ async fn every_promql_expression_parses_in_a_real_prometheus() {
         );
         for key in ["summary", "runbook"] {
             assert!(
-                rule.annotations[key].as_str().is_some_and(|s| !s.trim().is_empty()),
+                rule.annotations[key]
+                    .as_str()
+                    .is_some_and(|s| !s.trim().is_empty()),
                 "{}: missing {key} annotation",
                 rule.name
             );
@@ -651,8 +754,14 @@ fn measured_operands_drop_thresholds_and_keep_every_data_side() {
         vec!["lockprobe_probe_runs_total"]
     );
     assert_eq!(
-        measured_operands("max by (target) (a) > max by (target) (b) or sum by (target) (increase(c[30m])) > 0"),
-        vec!["max by (target) (a)", "max by (target) (b)", "sum by (target) (increase(c[30m]))"]
+        measured_operands(
+            "max by (target) (a) > max by (target) (b) or sum by (target) (increase(c[30m])) > 0"
+        ),
+        vec![
+            "max by (target) (a)",
+            "max by (target) (b)",
+            "sum by (target) (increase(c[30m]))"
+        ]
     );
     assert_eq!(
         measured_operands("count by (target) (r) unless on (target) (s > 0)"),
@@ -666,7 +775,10 @@ fn measured_operands_drop_thresholds_and_keep_every_data_side() {
         measured_operands(r#"(x{a=~"p|q"} or y * 0) / z >= 0.5"#),
         vec![r#"(x{a=~"p|q"} or y * 0) / z"#]
     );
-    assert_eq!(measured_operands(r#"m{l!="a>b"} > bool 1"#), vec![r#"m{l!="a>b"}"#]);
+    assert_eq!(
+        measured_operands(r#"m{l!="a>b"} > bool 1"#),
+        vec![r#"m{l!="a>b"}"#]
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -724,7 +836,9 @@ impl Demo {
             match rx.recv_timeout(left) {
                 Ok(line) => {
                     if line.to_lowercase().contains("metrics") {
-                        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                        if let Some(url) =
+                            line.split_whitespace().find(|w| w.starts_with("http://"))
+                        {
                             break url.trim_end_matches(['.', ',', ';', ')']).to_string();
                         }
                     }
@@ -762,7 +876,12 @@ impl Demo {
             .get(format!("{}{path}", self.base))
             .send()
             .await
-            .unwrap_or_else(|e| panic!("GET {path} on the demo: {e}\ndemo stderr:\n{}", self.stderr()));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "GET {path} on the demo: {e}\ndemo stderr:\n{}",
+                    self.stderr()
+                )
+            });
         assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
         resp.text().await.expect("body")
     }
@@ -781,7 +900,9 @@ impl Demo {
             let targets = status["targets"].as_array().cloned().unwrap_or_default();
             let done = !targets.is_empty()
                 && targets.iter().all(|t| {
-                    t["lastCycles"].as_array().is_some_and(|c| c.len() >= cycles)
+                    t["lastCycles"]
+                        .as_array()
+                        .is_some_and(|c| c.len() >= cycles)
                         && (!passed || !t["lastSuccessAt"].is_null())
                 });
             if done {
@@ -819,8 +940,14 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
 
     // `promtool check metrics` on a real scrape: exit 0 and nothing reported.
     let scrape = healthy.get_text("/metrics").await;
-    assert!(scrape.contains("lockprobe_"), "no lockprobe metrics in:\n{scrape}");
-    for (which, text) in [("healthy", scrape.clone()), ("faulty", faulty.get_text("/metrics").await)] {
+    assert!(
+        scrape.contains("lockprobe_"),
+        "no lockprobe metrics in:\n{scrape}"
+    );
+    for (which, text) in [
+        ("healthy", scrape.clone()),
+        ("faulty", faulty.get_text("/metrics").await),
+    ] {
         let lint = run(
             Command::new(&promtool).args(["check", "metrics"]),
             Some(text.as_bytes()),
@@ -880,7 +1007,12 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
     assert_eq!(rules.len(), alert_names().len());
     for rule in &rules {
         let operands = measured_operands(&rule.query);
-        assert!(!operands.is_empty(), "{}: no operands in {}", rule.name, rule.query);
+        assert!(
+            !operands.is_empty(),
+            "{}: no operands in {}",
+            rule.name,
+            rule.query
+        );
         for operand in operands {
             if prom.query(&operand).await.is_empty() {
                 empty.push(format!("alert {}: `{operand}`", rule.name));
@@ -953,7 +1085,9 @@ async fn check_percentiles_agree(demo: &Demo, prom: &Prometheus) {
             let pct = &target["percentiles"];
             let inst = &demo.host_port;
             let mut series: Vec<(String, &Value)> = vec![(
-                format!(r#"lockprobe_read_through_latency_seconds_bucket{{instance="{inst}",target="{name}"}}"#),
+                format!(
+                    r#"lockprobe_read_through_latency_seconds_bucket{{instance="{inst}",target="{name}"}}"#
+                ),
                 &pct["readThroughLatencySeconds"],
             )];
             for (phase, summary) in pct["lockPhaseDurationSeconds"].as_object().expect("phases") {
@@ -980,7 +1114,9 @@ async fn check_percentiles_agree(demo: &Demo, prom: &Prometheus) {
                 for (key, q) in [("p50", 0.5), ("p75", 0.75), ("p99", 0.99)] {
                     let exact = summary[key].as_f64().expect("percentile");
                     let estimate = prom
-                        .query(&format!("histogram_quantile({q}, sum by (le) ({selector}))"))
+                        .query(&format!(
+                            "histogram_quantile({q}, sum by (le) ({selector}))"
+                        ))
                         .await
                         .first()
                         .and_then(sample_value)
@@ -1066,8 +1202,17 @@ async fn headless_chromium_shows_the_target_and_its_last_cycle() {
     assert!(dom.contains("<html"), "chromium printed no DOM\n{dom}");
     // Text as the browser parsed it: the page's own escaping is undone by the parser, so
     // plain names and timestamps appear as they are.
-    assert!(dom.contains(&format!("<h2>{name}</h2>")), "target {name} not on the page:\n{dom}");
-    assert!(dom.contains(&started), "last cycle {started} not on the page:\n{dom}");
-    assert!(dom.contains(&resource), "last cycle's resource {resource} not on the page:\n{dom}");
+    assert!(
+        dom.contains(&format!("<h2>{name}</h2>")),
+        "target {name} not on the page:\n{dom}"
+    );
+    assert!(
+        dom.contains(&started),
+        "last cycle {started} not on the page:\n{dom}"
+    );
+    assert!(
+        dom.contains(&resource),
+        "last cycle's resource {resource} not on the page:\n{dom}"
+    );
     demo.child.assert_running("after the browser visit");
 }
