@@ -790,15 +790,72 @@ const DEMO_ARGS: &[&str] = &["demo"];
 /// How long a demo may take to print its address and to finish its first cycles.
 const DEMO_DEADLINE: Duration = Duration::from_secs(90);
 
-/// `lockprobe demo` running in its own directory, killed on drop.
+/// A running probe (`lockprobe demo`, or `lockprobe serve` in front of a separate
+/// `lockprobe service`) in its own directory; every process is killed on drop.
 struct Demo {
     /// Base URL of the probe's HTTP server (`/metrics`, `/api/v1/status`, `/`).
     base: String,
     /// Host and port, for a scrape config.
     host_port: String,
+    /// The probe process.
     child: ChildGuard,
-    _lines: mpsc::Receiver<String>,
+    /// The service it probes, when that runs in its own process.
+    service: Option<ChildGuard>,
+    _lines: Vec<mpsc::Receiver<String>>,
     dir: tempfile::TempDir,
+}
+
+/// Forwards `pipe` line by line for the child's whole life, so its output never fills
+/// the pipe and blocks it.
+fn line_reader(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Collects lines until one satisfies `done`; fails after `DEMO_DEADLINE` or when the
+/// child closes its output, showing what it printed and `stderr_file`.
+fn lines_until(
+    rx: &mpsc::Receiver<String>,
+    what: &str,
+    stderr_file: &Path,
+    done: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let deadline = Instant::now() + DEMO_DEADLINE;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let finished = done(&line);
+                seen.push(line);
+                if finished {
+                    return seen;
+                }
+            }
+            Err(e) => panic!(
+                "{what} ({}); stdout so far:\n{}\nstderr:\n{}",
+                match e {
+                    mpsc::RecvTimeoutError::Timeout => format!("waited {DEMO_DEADLINE:?}"),
+                    mpsc::RecvTimeoutError::Disconnected => "it closed its stdout".to_string(),
+                },
+                seen.join("\n"),
+                std::fs::read_to_string(stderr_file).unwrap_or_default()
+            ),
+        }
+    }
+}
+
+fn first_url(line: &str) -> Option<String> {
+    line.split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .map(|u| u.trim_end_matches(['.', ',', ';', ')']).to_string())
 }
 
 impl Demo {
@@ -806,7 +863,7 @@ impl Demo {
     /// one containing "metrics" and an `http://` URL).
     fn start(extra: &[&str]) -> Demo {
         let dir = tempfile::tempdir().expect("tempdir");
-        let log = std::fs::File::create(dir.path().join("demo.stderr")).expect("log file");
+        let stderr_file = dir.path().join("demo.stderr");
         let mut child = ChildGuard::spawn(
             "lockprobe demo",
             Command::new(env!("CARGO_BIN_EXE_lockprobe"))
@@ -816,59 +873,147 @@ impl Demo {
                 .env("RUST_LOG", "warn")
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
-                .stderr(log),
+                .stderr(std::fs::File::create(&stderr_file).expect("log file")),
         );
-        let stdout = child.child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        // Keeps draining stdout for the demo's whole life, so its progress lines never
-        // fill the pipe and block it.
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let deadline = Instant::now() + DEMO_DEADLINE;
-        let mut seen = Vec::new();
-        let url = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if line.to_lowercase().contains("metrics") {
-                        if let Some(url) =
-                            line.split_whitespace().find(|w| w.starts_with("http://"))
-                        {
-                            break url.trim_end_matches(['.', ',', ';', ')']).to_string();
-                        }
-                    }
-                    seen.push(line);
-                }
-                Err(e) => panic!(
-                    "lockprobe demo printed no line with its metrics URL ({}); \
-                     stdout so far:\n{}\nstderr:\n{}",
-                    match e {
-                        mpsc::RecvTimeoutError::Timeout => format!("waited {DEMO_DEADLINE:?}"),
-                        mpsc::RecvTimeoutError::Disconnected => "it closed its stdout".to_string(),
-                    },
-                    seen.join("\n"),
-                    std::fs::read_to_string(dir.path().join("demo.stderr")).unwrap_or_default()
-                ),
-            }
-        };
-        let rest = url.strip_prefix("http://").expect("http URL");
-        let host_port = rest.split('/').next().expect("host:port").to_string();
+        let rx = line_reader(child.child.stdout.take().expect("stdout"));
+        let lines = lines_until(
+            &rx,
+            "lockprobe demo printed no line with its metrics URL",
+            &stderr_file,
+            |l| l.to_lowercase().contains("metrics") && first_url(l).is_some(),
+        );
+        let url = first_url(lines.last().unwrap()).unwrap();
+        let host_port = url["http://".len()..]
+            .split('/')
+            .next()
+            .expect("host:port")
+            .to_string();
         Demo {
             base: format!("http://{host_port}"),
             host_port,
             child,
-            _lines: rx,
+            service: None,
+            _lines: vec![rx],
             dir,
         }
     }
 
+    /// `lockprobe serve` probing a two-instance `lockprobe service` that ignores write
+    /// locks (its `--fault ignore-write-lock`): the probe finds enforcement violations.
+    /// The target is named `faulty`, so its alerts are told apart from the demo's.
+    async fn start_faulty() -> Demo {
+        let bin = env!("CARGO_BIN_EXE_lockprobe");
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A throwaway key for a loopback-only service that lives as long as the test.
+        let key = format!("obs-test-key-{}", std::process::id());
+        let service_err = dir.path().join("service.stderr");
+        let mut service = ChildGuard::spawn(
+            "lockprobe service",
+            Command::new(bin)
+                .args(["service", "--instances", "2", "--listen", "127.0.0.1:0"])
+                .args(["--cache-ttl", "1s", "--replication-bound", "500ms"])
+                .args(["--test-prefix", "probe-", "--fault", "ignore-write-lock"])
+                .env("LOCKPROBE_LOCK_API_KEY", &key)
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(&service_err).expect("log file")),
+        );
+        let service_rx = line_reader(service.child.stdout.take().expect("stdout"));
+        let lines = lines_until(
+            &service_rx,
+            "lockprobe service did not print its instances and declared delay",
+            &service_err,
+            |l| l.contains("declared convergence delay"),
+        );
+        let instances: Vec<String> = lines
+            .iter()
+            .filter(|l| l.contains("listening on"))
+            .filter_map(|l| first_url(l))
+            .collect();
+        assert_eq!(instances.len(), 2, "service instances in {lines:?}");
+
+        let port = free_port();
+        let config = format!(
+            r#"listen = "127.0.0.1:{port}"
+state_file = {state}
+
+[[targets]]
+name = "faulty"
+instances = {instances}
+api_key_env = "LOCKPROBE_OBS_TEST_KEY"
+test_prefix = "probe-"
+pool_size = 14
+cache_ttl = "1s"
+replication_bound = "500ms"
+buffer = "500ms"
+schedule = "*/5 * * * * *"
+timeout = "60s"
+poll_interval = "100ms"
+
+[targets.leases]
+pre_lock = "10m"
+hard_delete = "5m"
+write = "2m"
+short_write = "1s"
+"#,
+            state = serde_json::to_string(&dir.path().join("state.json")).unwrap(),
+            instances = serde_json::to_string(&instances).unwrap(),
+        );
+        let config_path = dir.path().join("lockprobe.toml");
+        std::fs::write(&config_path, config).expect("write config");
+        let stderr_file = dir.path().join("demo.stderr");
+        let mut child = ChildGuard::spawn(
+            "lockprobe serve",
+            Command::new(bin)
+                .arg("serve")
+                .arg("--config")
+                .arg(&config_path)
+                .env("LOCKPROBE_OBS_TEST_KEY", &key)
+                .env("RUST_LOG", "warn")
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&stderr_file).expect("log file")),
+        );
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + DEMO_DEADLINE;
+        loop {
+            child.assert_running("before becoming ready");
+            service.assert_running("while the probe starts");
+            if let Ok(r) = http().get(format!("{base}/readyz")).send().await {
+                if r.status().is_success() {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "lockprobe serve not ready within {DEMO_DEADLINE:?}; stderr:\n{}",
+                std::fs::read_to_string(&stderr_file).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Demo {
+            base,
+            host_port: format!("127.0.0.1:{port}"),
+            child,
+            service: Some(service),
+            _lines: vec![service_rx],
+            dir,
+        }
+    }
+
+    /// Fails the test if any of its processes has exited.
+    fn assert_running(&mut self, context: &str) {
+        self.child.assert_running(context);
+        if let Some(service) = &mut self.service {
+            service.assert_running(context);
+        }
+    }
+
     fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("demo.stderr")).unwrap_or_default()
+        let read = |f: &str| std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
+        format!("{}{}", read("demo.stderr"), read("service.stderr"))
     }
 
     async fn get_text(&self, path: &str) -> String {
@@ -895,7 +1040,7 @@ impl Demo {
     async fn wait_for_cycles(&mut self, cycles: usize, passed: bool) -> Value {
         let deadline = Instant::now() + DEMO_DEADLINE;
         loop {
-            self.child.assert_running("while waiting for cycles");
+            self.assert_running("while waiting for cycles");
             let status = self.status().await;
             let targets = status["targets"].as_array().cloned().unwrap_or_default();
             let done = !targets.is_empty()
@@ -922,11 +1067,10 @@ impl Demo {
 // ---------------------------------------------------------------------------------------
 // 3. The running demo in the Prometheus ecosystem
 
-/// Flags of the second demo: its service breaks enforcement on purpose, so the probe finds
-/// violations. Prometheus scrapes both demos, which gives every expression of the
-/// dashboard and the rules its data (the violation counter only has series once a
-/// violation happened) and shows the critical alert firing on real data.
-const FAULTY_DEMO_ARGS: &[&str] = &["--fault", "ignore-write-lock"];
+// Prometheus scrapes two probes: the demo (healthy) and `lockprobe serve` probing a service
+// that breaks enforcement on purpose (`Demo::start_faulty`). Together they give every
+// expression of the dashboard and the rules its data (the violation counter only has
+// series once a violation happened), and show the critical alert firing on real data.
 
 #[tokio::test]
 async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() {
@@ -934,7 +1078,7 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
     // Fail before the slow part when Prometheus is missing.
     tool("prometheus");
     let mut healthy = Demo::start(&[]);
-    let mut faulty = Demo::start(FAULTY_DEMO_ARGS);
+    let mut faulty = Demo::start_faulty().await;
     healthy.wait_for_cycles(1, true).await;
     faulty.wait_for_cycles(1, false).await;
 
@@ -969,7 +1113,7 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
     let mut increased = [false, false];
     while increased != [true, true] {
         for (i, demo) in [&mut healthy, &mut faulty].into_iter().enumerate() {
-            demo.child.assert_running("while Prometheus scrapes it");
+            demo.assert_running("while Prometheus scrapes it");
             let runs = prom
                 .query(&format!(
                     r#"sum(lockprobe_probe_runs_total{{job="lockprobe",instance="{}"}})"#,
@@ -1033,6 +1177,7 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
             .await;
         if let Some(alert) = firing.first() {
             let m = &alert["metric"];
+            assert_eq!(m["target"], "faulty", "{alert}");
             assert_eq!(m["severity"], "critical");
             assert_ne!(m["expected"], m["observed"], "{alert}");
             break;
@@ -1045,12 +1190,16 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
+    // And the healthy demo pages nobody.
+    let demo_alerts = prom.query(r#"ALERTS{target="demo"}"#).await;
+    assert!(demo_alerts.is_empty(), "alerts for the healthy demo: {demo_alerts:?}");
+
     for demo in [&healthy, &faulty] {
         check_percentiles_agree(demo, &prom).await;
     }
     prom.child.assert_running("at the end");
-    healthy.child.assert_running("at the end");
-    faulty.child.assert_running("at the end");
+    healthy.assert_running("at the end");
+    faulty.assert_running("at the end");
 }
 
 fn sample_value(series: &Value) -> Option<f64> {
@@ -1214,5 +1363,5 @@ async fn headless_chromium_shows_the_target_and_its_last_cycle() {
         dom.contains(&resource),
         "last cycle's resource {resource} not on the page:\n{dom}"
     );
-    demo.child.assert_running("after the browser visit");
+    demo.assert_running("after the browser visit");
 }
