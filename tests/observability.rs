@@ -3,9 +3,11 @@
 //! - `promtool check rules` / `promtool test rules` on `alerts/`.
 //! - Every PromQL expression of `dashboards/lockprobe.json` and of the alert rules parses in
 //!   a real Prometheus (its query API), and the rules load there with their labels.
-//! - `lockprobe demo` is scraped: `promtool check metrics` is clean, a real Prometheus on
-//!   loopback finds data for every expression, and `/api/v1/status` percentiles agree with
-//!   what Prometheus computes from the histograms.
+//! - `lockprobe demo` is scraped: `promtool check metrics` is clean; a real Prometheus on
+//!   loopback scrapes it and a second probe (`lockprobe serve` over a `lockprobe service`
+//!   that ignores write locks), finds data for every expression, fires the violation
+//!   alert for the broken target only, and its `histogram_quantile` agrees with the
+//!   `/api/v1/status` percentiles.
 //! - A headless Chromium renders the status page of the running demo.
 //!
 //! The tools are not optional: when `promtool`, `prometheus` or `chromium` is missing the
@@ -784,7 +786,8 @@ fn measured_operands_drop_thresholds_and_keep_every_data_side() {
 // ---------------------------------------------------------------------------------------
 // A running `lockprobe demo`
 
-/// Flags for every demo the tests start. The demo runs until it is killed.
+/// The demo the tests start: its defaults (a cycle every 10 s, about 5 s long), running
+/// until it is killed.
 const DEMO_ARGS: &[&str] = &["demo"];
 
 /// How long a demo may take to print its address and to finish its first cycles.
