@@ -8,3 +8,8 @@
 //! - [`store`]: the `LocationStore` trait and its backends (in-memory, Cosmos DB).
 //! - [`routing`]: the lock lifecycle (pure), enforcement, the tiered cache and the
 //!   `RoutingClient` a service links.
+//! - [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default.
+
+pub mod clock;
+pub mod routing;
+pub mod store;
