@@ -20,6 +20,7 @@
 //! the change feed is not usable (the local test server's is a stub); see
 //! [`ChangeStreamMode`] and `docs/cosmos.md`.
 
+pub mod choice;
 pub mod config;
 pub mod metrics;
 pub mod poll;
@@ -44,6 +45,7 @@ use futures::StreamExt;
 use prometheus::Registry;
 use serde_json::{Map, Value};
 
+pub use choice::{OpenStoreError, StoreArgs, StoreKind};
 pub use config::{ChangeStreamMode, CosmosArgs, CosmosAuth, CosmosConfig, CosmosConfigError};
 pub use metrics::{CosmosMetrics, Op};
 

@@ -317,7 +317,8 @@ mod tests {
 
     #[test]
     fn each_missing_setting_is_named() {
-        let cases: [(fn(&mut CosmosArgs), &str); 5] = [
+        type Unset = fn(&mut CosmosArgs);
+        let cases: [(Unset, &str); 5] = [
             (|a| a.endpoint = None, "--cosmos-endpoint"),
             (|a| a.key_env = None, "--cosmos-key-env"),
             (|a| a.database = Some(" ".into()), "--cosmos-database"),
