@@ -360,16 +360,8 @@ async fn build_runtime(config: &CosmosConfig) -> Result<CosmosRuntime, CosmosSto
         .map_err(client_error)
 }
 
-async fn build_client(config: &CosmosConfig, runtime: &CosmosRuntime, role: Role) -> Result<CosmosClient, CosmosStoreError> {
-    let endpoint: AccountEndpoint = config
-        .endpoint
-        .as_str()
-        .parse()
-        .map_err(|e: CosmosError| CosmosStoreError::Client(format!("endpoint {}: {e}", config.endpoint)))?;
-    let account = match &config.auth {
-        CosmosAuth::Key(key) => AccountReference::with_authentication_key(endpoint, key.clone()),
-        CosmosAuth::Entra(credential) => AccountReference::with_credential(endpoint, credential.clone()),
-    };
+/// The regions and default operation options of one of the store's two clients.
+fn client_plan(config: &CosmosConfig, role: Role) -> (Vec<Region>, OperationOptions) {
     let write_region = Region::new(config.write_region.clone());
     let mut options = OperationOptions::default();
     let regions = match role {
@@ -391,6 +383,20 @@ async fn build_client(config: &CosmosConfig, runtime: &CosmosRuntime, role: Role
         Role::Replica if config.preferred_regions.is_empty() => vec![write_region],
         Role::Replica => config.preferred_regions.iter().map(|r| Region::new(r.clone())).collect(),
     };
+    (regions, options)
+}
+
+async fn build_client(config: &CosmosConfig, runtime: &CosmosRuntime, role: Role) -> Result<CosmosClient, CosmosStoreError> {
+    let endpoint: AccountEndpoint = config
+        .endpoint
+        .as_str()
+        .parse()
+        .map_err(|e: CosmosError| CosmosStoreError::Client(format!("endpoint {}: {e}", config.endpoint)))?;
+    let account = match &config.auth {
+        CosmosAuth::Key(key) => AccountReference::with_authentication_key(endpoint, key.clone()),
+        CosmosAuth::Entra(credential) => AccountReference::with_credential(endpoint, credential.clone()),
+    };
+    let (regions, options) = client_plan(config, role);
     let mut builder = CosmosClient::builder().with_runtime(runtime.clone()).with_default_operation_options(options);
     if config.is_local_emulator() {
         // The local server cannot parse Cosmos binary JSON (every write fails with 500).
@@ -504,6 +510,45 @@ mod tests {
         }
         assert_eq!(written["addedLater"], json!({"x": 1}));
         assert_eq!(v.etag, ETag("\"e\"".into()));
+    }
+
+    fn config(preferred: &[&str], write: &str) -> CosmosConfig {
+        let args = CosmosArgs {
+            endpoint: Some("https://acct.documents.azure.com/".into()),
+            auth: "key".into(),
+            key_env: Some("K".into()),
+            database: Some("d".into()),
+            container: Some("c".into()),
+            preferred_regions: preferred.iter().map(|r| r.to_string()).collect(),
+            write_region: Some(write.into()),
+            change_stream: "auto".into(),
+            poll_interval: "1s".into(),
+            poll_overlap: "2s".into(),
+            request_timeout: "10s".into(),
+            ..CosmosArgs::default()
+        };
+        CosmosConfig::try_from_args(&args, |_| Some("a2V5".into())).unwrap()
+    }
+
+    #[test]
+    fn the_write_region_client_can_reach_only_the_write_region() {
+        let config = config(&["North Europe", "West Europe", "East US"], "West Europe");
+        let (regions, options) = client_plan(&config, Role::WriteRegion);
+        assert_eq!(regions, [Region::WEST_EUROPE]);
+        let excluded: Vec<&Region> = options.excluded_regions.as_ref().unwrap().iter().collect();
+        assert_eq!(excluded, [&Region::NORTH_EUROPE, &Region::EAST_US]);
+        assert_eq!(options.hedging_enabled, Some(false));
+        assert!(matches!(options.availability_strategy, Some(AvailabilityStrategy::Disabled)));
+        assert_eq!(options.read_consistency_strategy, Some(ReadConsistencyStrategy::LatestCommitted));
+    }
+
+    #[test]
+    fn the_replica_client_follows_the_preferred_regions() {
+        let (regions, options) = client_plan(&config(&["North Europe", "West Europe"], "West Europe"), Role::Replica);
+        assert_eq!(regions, [Region::NORTH_EUROPE, Region::WEST_EUROPE]);
+        assert!(options.excluded_regions.is_none() && options.read_consistency_strategy.is_none());
+        let (regions, _) = client_plan(&config(&[], "West Europe"), Role::Replica);
+        assert_eq!(regions, [Region::WEST_EUROPE], "without preferred regions, replica reads use the write region");
     }
 
     #[test]
