@@ -2,7 +2,8 @@
 //! checks, through `Arc<dyn LocationStore>` only.
 //!
 //! Backends: the in-memory store, and the Cosmos DB store against the local
-//! Cosmos-compatible test server (started here; `scripts/setup-cosmos.sh` installs it).
+//! Cosmos-compatible test server (started here; `scripts/setup-cosmos.sh` installs it),
+//! once with the `_ts` poll and once reading the change feed.
 //! Each Cosmos test gets its own database, so tests do not see each other's documents.
 
 #[path = "support/cosmos_server.rs"]
@@ -291,14 +292,27 @@ async fn memory_store() -> (Arc<dyn LocationStore>, ()) {
     (Arc::new(MemoryStore::new(Arc::new(SystemClock), MemoryStoreConfig::default())), ())
 }
 
-/// One server for the whole test binary (it exits with the process); a fresh database
+/// One server for the whole test binary (it exits with the process).
+fn cosmos_endpoint() -> String {
+    static SERVER: std::sync::OnceLock<cosmos_server::CosmosServer> = std::sync::OnceLock::new();
+    SERVER.get_or_init(cosmos_server::CosmosServer::start).endpoint()
+}
+
+/// The Cosmos store as configured for the local server (`_ts` poll), a fresh database
 /// per test.
 async fn cosmos_store() -> (Arc<dyn LocationStore>, ()) {
-    static SERVER: std::sync::OnceLock<cosmos_server::CosmosServer> = std::sync::OnceLock::new();
-    let server = SERVER.get_or_init(cosmos_server::CosmosServer::start);
-    let store = cosmos_server::connect(&server.endpoint(), &prometheus::Registry::new()).await;
+    let store = cosmos_server::connect(&cosmos_endpoint(), &prometheus::Registry::new()).await;
+    (Arc::new(store), ())
+}
+
+/// The Cosmos store reading the change feed (the launcher serves a latest-version feed
+/// in place of the server's stub), a fresh database per test.
+async fn cosmos_change_feed_store() -> (Arc<dyn LocationStore>, ()) {
+    let registry = prometheus::Registry::new();
+    let store = cosmos_server::connect_with(&cosmos_endpoint(), &registry, |args| args.change_stream = "change-feed".into()).await;
     (Arc::new(store), ())
 }
 
 conformance_suite!(memory, memory_store());
 conformance_suite!(cosmos, cosmos_store());
+conformance_suite!(cosmos_change_feed, cosmos_change_feed_store());

@@ -15,6 +15,14 @@
 //   4. The account document advertises the server's own address, always as https://:
 //      rewritten to the scheme served and the host the client asked for (so a test
 //      proxy in front of the server stays in the path).
+//   5. The change feed is a stub (every read returns every document with ETag "1"):
+//      the launcher serves a latest-version change feed itself, from the writes it
+//      has seen: each successful create / upsert / replace / patch gets the next
+//      sequence number (LSN) of its collection; a read returns the latest version of
+//      each document whose LSN is past the `If-None-Match` continuation, in LSN order,
+//      up to `x-ms-max-item-count`, with the last LSN as the ETag; 304 when nothing is
+//      new. `If-None-Match: *` starts from now. Deletes drop the document (latest-
+//      version feeds do not report deletes).
 //
 // Usage: node launcher.js [--host 127.0.0.1] [--port 0] [--tls]
 // Prints one line "LISTENING <port>" on stdout when ready. Exits when stdin closes,
@@ -48,6 +56,79 @@ const DOCS_PATH = /^\/dbs\/[^/]+\/colls\/[^/]+\/docs$/;
 const PKRANGES_PATH = /^\/dbs\/[^/]+\/colls\/[^/]+\/pkranges$/;
 const MISSING_DOC_CRASH = "Cannot read properties of undefined";
 
+// Fix 5 state: collection path -> { lsn, docs: Map(id -> { lsn, doc }) }.
+const feeds = new Map();
+
+function feedOf(collectionPath) {
+  let feed = feeds.get(collectionPath);
+  if (!feed) {
+    feed = { lsn: 0, docs: new Map() };
+    feeds.set(collectionPath, feed);
+  }
+  return feed;
+}
+
+function collectionOf(path) {
+  return path.replace(/\/docs(\/[^/]+)?$/, "");
+}
+
+function isChangeFeedRead(req) {
+  return req.method === "GET" && Boolean(req.headers["a-im"]) && DOCS_PATH.test(pathOf(req));
+}
+
+function serveChangeFeed(req, res) {
+  const feed = feedOf(collectionOf(pathOf(req)));
+  const ifNoneMatch = String(req.headers["if-none-match"] || "").replace(/"/g, "").trim();
+  const since = ifNoneMatch === "*" ? feed.lsn : parseInt(ifNoneMatch || "0", 10) || 0;
+  const max = parseInt(req.headers["x-ms-max-item-count"] || "-1", 10);
+  let changes = [...feed.docs.values()].filter(entry => entry.lsn > since).sort((a, b) => a.lsn - b.lsn);
+  if (max > 0) changes = changes.slice(0, max);
+  res.setHeader("x-ms-request-charge", "1");
+  res.setHeader("x-ms-activity-id", require("crypto").randomUUID());
+  res.setHeader("content-type", "application/json");
+  if (changes.length === 0) {
+    res.statusCode = 304;
+    res.setHeader("etag", `"${since}"`);
+    res.end();
+    return;
+  }
+  const last = changes[changes.length - 1].lsn;
+  const body = JSON.stringify({
+    _rid: "",
+    Documents: changes.map(entry => ({ ...entry.doc, _lsn: entry.lsn })),
+    _count: changes.length
+  });
+  res.statusCode = 200;
+  res.setHeader("etag", `"${last}"`);
+  res.setHeader("x-ms-item-count", String(changes.length));
+  res.setHeader("content-length", Buffer.byteLength(body));
+  res.end(body);
+}
+
+// Fix 5: remember every successful document write for the change feed.
+function recordWrite(req, res, text) {
+  const path = pathOf(req);
+  const isDocWrite =
+    (req.method === "POST" && DOCS_PATH.test(path) && !isQuery(req)) ||
+    ((req.method === "PUT" || req.method === "PATCH") && DOC_PATH.test(path));
+  if (req.method === "DELETE" && DOC_PATH.test(path) && res.statusCode < 300) {
+    const id = path.split("/").pop();
+    feedOf(collectionOf(path)).docs.delete(id);
+    return;
+  }
+  if (!isDocWrite || res.statusCode >= 300) return;
+  let doc;
+  try {
+    doc = JSON.parse(text);
+  } catch (_) {
+    return;
+  }
+  if (!doc || typeof doc.id !== "string") return;
+  const feed = feedOf(collectionOf(path));
+  feed.lsn += 1;
+  feed.docs.set(doc.id, { lsn: feed.lsn, doc });
+}
+
 function pathOf(req) {
   return decodeURIComponent((req.url || "/").split("?")[0]).replace(/\/+$/, "") || "/";
 }
@@ -71,6 +152,7 @@ function fixRequest(req) {
 function rewriteResponse(req, res, tls, chunk) {
   const path = pathOf(req);
   let text = chunk == null ? "" : chunk.toString();
+  recordWrite(req, res, text);
   if (req.method === "GET" && DOC_PATH.test(path) && res.statusCode === 500 && text.includes(MISSING_DOC_CRASH)) {
     res.statusCode = 404;
     return JSON.stringify({
@@ -121,6 +203,10 @@ function main() {
   const [handler] = server.listeners("request");
   server.removeAllListeners("request");
   server.on("request", (req, res) => {
+    if (isChangeFeedRead(req)) {
+      serveChangeFeed(req, res);
+      return;
+    }
     fixRequest(req);
     const end = res.end.bind(res);
     res.end = (chunk, ...rest) => {

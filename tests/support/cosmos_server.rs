@@ -140,8 +140,15 @@ pub fn config_from(args: &CosmosArgs) -> CosmosConfig {
         .expect("test cosmos settings are valid")
 }
 
-/// Connects a store to a fresh database on `endpoint`.
+/// Connects a store to a fresh database on `endpoint` (change stream: `auto`, which is
+/// the `_ts` poll on loopback).
 pub async fn connect(endpoint: &str, registry: &Registry) -> CosmosStore {
-    let config = config_from(&test_args(endpoint, &unique_database("lockprobe")));
-    CosmosStore::connect(config, registry).await.expect("connects to the local cosmos server")
+    connect_with(endpoint, registry, |_| {}).await
+}
+
+/// Like [`connect`], after `adjust` has changed the flags.
+pub async fn connect_with(endpoint: &str, registry: &Registry, adjust: impl FnOnce(&mut CosmosArgs)) -> CosmosStore {
+    let mut args = test_args(endpoint, &unique_database("lockprobe"));
+    adjust(&mut args);
+    CosmosStore::connect(config_from(&args), registry).await.expect("connects to the local cosmos server")
 }
