@@ -100,6 +100,8 @@ async fn request_charge_and_outcomes_are_recorded_per_operation() {
     assert_eq!(sample(&text, "lockprobe_cosmos_requests_total{op=\"replace\",outcome=\"precondition_failed\"}"), 1.0);
     assert_eq!(sample(&text, "lockprobe_cosmos_requests_total{op=\"read_write_region\",outcome=\"not_found\"}"), 1.0);
     assert_eq!(sample(&text, "lockprobe_cosmos_request_duration_seconds_count{op=\"create\"}"), 1.0);
+    // Creating the database and the container at connect time.
+    assert!(sample(&text, "lockprobe_cosmos_request_charge_total{op=\"setup\"}") >= 2.0);
     assert!(!text.contains("m1"), "resource ids must not become label values");
 }
 

@@ -115,9 +115,14 @@ impl CosmosStore {
         };
         if config.create_if_missing {
             let started = Instant::now();
-            let created = create_if_missing(&write_client, &config).await;
-            metrics.observe(Op::Setup, if created.is_ok() { "ok" } else { "unavailable" }, 0.0, started.elapsed());
-            created.map_err(|e| open_error(e.to_string()))?;
+            match create_if_missing(&write_client, &config).await {
+                Ok(charge) => metrics.observe(Op::Setup, "ok", charge, started.elapsed()),
+                Err(e) => {
+                    let charge = e.diagnostics().map(|d| d.total_request_charge().value()).unwrap_or(0.0);
+                    metrics.observe(Op::Setup, "unavailable", charge, started.elapsed());
+                    return Err(open_error(e.to_string()));
+                }
+            }
         }
         let open = |client: CosmosClient| {
             let (database, container) = (config.database.clone(), config.container.clone());
@@ -408,14 +413,28 @@ async fn build_client(config: &CosmosConfig, runtime: &CosmosRuntime, role: Role
         .map_err(|e| CosmosStoreError::Client(e.to_string()))
 }
 
-async fn create_if_missing(client: &CosmosClient, config: &CosmosConfig) -> Result<(), CosmosError> {
-    let tolerate_conflict = |r: Result<(), CosmosError>| match r {
-        Err(e) if e.status().is_conflict() => Ok(()),
-        other => other,
-    };
-    tolerate_conflict(client.create_database(&config.database, None).await.map(drop))?;
+/// Creates the database and container unless they exist; returns the request charge.
+async fn create_if_missing(client: &CosmosClient, config: &CosmosConfig) -> Result<f64, CosmosError> {
+    fn charge_of<T>(r: &Result<T, CosmosError>, f: impl Fn(&T) -> f64) -> f64 {
+        match r {
+            Ok(v) => f(v),
+            Err(e) => e.diagnostics().map(|d| d.total_request_charge().value()).unwrap_or(0.0),
+        }
+    }
+    fn tolerate_conflict<T>(r: Result<T, CosmosError>) -> Result<(), CosmosError> {
+        match r {
+            Err(e) if !e.status().is_conflict() => Err(e),
+            _ => Ok(()),
+        }
+    }
+    let database = client.create_database(&config.database, None).await;
+    let mut charge = charge_of(&database, |r| r.diagnostics().total_request_charge().value());
+    tolerate_conflict(database)?;
     let properties = ContainerProperties::new(config.container.clone(), "/id".into());
-    tolerate_conflict(client.database_client(config.database.clone()).create_container(properties, None).await.map(drop))
+    let container = client.database_client(config.database.clone()).create_container(properties, None).await;
+    charge += charge_of(&container, |r| r.diagnostics().total_request_charge().value());
+    tolerate_conflict(container)?;
+    Ok(charge)
 }
 
 #[async_trait]
