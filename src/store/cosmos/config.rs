@@ -167,6 +167,15 @@ fn duration(value: &str, flag: &'static str) -> Result<Duration, CosmosConfigErr
         .map_err(|e| CosmosConfigError::Invalid { flag, reason: format!("{value:?} is not a duration like 2s or 5m: {e}") })
 }
 
+/// Account keys are base64; anything else fails later, at the first request, with an
+/// obscure signing error.
+fn looks_like_base64(key: &str) -> bool {
+    let body = key.trim_end_matches('=');
+    key.len() % 4 == 0
+        && key.len() - body.len() <= 2
+        && body.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+}
+
 /// True for hosts the SDK treats as a local emulator (and the test server runs on).
 pub fn is_local_emulator(endpoint: &Url) -> bool {
     matches!(endpoint.host_str(), Some("localhost" | "127.0.0.1" | "[::1]" | "::1"))
@@ -199,6 +208,12 @@ impl CosmosConfig {
                     flag: KEY_ENV.0,
                     reason: format!("environment variable {var} is not set or empty"),
                 })?;
+                if !looks_like_base64(&key) {
+                    return Err(CosmosConfigError::Invalid {
+                        flag: KEY_ENV.0,
+                        reason: format!("environment variable {var} does not hold a base64 account key"),
+                    });
+                }
                 CosmosAuth::Key(Secret::new(key))
             }
             "entra" => {
@@ -338,6 +353,15 @@ mod tests {
     fn an_unset_key_variable_is_named() {
         let err = CosmosConfig::try_from_args(&args(), |_| None).unwrap_err();
         assert!(err.to_string().contains("MY_COSMOS_KEY"), "{err}");
+    }
+
+    #[test]
+    fn a_key_that_is_not_base64_is_refused_without_showing_it() {
+        let err = CosmosConfig::try_from_args(&args(), |_| Some("not a key!".into())).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("MY_COSMOS_KEY") && message.contains("base64"), "{message}");
+        assert!(!message.contains("not a key!"), "the key must not be echoed: {message}");
+        assert!(looks_like_base64("C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="));
     }
 
     #[test]
