@@ -171,7 +171,7 @@ fn duration(value: &str, flag: &'static str) -> Result<Duration, CosmosConfigErr
 /// obscure signing error.
 fn looks_like_base64(key: &str) -> bool {
     let body = key.trim_end_matches('=');
-    key.len() % 4 == 0
+    key.len().is_multiple_of(4)
         && key.len() - body.len() <= 2
         && body.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
 }
