@@ -7,6 +7,8 @@
 
 #[path = "support/cosmos_server.rs"]
 mod cosmos_server;
+#[path = "support/tcp_proxy.rs"]
+mod tcp_proxy;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use cosmos_server::CosmosServer;
+use tcp_proxy::TcpProxy;
 
 const KEY: &str = "test-key";
 const TTL: Duration = Duration::from_secs(2);
@@ -28,6 +31,7 @@ const BOUND: Duration = Duration::from_secs(1);
 
 struct Harness {
     server: CosmosServer,
+    proxy: Option<TcpProxy>,
     clock: Arc<ManualClock>,
     store: Arc<dyn LocationStore>,
     urls: Vec<String>,
@@ -42,8 +46,20 @@ impl Drop for Harness {
 }
 
 async fn harness() -> Harness {
+    harness_via(false).await
+}
+
+/// With `via_proxy`, the store reaches the server through a proxy the test can cut.
+async fn harness_via(via_proxy: bool) -> Harness {
     let server = CosmosServer::start();
-    let store: Arc<dyn LocationStore> = Arc::new(cosmos_server::connect(&server.endpoint(), &Registry::new()).await);
+    let proxy = if via_proxy { Some(TcpProxy::start(([127, 0, 0, 1], server.port()).into()).await) } else { None };
+    let endpoint = match &proxy {
+        Some(p) => format!("http://127.0.0.1:{}/", p.port()),
+        None => server.endpoint(),
+    };
+    let store: Arc<dyn LocationStore> = Arc::new(
+        cosmos_server::connect_with(&endpoint, &Registry::new(), |args| args.request_timeout = "2s".into()).await,
+    );
     let clock = Arc::new(ManualClock::at_epoch());
     let config = ServiceConfig {
         cache_ttls: vec![TTL],
@@ -56,7 +72,7 @@ async fn harness() -> Harness {
     let listen = vec!["127.0.0.1:0".parse::<SocketAddr>().unwrap(); 2];
     let running = start(config, store.clone(), clock.clone(), listen, shutdown.clone()).await.unwrap();
     let urls = running.addrs.iter().map(|a| format!("http://{a}")).collect();
-    Harness { server, clock, store, urls, http: reqwest::Client::new(), shutdown }
+    Harness { server, proxy, clock, store, urls, http: reqwest::Client::new(), shutdown }
 }
 
 #[derive(Debug)]
@@ -182,4 +198,35 @@ async fn a_stopped_cosmos_server_is_503_store_unavailable() {
     assert_eq!((route.status, route.problem_type()), (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable"));
     let write = h.item(1, Method::PUT, "probe-cosmos-new", "k", Some(json!(2))).await;
     assert_eq!((write.status, write.problem_type()), (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_cosmos_is_503_writes_nothing_and_the_service_recovers() {
+    let mut h = harness_via(true).await;
+    let id = "probe-cosmos-partition";
+    assert_eq!(h.item(0, Method::PUT, id, "k", Some(json!(1))).await.status, StatusCode::CREATED);
+    let pre = h.lock(id, "", json!({"owner": "first", "durationSeconds": 60})).await;
+    assert_eq!(pre.status, StatusCode::CREATED);
+    let token = pre.body["token"].as_str().unwrap().to_owned();
+    let before = h.store.read(id, ReadFrom::WriteRegion).await.unwrap();
+    h.clock.advance(TTL + BOUND);
+
+    h.proxy.as_mut().unwrap().cut().await;
+    for (what, answer) in [
+        ("escalate", h.lock(id, "/escalate", json!({"token": token, "phase": "hardDelete", "durationSeconds": 60})).await),
+        ("swap", h.lock(id, "/swap", json!({"token": token, "targetLocation": "eastus"})).await),
+        ("release", h.call(0, Method::DELETE, &format!("/v1/resources/{id}/lock"), None, &[("Lock-Token", token.as_str())]).await),
+    ] {
+        assert_eq!(
+            (answer.status, answer.problem_type()),
+            (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable"),
+            "{what}: {answer:?}"
+        );
+    }
+
+    h.proxy.as_mut().unwrap().heal().await;
+    let after = h.store.read(id, ReadFrom::WriteRegion).await.unwrap();
+    assert_eq!((&after.doc, &after.etag), (&before.doc, &before.etag), "no failed call changed the document");
+    let hd = h.lock(id, "/escalate", json!({"token": token, "phase": "hardDelete", "durationSeconds": 60})).await;
+    assert_eq!(hd.status, StatusCode::OK, "the service works again once the store is back: {:?}", hd.body);
 }
