@@ -179,3 +179,22 @@ async fn a_hung_server_is_cut_off_by_the_request_timeout() {
     proxy.heal().await;
     assert_eq!(store.read("h1", ReadFrom::WriteRegion).await.unwrap().etag, etag, "the stalled replace wrote nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_to_a_stopped_server_fails_and_can_be_retried_with_the_same_registry() {
+    let mut server = CosmosServer::start();
+    let endpoint = server.endpoint();
+    server.stop();
+    let registry = Registry::new();
+    let mut args = test_args(&endpoint, &unique_database("down"));
+    args.request_timeout = "2s".into();
+    let started = Instant::now();
+    let err = CosmosStore::connect(config_from(&args), &registry).await.expect_err("nothing listens there");
+    assert!(started.elapsed() <= REQUEST_TIMEOUT + SLACK, "connect took {:?}", started.elapsed());
+    eprintln!("connect to a stopped server: {err}");
+    assert!(render(&registry).is_empty(), "a failed connect registers nothing");
+
+    let server = CosmosServer::start_on(server.port());
+    let store = CosmosStore::connect(config_from(&test_args(&server.endpoint(), &unique_database("up"))), &registry).await;
+    store.expect("the same registry can be used once the server is back");
+}

@@ -65,8 +65,9 @@ pub enum CosmosStoreError {
     /// The metrics could not be registered (for example, registered twice).
     #[error("cannot register cosmos metrics: {0}")]
     Metrics(#[from] prometheus::Error),
-    /// The SDK refused a setting.
-    #[error("invalid cosmos client setting: {0}")]
+    /// The SDK client could not be built (a refused setting, or the account could not
+    /// be reached to read its regions).
+    #[error("cannot create the cosmos client: {0}")]
     Client(String),
     /// The account, database or container could not be reached or created.
     #[error("cannot open cosmos container {database}/{container}: {reason}")]
@@ -101,10 +102,11 @@ impl std::fmt::Debug for CosmosStore {
 }
 
 impl CosmosStore {
-    /// Connects to the container (creating it first if configured to), registering the
-    /// store's metrics on `registry`.
+    /// Connects to the container (creating it first if configured to). The store's
+    /// metrics are registered on `registry` once it is connected, so a failed attempt
+    /// can be retried with the same registry.
     pub async fn connect(config: CosmosConfig, registry: &Registry) -> Result<Self, CosmosStoreError> {
-        let metrics = CosmosMetrics::register(registry)?;
+        let metrics = CosmosMetrics::new()?;
         let runtime = build_runtime(&config).await?;
         let write_client = build_client(&config, &runtime, Role::WriteRegion).await?;
         let replica_client = build_client(&config, &runtime, Role::Replica).await?;
@@ -130,6 +132,7 @@ impl CosmosStore {
         };
         let write_region = open(write_client).await.map_err(|e| open_error(e.to_string()))?;
         let replica = open(replica_client).await.map_err(|e| open_error(e.to_string()))?;
+        metrics.register(registry)?;
         tracing::info!(
             endpoint = %config.endpoint,
             database = %config.database,

@@ -50,8 +50,8 @@ pub struct CosmosMetrics {
 }
 
 impl CosmosMetrics {
-    /// Creates the metrics and registers them on `registry`.
-    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+    /// Creates the metrics, not yet registered anywhere.
+    pub fn new() -> Result<Self, prometheus::Error> {
         let request_charge = CounterVec::new(
             Opts::new(
                 "lockprobe_cosmos_request_charge_total",
@@ -68,10 +68,14 @@ impl CosmosMetrics {
                 .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
             &["op"],
         )?;
-        registry.register(Box::new(request_charge.clone()))?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(duration.clone()))?;
         Ok(Self { request_charge, requests, duration })
+    }
+
+    /// Registers the metrics on `registry`.
+    pub fn register(&self, registry: &Registry) -> Result<(), prometheus::Error> {
+        registry.register(Box::new(self.request_charge.clone()))?;
+        registry.register(Box::new(self.requests.clone()))?;
+        registry.register(Box::new(self.duration.clone()))
     }
 
     /// Records one finished call.
