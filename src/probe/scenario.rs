@@ -786,8 +786,11 @@ impl<'a> Check<'a> {
         self.step(&format!("waiting {:.3}s for the write lease to lapse", lapse.as_secs_f64()));
         tokio::time::sleep(lapse).await;
         self.user_op("write", "write", 0, "after-lapse", "allow").await?;
+        // Swap towards the other location, so only the lapsed lease can be the refusal.
+        let route = self.call("write", "route", Some(0), "200", c.route(0, &self.resource)).await?;
+        let to = if route.str_field("location") == Some(s.locations[0].as_str()) { &s.locations[1] } else { &s.locations[0] };
         let (r, _) = self
-            .lock_op("write", "swap-after-lapse", "410 lock-expired", c.swap(0, &self.resource, &self.token(), &s.locations[1]))
+            .lock_op("write", "swap-after-lapse", "410 lock-expired", c.swap(0, &self.resource, &self.token(), to))
             .await?;
         if r.status == 200 {
             // The service swapped on a dead token: nothing is held any more.
