@@ -209,7 +209,10 @@ impl Config {
     /// Checks every value that parsed but may still be unusable.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.targets.is_empty() {
-            return Err(ConfigError::invalid("targets", "at least one target is required"));
+            return Err(ConfigError::invalid(
+                "targets",
+                "at least one target is required",
+            ));
         }
         let mut names = std::collections::HashSet::new();
         for (i, t) in self.targets.iter().enumerate() {
@@ -228,10 +231,16 @@ impl Config {
                 ));
             }
             if !names.insert(t.name.as_str()) {
-                return Err(ConfigError::invalid(f("name"), format!("duplicate target {:?}", t.name)));
+                return Err(ConfigError::invalid(
+                    f("name"),
+                    format!("duplicate target {:?}", t.name),
+                ));
             }
             if t.instances.is_empty() {
-                return Err(ConfigError::invalid(f("instances"), "at least one instance URL is required"));
+                return Err(ConfigError::invalid(
+                    f("instances"),
+                    "at least one instance URL is required",
+                ));
             }
             for (j, url) in t.instances.iter().enumerate() {
                 match reqwest::Url::parse(url) {
@@ -251,7 +260,10 @@ impl Config {
                 }
             }
             if t.api_key_env.trim().is_empty() {
-                return Err(ConfigError::invalid(f("api_key_env"), "must name an environment variable"));
+                return Err(ConfigError::invalid(
+                    f("api_key_env"),
+                    "must name an environment variable",
+                ));
             }
             if t.test_prefix.trim().is_empty() {
                 return Err(ConfigError::invalid(
@@ -273,10 +285,16 @@ impl Config {
                 ));
             }
             if t.locations.len() != 2 || t.locations[0] == t.locations[1] {
-                return Err(ConfigError::invalid(f("locations"), "must list exactly two distinct locations"));
+                return Err(ConfigError::invalid(
+                    f("locations"),
+                    "must list exactly two distinct locations",
+                ));
             }
             if let Err(e) = cron::Schedule::from_str(&t.schedule) {
-                return Err(ConfigError::invalid(f("schedule"), format!("invalid cron expression: {e}")));
+                return Err(ConfigError::invalid(
+                    f("schedule"),
+                    format!("invalid cron expression: {e}"),
+                ));
             }
             for (name, d) in [
                 ("timeout", t.timeout),
@@ -298,7 +316,10 @@ impl Config {
                 ));
             }
             if t.concurrent_pre_locks < 2 {
-                return Err(ConfigError::invalid(f("concurrent_pre_locks"), "must be at least 2"));
+                return Err(ConfigError::invalid(
+                    f("concurrent_pre_locks"),
+                    "must be at least 2",
+                ));
             }
         }
         Ok(())
@@ -320,7 +341,10 @@ impl TargetConfig {
     /// The schedule of this target, with its pool `<prefix>0001` ... `<prefix>NNNN`.
     pub fn schedule(&self, index: usize) -> Result<TargetSchedule, ConfigError> {
         let schedule = cron::Schedule::from_str(&self.schedule).map_err(|e| {
-            ConfigError::invalid(format!("targets[{index}].schedule"), format!("invalid cron expression: {e}"))
+            ConfigError::invalid(
+                format!("targets[{index}].schedule"),
+                format!("invalid cron expression: {e}"),
+            )
         })?;
         Ok(TargetSchedule {
             name: self.name.clone(),
@@ -400,7 +424,10 @@ short_write = "30s"
     fn good_config_parses_with_human_durations() {
         let c: Config = GOOD.parse().unwrap();
         assert_eq!(c.targets[0].cache_ttl.0, Duration::from_secs(3600));
-        assert_eq!(c.targets[0].leases.pre_lock.0, Duration::from_secs(48 * 3600));
+        assert_eq!(
+            c.targets[0].leases.pre_lock.0,
+            Duration::from_secs(48 * 3600)
+        );
         assert_eq!(c.targets[0].locations, vec!["westeurope", "northeurope"]);
     }
 
@@ -419,7 +446,10 @@ short_write = "30s"
     #[test]
     fn bad_duration_names_the_key() {
         let e = err_of(&GOOD.replace("\"1h\"", "\"an hour\""));
-        assert!(e.contains("cache_ttl") && e.contains("invalid duration"), "{e}");
+        assert!(
+            e.contains("cache_ttl") && e.contains("invalid duration"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -443,7 +473,10 @@ short_write = "30s"
     #[test]
     fn missing_key_variable_names_field() {
         let c: Config = GOOD
-            .replace("name = \"demo\"", "name = \"demo\"\napi_key_env = \"LOCKPROBE_TEST_SURELY_UNSET_VAR\"")
+            .replace(
+                "name = \"demo\"",
+                "name = \"demo\"\napi_key_env = \"LOCKPROBE_TEST_SURELY_UNSET_VAR\"",
+            )
             .parse()
             .unwrap();
         let e = c.targets[0].settings(0).unwrap_err().to_string();

@@ -68,10 +68,20 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     };
     let service_stop = CancellationToken::new();
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let running = service::start(service_config, store, clock, vec![loopback, loopback], service_stop.clone())
-        .await
-        .context("starting the reference service")?;
-    let instances: Vec<String> = running.addrs.iter().map(|a| format!("http://{a}")).collect();
+    let running = service::start(
+        service_config,
+        store,
+        clock,
+        vec![loopback, loopback],
+        service_stop.clone(),
+    )
+    .await
+    .context("starting the reference service")?;
+    let instances: Vec<String> = running
+        .addrs
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect();
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -87,7 +97,9 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         humantime::format_duration(args.cache_ttl),
         humantime::format_duration(args.replication_bound),
         humantime::format_duration(args.buffer),
-        args.cycles.map(|n| format!(", stopping after {n} cycle(s)")).unwrap_or_default()
+        args.cycles
+            .map(|n| format!(", stopping after {n} cycle(s)"))
+            .unwrap_or_default()
     );
     println!();
 
@@ -117,7 +129,9 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         jitter: Duration::ZERO,
         concurrency: 1,
         timeout: Duration::from_secs(120),
-        pool: (1..=RESOURCES_PER_CYCLE * 2).map(|i| format!("probe-{i:04}")).collect(),
+        pool: (1..=RESOURCES_PER_CYCLE * 2)
+            .map(|i| format!("probe-{i:04}"))
+            .collect(),
     };
     let probe = Probe::new()?;
     let summary = probe
@@ -137,5 +151,9 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         "lockprobe demo: {} cycle(s), {} not passed",
         summary.cycles, summary.unsuccessful
     );
-    Ok(if summary.unsuccessful == 0 && summary.cycles > 0 { 0 } else { 1 })
+    Ok(if summary.unsuccessful == 0 && summary.cycles > 0 {
+        0
+    } else {
+        1
+    })
 }

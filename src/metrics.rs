@@ -50,13 +50,15 @@ impl HdrSet {
             .by_key
             .entry((target.to_string(), series.to_string()))
             // 3 significant digits, auto-resizing: covers microseconds to days.
-            .or_insert_with(|| Hdr::new(3).expect("3 significant figures is a valid HDR precision"));
+            .or_insert_with(|| {
+                Hdr::new(3).expect("3 significant figures is a valid HDR precision")
+            });
         h.saturating_record((seconds.max(0.0) * 1e6).round() as u64);
     }
 
     fn summary(&self, target: &str, series: &str) -> Value {
         match self.by_key.get(&(target.to_string(), series.to_string())) {
-            Some(h) if h.len() > 0 => {
+            Some(h) if !h.is_empty() => {
                 let q = |x: f64| h.value_at_quantile(x) as f64 / 1e6;
                 json!({
                     "count": h.len(),
@@ -111,12 +113,18 @@ impl Metrics {
             &["target"],
         )?;
         let duration = HistogramVec::new(
-            HistogramOpts::new("lockprobe_probe_duration_seconds", "Wall time of a probe cycle.")
-                .buckets(CYCLE_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "lockprobe_probe_duration_seconds",
+                "Wall time of a probe cycle.",
+            )
+            .buckets(CYCLE_BUCKETS.to_vec()),
             &["target"],
         )?;
         let assertions = IntCounterVec::new(
-            Opts::new("lockprobe_assertions_total", "Probe assertions, by phase, operation, expected outcome and result."),
+            Opts::new(
+                "lockprobe_assertions_total",
+                "Probe assertions, by phase, operation, expected outcome and result.",
+            ),
             &["target", "phase", "op", "expected", "result"],
         )?;
         let violations = IntCounterVec::new(
@@ -127,8 +135,11 @@ impl Metrics {
             &["target", "phase", "op", "expected", "observed"],
         )?;
         let phase_duration = HistogramVec::new(
-            HistogramOpts::new("lockprobe_lock_phase_duration_seconds", "Time a probe lock spent in each phase.")
-                .buckets(PHASE_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "lockprobe_lock_phase_duration_seconds",
+                "Time a probe lock spent in each phase.",
+            )
+            .buckets(PHASE_BUCKETS.to_vec()),
             &["target", "phase"],
         )?;
         let read_through = HistogramVec::new(
@@ -140,11 +151,17 @@ impl Metrics {
             &["target"],
         )?;
         let declared = GaugeVec::new(
-            Opts::new("lockprobe_convergence_declared_seconds", "Convergence delay the service declared with the last pre-lock."),
+            Opts::new(
+                "lockprobe_convergence_declared_seconds",
+                "Convergence delay the service declared with the last pre-lock.",
+            ),
             &["target"],
         )?;
         let expected = GaugeVec::new(
-            Opts::new("lockprobe_convergence_expected_seconds", "Convergence delay the operator configured for the target."),
+            Opts::new(
+                "lockprobe_convergence_expected_seconds",
+                "Convergence delay the operator configured for the target.",
+            ),
             &["target"],
         )?;
         let observed = GaugeVec::new(
@@ -155,7 +172,10 @@ impl Metrics {
             &["target"],
         )?;
         let last_success = GaugeVec::new(
-            Opts::new("lockprobe_last_success_timestamp_seconds", "Unix time of the last passed cycle."),
+            Opts::new(
+                "lockprobe_last_success_timestamp_seconds",
+                "Unix time of the last passed cycle.",
+            ),
             &["target"],
         )?;
         let convergence_violations = CounterVec::new(
@@ -226,7 +246,10 @@ impl Metrics {
     pub fn record_cycle(&self, r: &CycleReport) {
         let t = r.target.as_str();
         self.runs.with_label_values(&[t, r.result.as_str()]).inc();
-        let wall = (r.finished_at - r.started_at).to_std().unwrap_or_default().as_secs_f64();
+        let wall = (r.finished_at - r.started_at)
+            .to_std()
+            .unwrap_or_default()
+            .as_secs_f64();
         self.duration.with_label_values(&[t]).observe(wall);
         for a in &r.assertions {
             let result = if a.passed { "passed" } else { "failed" };
@@ -241,7 +264,9 @@ impl Metrics {
         }
         let mut hdr = self.hdr.lock().unwrap_or_else(|e| e.into_inner());
         for (phase, secs) in &r.phase_durations {
-            self.phase_duration.with_label_values(&[t, phase]).observe(*secs);
+            self.phase_duration
+                .with_label_values(&[t, phase])
+                .observe(*secs);
             hdr.record(t, &format!("phase:{phase}"), *secs);
         }
         for secs in &r.read_through_seconds {
@@ -332,8 +357,14 @@ mod tests {
             declared_convergence_seconds: Some(1.5),
             expected_convergence_seconds: Some(1.5),
             observed_convergence: vec![
-                InstanceConvergence { instance: "a".into(), observed_seconds: Some(0.9) },
-                InstanceConvergence { instance: "b".into(), observed_seconds: None },
+                InstanceConvergence {
+                    instance: "a".into(),
+                    observed_seconds: Some(0.9),
+                },
+                InstanceConvergence {
+                    instance: "b".into(),
+                    observed_seconds: None,
+                },
             ],
         }
     }
@@ -358,7 +389,10 @@ mod tests {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }
         // A failed cycle is not a success.
-        assert!(!text.contains("lockprobe_last_success_timestamp_seconds{"), "{text}");
+        assert!(
+            !text.contains("lockprobe_last_success_timestamp_seconds{"),
+            "{text}"
+        );
     }
 
     #[test]

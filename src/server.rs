@@ -35,7 +35,11 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Serves `router(state)` on `listener` until `shutdown` fires.
-pub async fn serve(listener: TcpListener, state: AppState, shutdown: CancellationToken) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
     axum::serve(listener, router(state))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
@@ -43,7 +47,10 @@ pub async fn serve(listener: TcpListener, state: AppState, shutdown: Cancellatio
 
 async fn metrics(State(s): State<AppState>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         s.metrics.render(),
     )
         .into_response()
@@ -81,7 +88,10 @@ mod tests {
     }
 
     async fn get(app: Router, path: &str) -> (StatusCode, String, String) {
-        let r = app.oneshot(Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
+        let r = app
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
         let status = r.status();
         let ct = r
             .headers()
@@ -96,9 +106,15 @@ mod tests {
     async fn readiness_follows_config_and_scheduler() {
         let s = state();
         assert_eq!(get(router(s.clone()), "/healthz").await.0, StatusCode::OK);
-        assert_eq!(get(router(s.clone()), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            get(router(s.clone()), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
         s.status.set_config_loaded(true);
-        assert_eq!(get(router(s.clone()), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            get(router(s.clone()), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
         s.status.set_scheduler_running(true);
         assert_eq!(get(router(s), "/readyz").await.0, StatusCode::OK);
     }
@@ -109,7 +125,10 @@ mod tests {
         let (code, ct, body) = get(router(s.clone()), "/metrics").await;
         assert_eq!(code, StatusCode::OK);
         assert!(ct.starts_with("text/plain"), "{ct}");
-        assert!(body.contains(r#"lockprobe_probe_runs_total{result="passed",target="demo"} 0"#), "{body}");
+        assert!(
+            body.contains(r#"lockprobe_probe_runs_total{result="passed",target="demo"} 0"#),
+            "{body}"
+        );
         let (code, ct, body) = get(router(s.clone()), "/api/v1/status").await;
         assert_eq!(code, StatusCode::OK);
         assert!(ct.starts_with("application/json"), "{ct}");

@@ -72,6 +72,9 @@ mod tests {
         }]});
         let html = render(&s);
         assert!(html.contains("target demo&lt;x&gt;"), "{html}");
-        assert!(html.contains("<td>probe-0001</td><td>passed</td>"), "{html}");
+        assert!(
+            html.contains("<td>probe-0001</td><td>passed</td>"),
+            "{html}"
+        );
     }
 }

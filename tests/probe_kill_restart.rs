@@ -67,7 +67,12 @@ fn state_tokens(dir: &Path) -> Vec<(String, bool)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| (l["resource"].as_str().unwrap().to_string(), l["token"].is_string()))
+        .map(|l| {
+            (
+                l["resource"].as_str().unwrap().to_string(),
+                l["token"].is_string(),
+            )
+        })
         .collect()
 }
 
@@ -86,9 +91,15 @@ async fn killed_probe_leaves_no_lock_after_restart() {
 
     // First run: every second; it pre-locks probe-0001 and sits in the convergence wait.
     let mut first = serve(&config(dir.path(), &svc.urls, "* * * * * *"), &svc.key);
-    wait_for("the token in the state file", Duration::from_secs(20), async || {
-        state_tokens(dir.path()).iter().any(|(r, has_token)| r == "probe-0001" && *has_token)
-    })
+    wait_for(
+        "the token in the state file",
+        Duration::from_secs(20),
+        async || {
+            state_tokens(dir.path())
+                .iter()
+                .any(|(r, has_token)| r == "probe-0001" && *has_token)
+        },
+    )
     .await;
     first.kill().unwrap();
     first.wait().unwrap();
@@ -96,20 +107,32 @@ async fn killed_probe_leaves_no_lock_after_restart() {
     // The kill left the lock behind.
     let view = route(&svc.urls[0], "probe-0001").await;
     assert_eq!(view["lock"]["phase"], "preLock", "{view}");
-    assert!(view["lock"].get("token").is_none(), "route views never show tokens: {view}");
+    assert!(
+        view["lock"].get("token").is_none(),
+        "route views never show tokens: {view}"
+    );
 
     // Second run never fires a cycle (year 2099), so only recovery can touch the lock.
     let mut second = serve(&config(dir.path(), &svc.urls, "0 0 0 1 1 * 2099"), &svc.key);
-    wait_for("the left-over lock to be released", Duration::from_secs(15), async || {
-        route(&svc.urls[0], "probe-0001").await["lock"].is_null()
-    })
+    wait_for(
+        "the left-over lock to be released",
+        Duration::from_secs(15),
+        async || route(&svc.urls[0], "probe-0001").await["lock"].is_null(),
+    )
     .await;
-    wait_for("the state file to be emptied", Duration::from_secs(5), async || state_tokens(dir.path()).is_empty()).await;
+    wait_for(
+        "the state file to be emptied",
+        Duration::from_secs(5),
+        async || state_tokens(dir.path()).is_empty(),
+    )
+    .await;
     // Every instance agrees.
     for url in &svc.urls {
-        wait_for("every instance to show no lock", Duration::from_secs(5), async || {
-            route(url, "probe-0001").await["lock"].is_null()
-        })
+        wait_for(
+            "every instance to show no lock",
+            Duration::from_secs(5),
+            async || route(url, "probe-0001").await["lock"].is_null(),
+        )
         .await;
     }
     second.kill().unwrap();

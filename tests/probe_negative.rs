@@ -32,7 +32,9 @@ async fn pre_lock(State(f): S, Path(id): Path<String>) -> impl IntoResponse {
     let token = format!("tok-{id}-{}", rand_suffix());
     (
         StatusCode::CREATED,
-        Json(json!({"token": token, "phase": "preLock", "convergenceDelaySeconds": f.declared, "location": "westeurope"})),
+        Json(
+            json!({"token": token, "phase": "preLock", "convergenceDelaySeconds": f.declared, "location": "westeurope"}),
+        ),
     )
 }
 
@@ -65,8 +67,15 @@ async fn read(State(f): S, Path((id, key)): Path<(String, String)>) -> axum::res
     }
 }
 
-async fn write(State(f): S, Path((id, key)): Path<(String, String)>, Json(body): Json<Value>) -> StatusCode {
-    f.items.lock().unwrap().insert(format!("{id}/{key}"), body["value"].clone());
+async fn write(
+    State(f): S,
+    Path((id, key)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> StatusCode {
+    f.items
+        .lock()
+        .unwrap()
+        .insert(format!("{id}/{key}"), body["value"].clone());
     StatusCode::OK
 }
 
@@ -76,14 +85,20 @@ async fn delete(State(f): S, Path((id, key)): Path<(String, String)>) -> StatusC
 }
 
 async fn start_fake(declared: f64) -> (String, Arc<Fake>) {
-    let fake = Arc::new(Fake { declared, ..Fake::default() });
+    let fake = Arc::new(Fake {
+        declared,
+        ..Fake::default()
+    });
     let app = Router::new()
         .route("/v1/resources/{id}/lock", post(pre_lock).delete(release))
         .route("/v1/resources/{id}/lock/escalate", post(ok))
         .route("/v1/resources/{id}/lock/renew", post(ok))
         .route("/v1/resources/{id}/lock/swap", post(swap))
         .route("/v1/resources/{id}/route", get(route))
-        .route("/v1/resources/{id}/items/{key}", get(read).put(write).delete(delete))
+        .route(
+            "/v1/resources/{id}/items/{key}",
+            get(read).put(write).delete(delete),
+        )
         .with_state(fake.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -116,7 +131,9 @@ fn scenario(url: &str, state: Arc<StateFile>) -> Scenario {
 }
 
 fn resources() -> Vec<String> {
-    (1..=RESOURCES_PER_CYCLE).map(|i| format!("probe-{i:04}")).collect()
+    (1..=RESOURCES_PER_CYCLE)
+        .map(|i| format!("probe-{i:04}"))
+        .collect()
 }
 
 fn failed_ops(r: &CycleReport, check: &str) -> Vec<(String, String, String)> {
@@ -131,18 +148,33 @@ fn failed_ops(r: &CycleReport, check: &str) -> Vec<(String, String, String)> {
 async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
     let (url, fake) = start_fake(0.1).await;
     let state = Arc::new(StateFile::in_memory());
-    let report = scenario(&url, state.clone()).run_cycle(&resources(), CancellationToken::new()).await;
+    let report = scenario(&url, state.clone())
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
     assert_eq!(report.result, CycleResult::Failed);
     let has = |check: &str, op: &str, observed: &str| {
-        failed_ops(&report, check).iter().any(|(o, _, obs)| o == op && obs == observed)
+        failed_ops(&report, check)
+            .iter()
+            .any(|(o, _, obs)| o == op && obs == observed)
     };
-    assert!(has("negative/second-pre-lock", "pre-lock-again", "201"), "{report:#?}");
+    assert!(
+        has("negative/second-pre-lock", "pre-lock-again", "201"),
+        "{report:#?}"
+    );
     assert!(has("negative/wrong-token", "renew", "200"));
     assert!(has("negative/wrong-token", "release", "204"));
     assert!(has("negative/escalate-early", "escalate-early", "200"));
-    assert!(has("negative/write-before-hard-delete", "escalate-write", "200"));
+    assert!(has(
+        "negative/write-before-hard-delete",
+        "escalate-write",
+        "200"
+    ));
     assert!(has("negative/write-lease-lapse", "swap-after-lapse", "200"));
-    assert!(has("negative/concurrent-pre-locks", "pre-lock-race", "4 winner(s)"));
+    assert!(has(
+        "negative/concurrent-pre-locks",
+        "pre-lock-race",
+        "4 winner(s)"
+    ));
     // The main walk sees no enforcement at all.
     assert!(has("cycle", "write", "allow"));
     assert!(has("cycle", "delete", "allow"));
@@ -151,9 +183,16 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
     // Every lock still held at the end of a check was released, the race's extra winners too.
     let released = fake.released.lock().unwrap().clone();
     for r in ["probe-0002", "probe-0004", "probe-0005"] {
-        assert!(released.iter().any(|x| x == r), "{r} not released: {released:?}");
+        assert!(
+            released.iter().any(|x| x == r),
+            "{r} not released: {released:?}"
+        );
     }
-    assert_eq!(released.iter().filter(|x| *x == "probe-0007").count(), 4, "{released:?}");
+    assert_eq!(
+        released.iter().filter(|x| *x == "probe-0007").count(),
+        4,
+        "{released:?}"
+    );
     // The main resource swapped (the lock ended with it) and the lapsed lease swapped too.
     assert!(!released.iter().any(|x| x == "probe-0001"), "{released:?}");
     assert!(state.entries().is_empty(), "{:?}", state.entries());
@@ -170,9 +209,12 @@ async fn a_cancelled_cycle_releases_its_lock_and_reports_an_error() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         c2.cancel();
     });
-    let report = tokio::time::timeout(Duration::from_secs(10), scenario(&url, state.clone()).run_cycle(&resources(), cancel))
-        .await
-        .expect("cancellation stops the cycle promptly");
+    let report = tokio::time::timeout(
+        Duration::from_secs(10),
+        scenario(&url, state.clone()).run_cycle(&resources(), cancel),
+    )
+    .await
+    .expect("cancellation stops the cycle promptly");
     assert_eq!(report.result, CycleResult::Error);
     assert!(report.error.as_deref().unwrap().contains("cancelled"));
     assert_eq!(fake.released.lock().unwrap().as_slice(), ["probe-0001"]);
@@ -182,12 +224,23 @@ async fn a_cancelled_cycle_releases_its_lock_and_reports_an_error() {
 #[tokio::test]
 async fn an_unreachable_target_is_an_error_not_a_crash() {
     // Bind and drop a listener to get a port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let report = scenario(&format!("http://127.0.0.1:{port}"), Arc::new(StateFile::in_memory()))
-        .run_cycle(&resources(), CancellationToken::new())
-        .await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let report = scenario(
+        &format!("http://127.0.0.1:{port}"),
+        Arc::new(StateFile::in_memory()),
+    )
+    .run_cycle(&resources(), CancellationToken::new())
+    .await;
     assert_eq!(report.result, CycleResult::Error);
-    assert!(report.error.as_deref().unwrap().contains("unreachable"), "{:?}", report.error);
+    assert!(
+        report.error.as_deref().unwrap().contains("unreachable"),
+        "{:?}",
+        report.error
+    );
     assert_eq!(report.assertions.len(), 1);
     assert_eq!(report.assertions[0].observed, "unreachable");
 }

@@ -123,7 +123,14 @@ pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Resu
     tracing::info!(addr = %listener.local_addr()?, targets = targets.len(), "probe http server listening");
     let probe = Probe::new()?;
     probe
-        .run(targets, state, Arc::new(TracingObserver), listener, None, shutdown)
+        .run(
+            targets,
+            state,
+            Arc::new(TracingObserver),
+            listener,
+            None,
+            shutdown,
+        )
         .await?;
     Ok(())
 }

@@ -200,7 +200,11 @@ impl CycleReport {
             }
         }
         for check in checks {
-            let cases: Vec<&Assertion> = self.assertions.iter().filter(|a| a.check == check).collect();
+            let cases: Vec<&Assertion> = self
+                .assertions
+                .iter()
+                .filter(|a| a.check == check)
+                .collect();
             let n = cases.len().to_string();
             let f = cases.iter().filter(|a| !a.passed).count().to_string();
             let t: f64 = cases.iter().map(|a| a.duration.as_secs_f64()).sum();
@@ -212,7 +216,9 @@ impl CycleReport {
             suite.push_attribute(("time", t.as_str()));
             suite.push_attribute((
                 "timestamp",
-                self.started_at.to_rfc3339_opts(SecondsFormat::Secs, true).as_str(),
+                self.started_at
+                    .to_rfc3339_opts(SecondsFormat::Secs, true)
+                    .as_str(),
             ));
             let _ = w.write_event(Event::Start(suite));
             for (i, a) in cases.iter().enumerate() {
@@ -228,7 +234,12 @@ impl CycleReport {
                 case.push_attribute(("time", time.as_str()));
                 let _ = w.write_event(Event::Start(case));
                 if !a.passed {
-                    let msg = format!("{}: expected {}, observed {}", a.name(), a.expected, a.observed);
+                    let msg = format!(
+                        "{}: expected {}, observed {}",
+                        a.name(),
+                        a.expected,
+                        a.observed
+                    );
                     let mut failure = BytesStart::new("failure");
                     failure.push_attribute(("message", msg.as_str()));
                     failure.push_attribute(("type", a.op.as_str()));
@@ -288,7 +299,11 @@ mod tests {
             resource: "probe-0001".into(),
             started_at: Utc::now(),
             finished_at: Utc::now(),
-            result: if failed { CycleResult::Failed } else { CycleResult::Passed },
+            result: if failed {
+                CycleResult::Failed
+            } else {
+                CycleResult::Passed
+            },
             error: None,
             assertions,
             phase_durations: vec![],
@@ -305,7 +320,10 @@ mod tests {
         assert!(assertion("cycle", "delete", "tombstone", "allow").is_enforcement_violation());
         assert!(!assertion("cycle", "write", "block", "block").is_enforcement_violation());
         assert!(!assertion("cycle", "write", "block", "500 internal").is_enforcement_violation());
-        assert!(!assertion("cycle", "escalate", "200", "409 invalid-transition").is_enforcement_violation());
+        assert!(
+            !assertion("cycle", "escalate", "200", "409 invalid-transition")
+                .is_enforcement_violation()
+        );
     }
 
     #[test]
@@ -313,13 +331,21 @@ mod tests {
         let r = report(vec![
             assertion("cycle", "read", "allow", "allow"),
             assertion("cycle", "write", "block", "allow"),
-            assertion("negative/wrong-token", "renew", "409 token-mismatch", "409 token-mismatch"),
+            assertion(
+                "negative/wrong-token",
+                "renew",
+                "409 token-mismatch",
+                "409 token-mismatch",
+            ),
         ]);
         let xml = r.to_junit();
         assert_eq!(xml.matches("<testcase ").count(), 3, "{xml}");
         assert_eq!(xml.matches("<testsuite ").count(), 2, "{xml}");
         assert!(xml.contains(r#"failures="1""#), "{xml}");
-        assert!(xml.contains("write/write: expected block, observed allow"), "{xml}");
+        assert!(
+            xml.contains("write/write: expected block, observed allow"),
+            "{xml}"
+        );
         // Parses back as XML.
         let mut reader = quick_xml::Reader::from_str(&xml);
         loop {

@@ -112,8 +112,12 @@ impl Probe {
         for (settings, schedule) in targets {
             let expected = settings.expected_convergence.map(|d| d.as_secs_f64());
             self.metrics.register_target(&settings.name, expected);
-            self.status.add_target(&settings.name, &settings.instances, expected);
-            scenarios.push((Arc::new(Scenario::new(settings, state.clone(), observer.clone())?), schedule));
+            self.status
+                .add_target(&settings.name, &settings.instances, expected);
+            scenarios.push((
+                Arc::new(Scenario::new(settings, state.clone(), observer.clone())?),
+                schedule,
+            ));
         }
         self.status.set_config_loaded(true);
 
@@ -136,7 +140,14 @@ impl Probe {
             }
             let runner: Arc<dyn CycleRunner> = scenario;
             schedulers.spawn(
-                run_target(schedule, runner, sink.clone(), WallClock::system(), stop.clone()).instrument(span),
+                run_target(
+                    schedule,
+                    runner,
+                    sink.clone(),
+                    WallClock::system(),
+                    stop.clone(),
+                )
+                .instrument(span),
             );
         }
         self.status.set_scheduler_running(true);

@@ -124,7 +124,10 @@ impl Scenario {
     /// check; [`RESOURCES_PER_CYCLE`] in all). Never panics on a deviation: failures are in
     /// the report. `cancel` stops the cycle (timeout, shutdown); locks are still released.
     pub async fn run_cycle(&self, resources: &[String], cancel: CancellationToken) -> CycleReport {
-        assert!(resources.len() >= RESOURCES_PER_CYCLE, "a cycle needs {RESOURCES_PER_CYCLE} resources");
+        assert!(
+            resources.len() >= RESOURCES_PER_CYCLE,
+            "a cycle needs {RESOURCES_PER_CYCLE} resources"
+        );
         let started_at = Utc::now();
         let rec = Recorder::default();
         let main = Check::new(self, &rec, "cycle", &resources[0]);
@@ -151,7 +154,9 @@ impl Scenario {
                         "negative/second-pre-lock" => Box::pin(c.second_pre_lock()),
                         "negative/wrong-token" => Box::pin(c.wrong_token()),
                         "negative/escalate-early" => Box::pin(c.escalate_early()),
-                        "negative/write-before-hard-delete" => Box::pin(c.write_before_hard_delete()),
+                        "negative/write-before-hard-delete" => {
+                            Box::pin(c.write_before_hard_delete())
+                        }
                         "negative/write-lease-lapse" => Box::pin(c.write_lease_lapse()),
                         _ => Box::pin(c.concurrent_pre_locks()),
                     };
@@ -164,7 +169,9 @@ impl Scenario {
         for out in std::iter::once(&main_out).chain(outs.iter()) {
             match out {
                 Err(Abort::Transport(m)) => error = Some(format!("target unreachable: {m}")),
-                Err(Abort::Cancelled) => error = Some("cycle cancelled (timeout or shutdown)".into()),
+                Err(Abort::Cancelled) => {
+                    error = Some("cycle cancelled (timeout or shutdown)".into())
+                }
                 _ => {}
             }
         }
@@ -187,7 +194,10 @@ impl Scenario {
             phase_durations: std::mem::take(&mut *lock(&rec.phases)),
             read_through_seconds: std::mem::take(&mut *lock(&rec.read_through)),
             declared_convergence_seconds: *lock(&rec.declared),
-            expected_convergence_seconds: self.settings.expected_convergence.map(|d| d.as_secs_f64()),
+            expected_convergence_seconds: self
+                .settings
+                .expected_convergence
+                .map(|d| d.as_secs_f64()),
             observed_convergence: std::mem::take(&mut *lock(&rec.convergence)),
         };
         self.observer.step(
@@ -225,7 +235,9 @@ fn classify(op: &str, r: &Reply) -> String {
         ("read", 404) => "absent".into(),
         ("write", 200 | 201) => "allow".into(),
         ("delete", 204) => "allow".into(),
-        ("delete", 202) if r.body.get("tombstone") == Some(&Value::Bool(true)) => "tombstone".into(),
+        ("delete", 202) if r.body.get("tombstone") == Some(&Value::Bool(true)) => {
+            "tombstone".into()
+        }
         ("delete", 404) => "absent".into(),
         _ => r.outcome(),
     }
@@ -321,7 +333,15 @@ impl<'a> Check<'a> {
                     TargetError::OutsidePrefix { .. } => "refused-outside-prefix",
                     TargetError::Transport(_) => "unreachable",
                 };
-                self.assert(phase, op, instance, expected, observed, started.elapsed(), Some(e.to_string()));
+                self.assert(
+                    phase,
+                    op,
+                    instance,
+                    expected,
+                    observed,
+                    started.elapsed(),
+                    Some(e.to_string()),
+                );
                 match e {
                     TargetError::OutsidePrefix { .. } => Err(Abort::Stop),
                     TargetError::Transport(m) => Err(Abort::Transport(m)),
@@ -356,12 +376,36 @@ impl<'a> Check<'a> {
         let res = &self.resource;
         let value = json!({"probe": self.target(), "key": key, "phase": phase, "at": Utc::now().to_rfc3339()});
         let r = match op {
-            "read" => self.call(phase, op, Some(instance), expected, c.read(instance, res, key)).await?,
-            "write" => {
-                self.call(phase, op, Some(instance), expected, c.write(instance, res, key, &value))
-                    .await?
+            "read" => {
+                self.call(
+                    phase,
+                    op,
+                    Some(instance),
+                    expected,
+                    c.read(instance, res, key),
+                )
+                .await?
             }
-            _ => self.call(phase, op, Some(instance), expected, c.delete(instance, res, key)).await?,
+            "write" => {
+                self.call(
+                    phase,
+                    op,
+                    Some(instance),
+                    expected,
+                    c.write(instance, res, key, &value),
+                )
+                .await?
+            }
+            _ => {
+                self.call(
+                    phase,
+                    op,
+                    Some(instance),
+                    expected,
+                    c.delete(instance, res, key),
+                )
+                .await?
+            }
         };
         let observed = classify(op, &r);
         // Keep the model of what must exist after the swap in line with what the service did.
@@ -381,13 +425,28 @@ impl<'a> Check<'a> {
             }
         }
         let detail = (r.status == 423).then(|| {
-            format!("Retry-After: {}", r.retry_after.as_deref().unwrap_or("missing"))
+            format!(
+                "Retry-After: {}",
+                r.retry_after.as_deref().unwrap_or("missing")
+            )
         });
-        self.assert(phase, op, Some(instance), expected, &observed, r.elapsed, detail);
+        self.assert(
+            phase,
+            op,
+            Some(instance),
+            expected,
+            &observed,
+            r.elapsed,
+            detail,
+        );
         Ok(r)
     }
 
-    async fn pre_lock(&self, phase: &str, target_location: Option<&str>) -> Result<(Reply, bool), Abort> {
+    async fn pre_lock(
+        &self,
+        phase: &str,
+        target_location: Option<&str>,
+    ) -> Result<(Reply, bool), Abort> {
         let s = &self.sc.settings;
         if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource) {
             tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
@@ -397,14 +456,28 @@ impl<'a> Check<'a> {
                 phase,
                 "pre-lock",
                 "201",
-                self.sc.client.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, target_location),
+                self.sc.client.pre_lock(
+                    0,
+                    &self.resource,
+                    &s.owner,
+                    s.leases.pre_lock,
+                    target_location,
+                ),
             )
             .await;
         match &out {
             Ok((r, true)) => match r.str_field("token") {
                 Some(token) => self.hold(token),
                 None => {
-                    self.assert(phase, "pre-lock", None, "token", "no token in lock view", r.elapsed, None);
+                    self.assert(
+                        phase,
+                        "pre-lock",
+                        None,
+                        "token",
+                        "no token in lock view",
+                        r.elapsed,
+                        None,
+                    );
                     let _ = self.sc.state.forget(&s.name, &self.resource);
                     return Err(Abort::Stop);
                 }
@@ -418,7 +491,11 @@ impl<'a> Check<'a> {
 
     fn hold(&self, token: &str) {
         *lock(&self.token) = Some(token.to_string());
-        if let Err(e) = self.sc.state.record_token(self.target(), &self.resource, token) {
+        if let Err(e) = self
+            .sc
+            .state
+            .record_token(self.target(), &self.resource, token)
+        {
             tracing::warn!(error = %e, "cannot record lock token in state file");
         }
     }
@@ -443,15 +520,29 @@ impl<'a> Check<'a> {
         match self.sc.client.release(0, &self.resource, &token).await {
             Ok(r) => {
                 // 410: the lease already ended, nothing is held any more.
-                let observed = if matches!(r.status, 204 | 410) { "released".to_string() } else { r.outcome() };
-                self.assert("cleanup", "release", None, "released", &observed, r.elapsed, None);
+                let observed = if matches!(r.status, 204 | 410) {
+                    "released".to_string()
+                } else {
+                    r.outcome()
+                };
+                self.assert(
+                    "cleanup", "release", None, "released", &observed, r.elapsed, None,
+                );
                 if matches!(r.status, 204 | 409 | 410) {
                     self.dropped();
                 }
             }
             Err(e) => {
                 // Keep the state entry: the next start retries the release.
-                self.assert("cleanup", "release", None, "released", "unreachable", started.elapsed(), Some(e.to_string()));
+                self.assert(
+                    "cleanup",
+                    "release",
+                    None,
+                    "released",
+                    "unreachable",
+                    started.elapsed(),
+                    Some(e.to_string()),
+                );
             }
         }
     }
@@ -482,7 +573,8 @@ impl<'a> Check<'a> {
         self.step(&format!("seed: writing {} items to {res}", 3 * n));
         for i in 0..n {
             for kind in ["keep", "del", "wl"] {
-                self.user_op("seed", "write", i, &format!("{kind}-{i}"), "allow").await?;
+                self.user_op("seed", "write", i, &format!("{kind}-{i}"), "allow")
+                    .await?;
             }
         }
         self.step("seed: reading every item back on every instance");
@@ -493,11 +585,19 @@ impl<'a> Check<'a> {
             }
         }
 
-        let route = self.call("seed", "route", Some(0), "200", c.route(0, &res)).await?;
+        let route = self
+            .call("seed", "route", Some(0), "200", c.route(0, &res))
+            .await?;
         let current = route.str_field("location").unwrap_or_default().to_string();
-        let to = if current == s.locations[0] { s.locations[1].clone() } else { s.locations[0].clone() };
+        let to = if current == s.locations[0] {
+            s.locations[1].clone()
+        } else {
+            s.locations[0].clone()
+        };
 
-        self.step(&format!("pre-lock {res} (at {current:?}, migrating to {to:?})"));
+        self.step(&format!(
+            "pre-lock {res} (at {current:?}, migrating to {to:?})"
+        ));
         let (r, ok) = self.pre_lock("preLock", Some(&to)).await?;
         if !ok {
             return Err(Abort::Stop);
@@ -525,9 +625,12 @@ impl<'a> Check<'a> {
 
         self.step("pre-lock: nothing may be restricted yet");
         for i in 0..n {
-            self.user_op("preLock", "read", i, &format!("keep-{i}"), "allow").await?;
-            self.user_op("preLock", "write", i, &format!("pl-{i}"), "allow").await?;
-            self.user_op("preLock", "delete", i, &format!("pl-{i}"), "allow").await?;
+            self.user_op("preLock", "read", i, &format!("keep-{i}"), "allow")
+                .await?;
+            self.user_op("preLock", "write", i, &format!("pl-{i}"), "allow")
+                .await?;
+            self.user_op("preLock", "delete", i, &format!("pl-{i}"), "allow")
+                .await?;
         }
 
         self.step(&format!(
@@ -540,7 +643,12 @@ impl<'a> Check<'a> {
 
         self.step("escalating to hardDelete");
         let (_, ok) = self
-            .lock_op("hardDelete", "escalate", "200", c.escalate(0, &res, &self.token(), "hardDelete", s.leases.hard_delete))
+            .lock_op(
+                "hardDelete",
+                "escalate",
+                "200",
+                c.escalate(0, &res, &self.token(), "hardDelete", s.leases.hard_delete),
+            )
             .await?;
         if !ok {
             return Err(Abort::Stop);
@@ -548,20 +656,29 @@ impl<'a> Check<'a> {
         lock(&self.rec.phases).push(("preLock".into(), t0.elapsed().as_secs_f64()));
         let t1 = Instant::now();
         for i in 0..n {
-            self.user_op("hardDelete", "read", i, &format!("keep-{i}"), "allow").await?;
-            self.user_op("hardDelete", "write", i, &format!("keep-{i}"), "allow").await?;
-            self.user_op("hardDelete", "delete", i, &format!("del-{i}"), "tombstone").await?;
+            self.user_op("hardDelete", "read", i, &format!("keep-{i}"), "allow")
+                .await?;
+            self.user_op("hardDelete", "write", i, &format!("keep-{i}"), "allow")
+                .await?;
+            self.user_op("hardDelete", "delete", i, &format!("del-{i}"), "tombstone")
+                .await?;
         }
         for i in 0..n {
             for j in 0..n {
                 // The contract demands a tombstone here, whatever the delete answered.
-                self.read_back_expecting("hardDelete", j, &format!("del-{i}"), "tombstone").await?;
+                self.read_back_expecting("hardDelete", j, &format!("del-{i}"), "tombstone")
+                    .await?;
             }
         }
 
         self.step("escalating to write");
         let (_, ok) = self
-            .lock_op("write", "escalate", "200", c.escalate(0, &res, &self.token(), "write", s.leases.write))
+            .lock_op(
+                "write",
+                "escalate",
+                "200",
+                c.escalate(0, &res, &self.token(), "write", s.leases.write),
+            )
             .await?;
         if !ok {
             return Err(Abort::Stop);
@@ -569,13 +686,18 @@ impl<'a> Check<'a> {
         lock(&self.rec.phases).push(("hardDelete".into(), t1.elapsed().as_secs_f64()));
         let t2 = Instant::now();
         for i in 0..n {
-            self.user_op("write", "read", i, &format!("keep-{i}"), "allow").await?;
-            self.user_op("write", "write", i, &format!("wl-{i}"), "block").await?;
-            self.user_op("write", "delete", i, &format!("wl-{i}"), "block").await?;
+            self.user_op("write", "read", i, &format!("keep-{i}"), "allow")
+                .await?;
+            self.user_op("write", "write", i, &format!("wl-{i}"), "block")
+                .await?;
+            self.user_op("write", "delete", i, &format!("wl-{i}"), "block")
+                .await?;
         }
 
         self.step(&format!("swapping {res} to {to:?}"));
-        let (r, ok) = self.lock_op("swap", "swap", "200", c.swap(0, &res, &self.token(), &to)).await?;
+        let (r, ok) = self
+            .lock_op("swap", "swap", "200", c.swap(0, &res, &self.token(), &to))
+            .await?;
         if !ok {
             return Err(Abort::Stop);
         }
@@ -588,20 +710,38 @@ impl<'a> Check<'a> {
             "moved-unlocked",
             &route_summary(&r, &to),
             Duration::ZERO,
-            Some(format!("location {:?}", r.str_field("location").unwrap_or_default())),
+            Some(format!(
+                "location {:?}",
+                r.str_field("location").unwrap_or_default()
+            )),
         );
         for i in 0..n {
-            let r = self.call("swap", "route", Some(i), "moved-unlocked", c.route(i, &res)).await?;
-            self.assert("swap", "route", Some(i), "moved-unlocked", &route_summary(&r, &to), r.elapsed, None);
-            self.user_op("swap", "read", i, &format!("keep-{i}"), "allow").await?;
-            self.user_op("swap", "write", i, &format!("post-{i}"), "allow").await?;
-            self.user_op("swap", "delete", i, &format!("post-{i}"), "allow").await?;
+            let r = self
+                .call("swap", "route", Some(i), "moved-unlocked", c.route(i, &res))
+                .await?;
+            self.assert(
+                "swap",
+                "route",
+                Some(i),
+                "moved-unlocked",
+                &route_summary(&r, &to),
+                r.elapsed,
+                None,
+            );
+            self.user_op("swap", "read", i, &format!("keep-{i}"), "allow")
+                .await?;
+            self.user_op("swap", "write", i, &format!("post-{i}"), "allow")
+                .await?;
+            self.user_op("swap", "delete", i, &format!("post-{i}"), "allow")
+                .await?;
         }
 
         self.step(&format!("checking every item at {to:?}"));
         let model: Vec<(String, Item)> = lock(&self.items).clone().into_iter().collect();
         for (key, item) in model {
-            let r = self.call("swap", "items", Some(0), "present", c.read(0, &res, &key)).await?;
+            let r = self
+                .call("swap", "items", Some(0), "present", c.read(0, &res, &key))
+                .await?;
             let (expected, observed) = match &item {
                 Item::Present(v) => (
                     "present",
@@ -622,7 +762,15 @@ impl<'a> Check<'a> {
                     },
                 ),
             };
-            self.assert("swap", "items", Some(0), expected, &observed, r.elapsed, Some(format!("item {key}")));
+            self.assert(
+                "swap",
+                "items",
+                Some(0),
+                expected,
+                &observed,
+                r.elapsed,
+                Some(format!("item {key}")),
+            );
         }
         Ok(())
     }
@@ -634,16 +782,29 @@ impl<'a> Check<'a> {
             Some(Item::Tombstone) => "tombstone",
             _ => "absent",
         };
-        self.read_back_expecting(phase, instance, key, expected).await
+        self.read_back_expecting(phase, instance, key, expected)
+            .await
     }
 
     /// Reads `key` on `instance`; `expected` is what the lock phase demands, which may
     /// differ from the model when the service misbehaved.
-    async fn read_back_expecting(&self, phase: &str, instance: usize, key: &str, expected: &str) -> Result<(), Abort> {
+    async fn read_back_expecting(
+        &self,
+        phase: &str,
+        instance: usize,
+        key: &str,
+        expected: &str,
+    ) -> Result<(), Abort> {
         let item = lock(&self.items).get(key).cloned();
         let c = &self.sc.client;
         let r = self
-            .call(phase, "read-back", Some(instance), expected, c.read(instance, &self.resource, key))
+            .call(
+                phase,
+                "read-back",
+                Some(instance),
+                expected,
+                c.read(instance, &self.resource, key),
+            )
             .await?;
         let mut observed = classify("read", &r);
         if let (Some(Item::Present(v)), "allow") = (&item, observed.as_str()) {
@@ -651,7 +812,15 @@ impl<'a> Check<'a> {
                 observed = "wrong-value".into();
             }
         }
-        self.assert(phase, "read-back", Some(instance), expected, &observed, r.elapsed, Some(format!("item {key}")));
+        self.assert(
+            phase,
+            "read-back",
+            Some(instance),
+            expected,
+            &observed,
+            r.elapsed,
+            Some(format!("item {key}")),
+        );
         Ok(())
     }
 
@@ -663,7 +832,15 @@ impl<'a> Check<'a> {
         let poll = self.sc.settings.poll_interval;
         let per_instance = (0..self.instances()).map(|i| async move {
             loop {
-                let r = self.call("preLock", "converge", Some(i), "lock-visible", c.route(i, &self.resource)).await?;
+                let r = self
+                    .call(
+                        "preLock",
+                        "converge",
+                        Some(i),
+                        "lock-visible",
+                        c.route(i, &self.resource),
+                    )
+                    .await?;
                 let seen = r.body.get("lock").is_some_and(|l| l.is_object());
                 if seen {
                     return Ok::<_, Abort>(Some(t0.elapsed()));
@@ -692,7 +869,15 @@ impl<'a> Check<'a> {
                     ),
                 ),
             };
-            self.assert("preLock", "converge", Some(i), "lock-visible", obs, observed.unwrap_or(wait), Some(detail));
+            self.assert(
+                "preLock",
+                "converge",
+                Some(i),
+                "lock-visible",
+                obs,
+                observed.unwrap_or(wait),
+                Some(detail),
+            );
         }
         Ok(())
     }
@@ -704,13 +889,19 @@ impl<'a> Check<'a> {
             return Err(Abort::Stop);
         }
         let wait = self.escalation_wait(self.declared(&r));
-        self.step(&format!("waiting {:.3}s for the pre-lock to take effect", wait.as_secs_f64()));
+        self.step(&format!(
+            "waiting {:.3}s for the pre-lock to take effect",
+            wait.as_secs_f64()
+        ));
         tokio::time::sleep(wait).await;
         Ok(())
     }
 
     async fn second_pre_lock(&self) -> Result<(), Abort> {
-        self.step(&format!("a second pre-lock on {} must be refused", self.resource));
+        self.step(&format!(
+            "a second pre-lock on {} must be refused",
+            self.resource
+        ));
         let (_, ok) = self.pre_lock("preLock", None).await?;
         if !ok {
             return Err(Abort::Stop);
@@ -720,29 +911,47 @@ impl<'a> Check<'a> {
             "preLock",
             "pre-lock-again",
             "423 lock-held",
-            self.sc.client.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None),
+            self.sc
+                .client
+                .pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None),
         )
         .await?;
         Ok(())
     }
 
     async fn wrong_token(&self) -> Result<(), Abort> {
-        self.step(&format!("a wrong token on {} must be refused", self.resource));
+        self.step(&format!(
+            "a wrong token on {} must be refused",
+            self.resource
+        ));
         let (_, ok) = self.pre_lock("preLock", None).await?;
         if !ok {
             return Err(Abort::Stop);
         }
         let wrong = hex::encode(rand::random::<[u8; 16]>());
         let c = &self.sc.client;
-        self.lock_op("preLock", "renew", "409 token-mismatch", c.renew(0, &self.resource, &wrong, self.sc.settings.leases.pre_lock))
-            .await?;
-        self.lock_op("preLock", "release", "409 token-mismatch", c.release(0, &self.resource, &wrong))
-            .await?;
+        self.lock_op(
+            "preLock",
+            "renew",
+            "409 token-mismatch",
+            c.renew(0, &self.resource, &wrong, self.sc.settings.leases.pre_lock),
+        )
+        .await?;
+        self.lock_op(
+            "preLock",
+            "release",
+            "409 token-mismatch",
+            c.release(0, &self.resource, &wrong),
+        )
+        .await?;
         Ok(())
     }
 
     async fn escalate_early(&self) -> Result<(), Abort> {
-        self.step(&format!("escalating {} before effectiveAt must be refused", self.resource));
+        self.step(&format!(
+            "escalating {} before effectiveAt must be refused",
+            self.resource
+        ));
         let (_, ok) = self.pre_lock("preLock", None).await?;
         if !ok {
             return Err(Abort::Stop);
@@ -752,52 +961,103 @@ impl<'a> Check<'a> {
             "preLock",
             "escalate-early",
             "409 invalid-transition",
-            self.sc.client.escalate(0, &self.resource, &self.token(), "hardDelete", s.leases.hard_delete),
+            self.sc.client.escalate(
+                0,
+                &self.resource,
+                &self.token(),
+                "hardDelete",
+                s.leases.hard_delete,
+            ),
         )
         .await?;
         Ok(())
     }
 
     async fn write_before_hard_delete(&self) -> Result<(), Abort> {
-        self.step(&format!("escalating {} to write before hardDelete must be refused", self.resource));
+        self.step(&format!(
+            "escalating {} to write before hardDelete must be refused",
+            self.resource
+        ));
         self.pre_lock_and_wait().await?;
         let s = &self.sc.settings;
         self.lock_op(
             "preLock",
             "escalate-write",
             "409 invalid-transition",
-            self.sc.client.escalate(0, &self.resource, &self.token(), "write", s.leases.write),
+            self.sc
+                .client
+                .escalate(0, &self.resource, &self.token(), "write", s.leases.write),
         )
         .await?;
         Ok(())
     }
 
     async fn write_lease_lapse(&self) -> Result<(), Abort> {
-        self.step(&format!("a short write lease on {} must lapse by itself", self.resource));
+        self.step(&format!(
+            "a short write lease on {} must lapse by itself",
+            self.resource
+        ));
         self.pre_lock_and_wait().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
         let (_, ok) = self
-            .lock_op("hardDelete", "escalate", "200", c.escalate(0, &self.resource, &self.token(), "hardDelete", s.leases.hard_delete))
+            .lock_op(
+                "hardDelete",
+                "escalate",
+                "200",
+                c.escalate(
+                    0,
+                    &self.resource,
+                    &self.token(),
+                    "hardDelete",
+                    s.leases.hard_delete,
+                ),
+            )
             .await?;
         if !ok {
             return Err(Abort::Stop);
         }
         let (_, ok) = self
-            .lock_op("write", "escalate", "200", c.escalate(0, &self.resource, &self.token(), "write", s.leases.short_write))
+            .lock_op(
+                "write",
+                "escalate",
+                "200",
+                c.escalate(
+                    0,
+                    &self.resource,
+                    &self.token(),
+                    "write",
+                    s.leases.short_write,
+                ),
+            )
             .await?;
         if !ok {
             return Err(Abort::Stop);
         }
         let lapse = s.leases.short_write + s.buffer.max(Duration::from_millis(200));
-        self.step(&format!("waiting {:.3}s for the write lease to lapse", lapse.as_secs_f64()));
+        self.step(&format!(
+            "waiting {:.3}s for the write lease to lapse",
+            lapse.as_secs_f64()
+        ));
         tokio::time::sleep(lapse).await;
-        self.user_op("write", "write", 0, "after-lapse", "allow").await?;
+        self.user_op("write", "write", 0, "after-lapse", "allow")
+            .await?;
         // Swap towards the other location, so only the lapsed lease can be the refusal.
-        let route = self.call("write", "route", Some(0), "200", c.route(0, &self.resource)).await?;
-        let to = if route.str_field("location") == Some(s.locations[0].as_str()) { &s.locations[1] } else { &s.locations[0] };
+        let route = self
+            .call("write", "route", Some(0), "200", c.route(0, &self.resource))
+            .await?;
+        let to = if route.str_field("location") == Some(s.locations[0].as_str()) {
+            &s.locations[1]
+        } else {
+            &s.locations[0]
+        };
         let (r, _) = self
-            .lock_op("write", "swap-after-lapse", "410 lock-expired", c.swap(0, &self.resource, &self.token(), to))
+            .lock_op(
+                "write",
+                "swap-after-lapse",
+                "410 lock-expired",
+                c.swap(0, &self.resource, &self.token(), to),
+            )
             .await?;
         if r.status == 200 {
             // The service swapped on a dead token: nothing is held any more.
@@ -809,7 +1069,10 @@ impl<'a> Check<'a> {
     async fn concurrent_pre_locks(&self) -> Result<(), Abort> {
         let s = &self.sc.settings;
         let n = s.concurrent_pre_locks;
-        self.step(&format!("{n} concurrent pre-locks on {} must give exactly one winner", self.resource));
+        self.step(&format!(
+            "{n} concurrent pre-locks on {} must give exactly one winner",
+            self.resource
+        ));
         if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource) {
             tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
         }
@@ -817,7 +1080,12 @@ impl<'a> Check<'a> {
         let replies = futures::future::join_all((0..n).map(|k| {
             let owner = format!("{}#{k}", s.owner);
             let inst = k % self.instances();
-            async move { self.sc.client.pre_lock(inst, &self.resource, &owner, s.leases.pre_lock, None).await }
+            async move {
+                self.sc
+                    .client
+                    .pre_lock(inst, &self.resource, &owner, s.leases.pre_lock, None)
+                    .await
+            }
         }))
         .await;
         let mut winners = Vec::new();
@@ -825,7 +1093,9 @@ impl<'a> Check<'a> {
         let mut others = Vec::new();
         for r in replies {
             match r {
-                Ok(r) if r.status == 201 => winners.push(r.str_field("token").unwrap_or_default().to_string()),
+                Ok(r) if r.status == 201 => {
+                    winners.push(r.str_field("token").unwrap_or_default().to_string())
+                }
                 Ok(r) if r.outcome() == "423 lock-held" => losers_ok += 1,
                 Ok(r) => others.push(r.outcome()),
                 Err(e) => others.push(e.to_string()),
@@ -839,14 +1109,20 @@ impl<'a> Check<'a> {
             "1 winner(s)",
             &observed,
             started.elapsed(),
-            Some(format!("{losers_ok} refused with 423 lock-held, other outcomes: {others:?}")),
+            Some(format!(
+                "{losers_ok} refused with 423 lock-held, other outcomes: {others:?}"
+            )),
         );
         self.assert(
             "preLock",
             "pre-lock-race-losers",
             None,
             "423 lock-held",
-            if losers_ok + winners.len() == n { "423 lock-held" } else { "other outcome" },
+            if losers_ok + winners.len() == n {
+                "423 lock-held"
+            } else {
+                "other outcome"
+            },
             started.elapsed(),
             None,
         );
@@ -886,7 +1162,13 @@ mod tests {
     fn reply(status: u16, body: Value, retry_after: Option<&str>) -> Reply {
         Reply {
             status,
-            problem: (status >= 400).then(|| body["type"].as_str().unwrap_or("x").trim_start_matches("urn:lockprobe:error:").to_string()),
+            problem: (status >= 400).then(|| {
+                body["type"]
+                    .as_str()
+                    .unwrap_or("x")
+                    .trim_start_matches("urn:lockprobe:error:")
+                    .to_string()
+            }),
             body,
             retry_after: retry_after.map(str::to_string),
             timing: None,
@@ -896,29 +1178,77 @@ mod tests {
 
     #[test]
     fn classify_follows_the_enforcement_table() {
-        assert_eq!(classify("read", &reply(200, json!({"tombstone": false}), None)), "allow");
-        assert_eq!(classify("read", &reply(200, json!({"tombstone": true}), None)), "tombstone");
+        assert_eq!(
+            classify("read", &reply(200, json!({"tombstone": false}), None)),
+            "allow"
+        );
+        assert_eq!(
+            classify("read", &reply(200, json!({"tombstone": true}), None)),
+            "tombstone"
+        );
         assert_eq!(classify("read", &reply(404, json!({}), None)), "absent");
         assert_eq!(classify("write", &reply(201, json!({}), None)), "allow");
-        assert_eq!(classify("write", &reply(423, json!({"type": "urn:lockprobe:error:lock-held"}), Some("5"))), "block");
         assert_eq!(
-            classify("write", &reply(423, json!({"type": "urn:lockprobe:error:lock-held"}), None)),
+            classify(
+                "write",
+                &reply(
+                    423,
+                    json!({"type": "urn:lockprobe:error:lock-held"}),
+                    Some("5")
+                )
+            ),
+            "block"
+        );
+        assert_eq!(
+            classify(
+                "write",
+                &reply(423, json!({"type": "urn:lockprobe:error:lock-held"}), None)
+            ),
             "423 without Retry-After"
         );
         assert_eq!(classify("delete", &reply(204, Value::Null, None)), "allow");
-        assert_eq!(classify("delete", &reply(202, json!({"tombstone": true}), None)), "tombstone");
         assert_eq!(
-            classify("delete", &reply(500, json!({"type": "urn:lockprobe:error:store-unavailable"}), None)),
+            classify("delete", &reply(202, json!({"tombstone": true}), None)),
+            "tombstone"
+        );
+        assert_eq!(
+            classify(
+                "delete",
+                &reply(
+                    500,
+                    json!({"type": "urn:lockprobe:error:store-unavailable"}),
+                    None
+                )
+            ),
             "500 store-unavailable"
         );
     }
 
     #[test]
     fn route_summary_distinguishes_outcomes() {
-        assert_eq!(route_summary(&reply(200, json!({"location": "b", "lock": null}), None), "b"), "moved-unlocked");
-        assert_eq!(route_summary(&reply(200, json!({"location": "a", "lock": null}), None), "b"), "not-moved");
         assert_eq!(
-            route_summary(&reply(200, json!({"location": "b", "lock": {"phase": "write"}}), None), "b"),
+            route_summary(
+                &reply(200, json!({"location": "b", "lock": null}), None),
+                "b"
+            ),
+            "moved-unlocked"
+        );
+        assert_eq!(
+            route_summary(
+                &reply(200, json!({"location": "a", "lock": null}), None),
+                "b"
+            ),
+            "not-moved"
+        );
+        assert_eq!(
+            route_summary(
+                &reply(
+                    200,
+                    json!({"location": "b", "lock": {"phase": "write"}}),
+                    None
+                ),
+                "b"
+            ),
             "moved-still-locked"
         );
     }

@@ -130,7 +130,10 @@ impl TargetClient {
     }
 
     fn url(&self, instance: usize, resource: &str, tail: &str) -> String {
-        format!("{}/v1/resources/{}{}", self.instances[instance], resource, tail)
+        format!(
+            "{}/v1/resources/{}{}",
+            self.instances[instance], resource, tail
+        )
     }
 
     fn guard(&self, resource: &str) -> Result<(), TargetError> {
@@ -220,7 +223,10 @@ impl TargetClient {
         self.guard(resource)?;
         let body = json!({"token": token, "phase": phase, "durationSeconds": lease.as_secs_f64()});
         let req = self
-            .lock_call(reqwest::Method::POST, self.url(instance, resource, "/lock/escalate"))
+            .lock_call(
+                reqwest::Method::POST,
+                self.url(instance, resource, "/lock/escalate"),
+            )
             .json(&body);
         self.send(req).await
     }
@@ -236,7 +242,10 @@ impl TargetClient {
         self.guard(resource)?;
         let body = json!({"token": token, "durationSeconds": lease.as_secs_f64()});
         let req = self
-            .lock_call(reqwest::Method::POST, self.url(instance, resource, "/lock/renew"))
+            .lock_call(
+                reqwest::Method::POST,
+                self.url(instance, resource, "/lock/renew"),
+            )
             .json(&body);
         self.send(req).await
     }
@@ -252,7 +261,10 @@ impl TargetClient {
         self.guard(resource)?;
         let body = json!({"token": token, "targetLocation": target_location});
         let req = self
-            .lock_call(reqwest::Method::POST, self.url(instance, resource, "/lock/swap"))
+            .lock_call(
+                reqwest::Method::POST,
+                self.url(instance, resource, "/lock/swap"),
+            )
             .json(&body);
         self.send(req).await
     }
@@ -266,7 +278,10 @@ impl TargetClient {
     ) -> Result<Reply, TargetError> {
         self.guard(resource)?;
         let req = self
-            .lock_call(reqwest::Method::DELETE, self.url(instance, resource, "/lock"))
+            .lock_call(
+                reqwest::Method::DELETE,
+                self.url(instance, resource, "/lock"),
+            )
             .header("Lock-Token", token);
         self.send(req).await
     }
@@ -278,9 +293,17 @@ impl TargetClient {
     }
 
     /// `GET /items/{key}`.
-    pub async fn read(&self, instance: usize, resource: &str, key: &str) -> Result<Reply, TargetError> {
-        self.send(self.http.get(self.url(instance, resource, &format!("/items/{key}"))))
-            .await
+    pub async fn read(
+        &self,
+        instance: usize,
+        resource: &str,
+        key: &str,
+    ) -> Result<Reply, TargetError> {
+        self.send(
+            self.http
+                .get(self.url(instance, resource, &format!("/items/{key}"))),
+        )
+        .await
     }
 
     /// `PUT /items/{key}`.
@@ -299,9 +322,17 @@ impl TargetClient {
     }
 
     /// `DELETE /items/{key}`.
-    pub async fn delete(&self, instance: usize, resource: &str, key: &str) -> Result<Reply, TargetError> {
-        self.send(self.http.delete(self.url(instance, resource, &format!("/items/{key}"))))
-            .await
+    pub async fn delete(
+        &self,
+        instance: usize,
+        resource: &str,
+        key: &str,
+    ) -> Result<Reply, TargetError> {
+        self.send(
+            self.http
+                .delete(self.url(instance, resource, &format!("/items/{key}"))),
+        )
+        .await
     }
 }
 
@@ -346,7 +377,13 @@ mod tests {
     #[tokio::test]
     async fn lock_outside_prefix_is_refused_without_a_request() {
         // Port 9 (discard) is never contacted: the guard fires first.
-        let c = TargetClient::new(&["http://127.0.0.1:9".into()], "k", "probe-", Duration::from_secs(1)).unwrap();
+        let c = TargetClient::new(
+            &["http://127.0.0.1:9".into()],
+            "k",
+            "probe-",
+            Duration::from_secs(1),
+        )
+        .unwrap();
         let e = c
             .pre_lock(0, "customer-42", "me", Duration::from_secs(1), None)
             .await

@@ -60,19 +60,29 @@ impl ValidateOptions {
     /// Checks the flags; errors name the flag.
     pub fn check(&self) -> Result<(), ValidateError> {
         if self.endpoints.is_empty() {
-            return Err(ValidateError::Usage("--endpoint: at least one endpoint is required".into()));
+            return Err(ValidateError::Usage(
+                "--endpoint: at least one endpoint is required".into(),
+            ));
         }
         for e in &self.endpoints {
             match reqwest::Url::parse(e) {
                 Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
-                _ => return Err(ValidateError::Usage(format!("--endpoint: {e:?} is not an http(s) URL"))),
+                _ => {
+                    return Err(ValidateError::Usage(format!(
+                        "--endpoint: {e:?} is not an http(s) URL"
+                    )))
+                }
             }
         }
         if self.test_prefix.is_empty() {
-            return Err(ValidateError::Usage("--test-prefix: must not be empty".into()));
+            return Err(ValidateError::Usage(
+                "--test-prefix: must not be empty".into(),
+            ));
         }
         if self.api_key.is_empty() {
-            return Err(ValidateError::Usage("LOCKPROBE_LOCK_API_KEY: the lock API key must be set".into()));
+            return Err(ValidateError::Usage(
+                "LOCKPROBE_LOCK_API_KEY: the lock API key must be set".into(),
+            ));
         }
         Ok(())
     }
@@ -104,7 +114,10 @@ impl ValidateOptions {
 }
 
 /// Runs the validation and returns its report (`result` tells pass or fail).
-pub async fn run(opts: &ValidateOptions, observer: Arc<dyn Observer>) -> Result<CycleReport, ValidateError> {
+pub async fn run(
+    opts: &ValidateOptions,
+    observer: Arc<dyn Observer>,
+) -> Result<CycleReport, ValidateError> {
     opts.check()?;
     let state = Arc::new(match &opts.state_file {
         Some(p) => StateFile::open(p)?,
@@ -120,11 +133,17 @@ pub async fn run(opts: &ValidateOptions, observer: Arc<dyn Observer>) -> Result<
     let resources: Vec<String> = (0..RESOURCES_PER_CYCLE)
         .map(|i| format!("{}v{run_id}-{i}", opts.test_prefix))
         .collect();
-    Ok(scenario.run_cycle(&resources, CancellationToken::new()).await)
+    Ok(scenario
+        .run_cycle(&resources, CancellationToken::new())
+        .await)
 }
 
 /// Writes the JUnit XML and JSON reports where asked.
-pub fn write_reports(report: &CycleReport, junit: Option<&Path>, json: Option<&Path>) -> Result<(), ValidateError> {
+pub fn write_reports(
+    report: &CycleReport,
+    junit: Option<&Path>,
+    json: Option<&Path>,
+) -> Result<(), ValidateError> {
     let write = |path: &Path, text: String| {
         std::fs::write(path, text).map_err(|source| ValidateError::Write {
             path: path.to_path_buf(),
