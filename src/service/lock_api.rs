@@ -15,7 +15,8 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::input::{self, JsonBody};
 use super::Instance;
-use crate::routing::{LocationDocument, LockToken, Phase, PreLockRequest};
+use crate::clock::span;
+use crate::routing::{LocationDocument, LockError, LockToken, Phase, PreLockRequest, RoutingError};
 
 /// Body of `POST /lock`.
 #[derive(Debug, Deserialize)]
@@ -121,7 +122,13 @@ pub async fn pre_lock(
     }
     instance.routing.resolve_or_create(&id, &instance.config.home_location).await?;
     let req = PreLockRequest { owner: body.owner, duration, target_location: body.target_location };
-    let grant = instance.routing.pre_lock(&id, &req).await?;
+    let grant = instance.routing.pre_lock(&id, &req).await.map_err(|e| match e {
+        // The loser learns when the holder's lease ends at the latest.
+        RoutingError::Lock(LockError::LockHeld { expires_at }) => {
+            ApiError::locked(e.to_string(), span(instance.routing.clock().now(), expires_at))
+        }
+        other => other.into(),
+    })?;
     tracing::info!(resource = %id, instance = instance.index, "pre-lock granted");
     Ok((StatusCode::CREATED, Json(lock_view(&grant.record.doc, &grant.token))).into_response())
 }
