@@ -42,8 +42,13 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
         }
     };
+    // validate and demo print their own progress on stdout; info logs would interleave.
+    let default_filter = match cli.command {
+        Command::Validate(_) | Command::Demo(_) => "warn",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
