@@ -244,3 +244,36 @@ async fn an_unreachable_target_is_an_error_not_a_crash() {
     assert_eq!(report.assertions.len(), 1);
     assert_eq!(report.assertions[0].observed, "unreachable");
 }
+
+#[tokio::test]
+async fn a_release_that_failed_earlier_is_retried_before_the_resource_is_reused() {
+    let (url, fake) = start_fake(0.1).await;
+    let state = Arc::new(StateFile::in_memory());
+    state
+        .record_token("fake", "probe-0001", "tok-left-over")
+        .unwrap();
+    // Another target's entry, and one outside this cycle's resources, stay untouched.
+    state
+        .record_token("other", "probe-0001", "tok-other")
+        .unwrap();
+    state
+        .record_token("fake", "probe-0099", "tok-busy")
+        .unwrap();
+    scenario(&url, state.clone())
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
+    let released = fake.released.lock().unwrap().clone();
+    assert_eq!(released.first().map(String::as_str), Some("probe-0001"));
+    let left: Vec<(String, String)> = state
+        .entries()
+        .into_iter()
+        .map(|e| (e.target, e.resource))
+        .collect();
+    assert_eq!(
+        left,
+        vec![
+            ("other".to_string(), "probe-0001".to_string()),
+            ("fake".to_string(), "probe-0099".to_string())
+        ]
+    );
+}

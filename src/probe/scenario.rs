@@ -88,9 +88,20 @@ impl Scenario {
     /// Releases locks a previous run recorded for this target and did not release.
     /// Returns how many entries were cleared.
     pub async fn recover(&self) -> usize {
+        self.recover_where(|_| true).await
+    }
+
+    /// Releases left-over locks on `resources` only (a cycle's own resources: other
+    /// running cycles' entries must not be touched).
+    async fn recover_resources(&self, resources: &[String]) -> usize {
+        self.recover_where(|r| resources.iter().any(|x| x == r))
+            .await
+    }
+
+    async fn recover_where(&self, wanted: impl Fn(&str) -> bool) -> usize {
         let mut cleared = 0;
         for held in self.state.entries() {
-            if held.target != self.settings.name {
+            if held.target != self.settings.name || !wanted(&held.resource) {
                 continue;
             }
             let Some(token) = held.token.as_deref() else {
@@ -129,6 +140,8 @@ impl Scenario {
             "a cycle needs {RESOURCES_PER_CYCLE} resources"
         );
         let started_at = Utc::now();
+        // A release that failed last time (target unreachable) is retried before reuse.
+        self.recover_resources(resources).await;
         let rec = Recorder::default();
         let main = Check::new(self, &rec, "cycle", &resources[0]);
         let main_out = main.guarded(&cancel, main.walk()).await;

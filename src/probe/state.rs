@@ -222,9 +222,13 @@ mod tests {
     #[test]
     fn debug_output_never_shows_the_token() {
         let s = StateFile::in_memory();
-        s.record_token("demo", "probe-0001", "secret-token").unwrap();
+        s.record_token("demo", "probe-0001", "secret-token")
+            .unwrap();
         let shown = format!("{s:?}");
-        assert!(!shown.contains("secret-token") && shown.contains("redacted"), "{shown}");
+        assert!(
+            !shown.contains("secret-token") && shown.contains("redacted"),
+            "{shown}"
+        );
     }
 
     #[test]
