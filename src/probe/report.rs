@@ -43,6 +43,15 @@ fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
 
+fn pairs_as_map<S: serde::Serializer>(pairs: &[(String, f64)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(pairs.len()))?;
+    for (k, v) in pairs {
+        m.serialize_entry(k, v)?;
+    }
+    m.end()
+}
+
 impl Assertion {
     /// `phase/op`, the assertion's short name.
     pub fn name(&self) -> String {
@@ -130,7 +139,9 @@ pub struct CycleReport {
     pub error: Option<String>,
     /// Every assertion, in order.
     pub assertions: Vec<Assertion>,
-    /// Time spent in each lock phase of the main cycle, e.g. `("preLock", 3.1)`.
+    /// Time spent in each lock phase of the main cycle, e.g. `("preLock", 3.1)`; in JSON
+    /// an object `{"preLock": 3.1, ...}`.
+    #[serde(serialize_with = "pairs_as_map")]
     pub phase_durations: Vec<(String, f64)>,
     /// Read-through latencies reported by the service, seconds.
     pub read_through_seconds: Vec<f64>,
@@ -306,7 +317,7 @@ mod tests {
             },
             error: None,
             assertions,
-            phase_durations: vec![],
+            phase_durations: vec![("preLock".into(), 2.0)],
             read_through_seconds: vec![],
             declared_convergence_seconds: Some(1.5),
             expected_convergence_seconds: None,
@@ -367,5 +378,6 @@ mod tests {
         assert_eq!(j["enforcementViolations"], 1);
         assert_eq!(j["result"], "failed");
         assert_eq!(j["assertions"][0]["expected"], "block");
+        assert_eq!(j["phaseDurations"]["preLock"], 2.0);
     }
 }

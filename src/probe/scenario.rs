@@ -134,6 +134,11 @@ impl Scenario {
     /// Runs one full cycle on `resources` (the main resource first, then one per negative
     /// check; [`RESOURCES_PER_CYCLE`] in all). Never panics on a deviation: failures are in
     /// the report. `cancel` stops the cycle (timeout, shutdown); locks are still released.
+    ///
+    /// # Panics
+    ///
+    /// If fewer than [`RESOURCES_PER_CYCLE`] resources are given (a caller bug: the
+    /// scheduler and `validate` always hand out that many).
     pub async fn run_cycle(&self, resources: &[String], cancel: CancellationToken) -> CycleReport {
         assert!(
             resources.len() >= RESOURCES_PER_CYCLE,
