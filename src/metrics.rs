@@ -53,7 +53,12 @@ impl HdrSet {
             .or_insert_with(|| {
                 Hdr::new(3).expect("3 significant figures is a valid HDR precision")
             });
-        h.saturating_record((seconds.max(0.0) * 1e6).round() as u64);
+        let micros = (seconds.max(0.0) * 1e6).round() as u64;
+        // `record` grows the auto-resizing histogram; `saturating_record` would clamp to
+        // its current (initially tiny) range instead.
+        if h.record(micros).is_err() {
+            h.saturating_record(micros);
+        }
     }
 
     fn summary(&self, target: &str, series: &str) -> Value {
@@ -407,5 +412,85 @@ mod tests {
         assert_eq!(p["lockPhaseDurationSeconds"]["hardDelete"]["count"], 0);
         assert!(p["lockPhaseDurationSeconds"]["hardDelete"]["p50"].is_null());
         assert_eq!(p["observedConvergenceSeconds"]["count"], 1);
+    }
+
+    /// `(upper bound, cumulative count)` of the buckets of the series of histogram `name`
+    /// whose label set contains `label`, read from the text format.
+    fn buckets(text: &str, name: &str, label: &str) -> Vec<(f64, u64)> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}_bucket{{")) && l.contains(label))
+            .map(|l| {
+                let le = l.split("le=\"").nth(1).unwrap().split('"').next().unwrap();
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap()
+                };
+                (le, l.rsplit(' ').next().unwrap().parse().unwrap())
+            })
+            .collect()
+    }
+
+    /// Records `values` as read-through latencies or as preLock durations; returns the
+    /// Prometheus buckets and the status API summary of that series.
+    fn recorded(values: &[f64], phase: bool) -> (Vec<(f64, u64)>, Value) {
+        let m = Metrics::new().unwrap();
+        let mut r = report();
+        if phase {
+            r.phase_durations = values.iter().map(|v| ("preLock".to_string(), *v)).collect();
+        } else {
+            r.read_through_seconds = values.to_vec();
+        }
+        m.record_cycle(&r);
+        let text = m.render();
+        let p = m.percentiles("demo");
+        if phase {
+            (
+                buckets(
+                    &text,
+                    "lockprobe_lock_phase_duration_seconds",
+                    "phase=\"preLock\"",
+                ),
+                p["lockPhaseDurationSeconds"]["preLock"].clone(),
+            )
+        } else {
+            (
+                buckets(
+                    &text,
+                    "lockprobe_read_through_latency_seconds",
+                    "target=\"demo\"",
+                ),
+                p["readThroughLatencySeconds"].clone(),
+            )
+        }
+    }
+
+    proptest::proptest! {
+        /// The status API's exact percentiles fall in the Prometheus bucket that holds the
+        /// same rank: the two views of one histogram agree, from sub-millisecond
+        /// read-throughs to two-day pre-locks.
+        #[test]
+        fn hdr_percentiles_agree_with_prometheus_buckets(
+            values in proptest::collection::vec(0.00005f64..3.0, 1..200),
+            phase_values in proptest::collection::vec(0.1f64..200_000.0, 1..50),
+        ) {
+            for (values, phase) in [(values, false), (phase_values, true)] {
+                let (b, summary) = recorded(&values, phase);
+                proptest::prop_assert_eq!(summary["count"].as_u64(), Some(values.len() as u64));
+                proptest::prop_assert_eq!(b.last().unwrap().1, values.len() as u64);
+                for (key, q) in [("p50", 0.5), ("p75", 0.75), ("p99", 0.99)] {
+                    let rank = ((q * values.len() as f64).ceil() as u64).max(1);
+                    let i = b.iter().position(|(_, c)| *c >= rank).unwrap();
+                    let upper = b[i].0;
+                    let lower = if i == 0 { 0.0 } else { b[i - 1].0 };
+                    let hdr = summary[key].as_f64().unwrap();
+                    // HDR keeps 3 significant digits; allow that much at the bucket edges.
+                    proptest::prop_assert!(
+                        hdr >= lower * 0.999 && hdr <= upper * 1.001,
+                        "{} = {} outside bucket ({}, {}]", key, hdr, lower, upper
+                    );
+                }
+            }
+        }
     }
 }
