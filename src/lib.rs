@@ -10,8 +10,7 @@
 //! - [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default.
 //! - [`service`]: the reference service speaking the probe contract over the routing library.
 //! - [`usage`]: command-line usage errors (exit 64).
-//! - [`probe`]: the black-box probe: contract client, cycle scenario, scheduler, reports,
-//!   state file; speaks only HTTP to the service it judges.
+//! - [`probe`]: the black-box probe (contract client, cycles, scheduler, reports); HTTP only.
 //! - [`config`]: the TOML configuration of `serve`, validated with errors naming the field.
 //! - [`metrics`]: the probe's Prometheus registry and exact HDR percentiles.
 //! - [`server`]: the probe's HTTP server: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`, `/`.
