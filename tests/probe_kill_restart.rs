@@ -138,3 +138,32 @@ async fn killed_probe_leaves_no_lock_after_restart() {
     second.kill().unwrap();
     second.wait().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_cycle_releases_the_lock_before_exit() {
+    let svc = start_service(vec![], Duration::from_secs(1), Duration::from_millis(500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut probe = serve(&config(dir.path(), &svc.urls, "* * * * * *"), &svc.key);
+    wait_for(
+        "the token in the state file",
+        Duration::from_secs(20),
+        async || {
+            state_tokens(dir.path())
+                .iter()
+                .any(|(r, has_token)| r == "probe-0001" && *has_token)
+        },
+    )
+    .await;
+    let status = Command::new("kill")
+        .args(["-TERM", &probe.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || probe.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    // Released on the way out: nothing held, nothing left in the state file.
+    assert!(route(&svc.urls[0], "probe-0001").await["lock"].is_null());
+    assert!(state_tokens(dir.path()).is_empty());
+}
