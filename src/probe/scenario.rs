@@ -3,8 +3,8 @@
 //! Every check is an [`Assertion`]; a deviation fails that assertion and never panics the
 //! probe; every path out of a check releases the lock it holds.
 //!
-//! [`check`] holds the per-resource helpers (assertions, lock bookkeeping, release),
-//! [`walk`] the main migration walk, [`negative`] the refusals the service must make.
+//! `check` holds the per-resource helpers (assertions, lock bookkeeping, release),
+//! `walk` the main migration walk, `negative` the refusals the service must make.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
