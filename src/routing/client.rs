@@ -1,0 +1,294 @@
+//! `RoutingClient`: what a service links to resolve routes and mutate locks.
+//!
+//! Resolve goes through the tiered cache; a cached document carrying a started lock
+//! is re-read from the write region (never a replica) on every resolve. Lock
+//! operations read from the write region, apply a pure lifecycle transition and write
+//! it back with If-Match on the ETag read; on 412 they re-read and re-decide, up to a
+//! retry budget. A successful operation makes exactly one write.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use super::cache::{CachedEntry, TieredCache};
+use super::document::{DocumentError, LocationDocument, LockInfo, LockToken, Phase};
+use super::lifecycle::{self, LockError, LockPolicy, PreLockRequest};
+use crate::clock::{to_chrono, Clock};
+use crate::store::{LocationStore, ReadFrom, StoreError, Versioned};
+
+/// Which way a resolve went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Served from a cache tier, no store read.
+    Cache,
+    /// The cached document carries a started lock: re-read from the write region.
+    ReadThrough,
+    /// Cache miss: read from the store.
+    Store,
+}
+
+impl Source {
+    /// The name used in route views and `Server-Timing`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Cache => "cache",
+            Source::ReadThrough => "read-through",
+            Source::Store => "store",
+        }
+    }
+}
+
+/// The routing path's answer for one resource.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The document and its ETag.
+    pub record: Arc<Versioned>,
+    /// Which way the resolve went.
+    pub source: Source,
+    /// Time spent in store reads (zero for a cache hit).
+    pub store_time: Duration,
+}
+
+impl Resolved {
+    /// The active location.
+    pub fn location(&self) -> &str {
+        &self.record.doc.primary.location
+    }
+
+    /// The primary lock as resolved (possibly expired; `enforce` decides).
+    pub fn lock(&self) -> Option<&LockInfo> {
+        self.record.doc.primary.lock.as_ref()
+    }
+}
+
+/// A granted pre-lock: the document written and the token, for the caller only.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    /// The document as written.
+    pub record: Versioned,
+    /// The new lock token.
+    pub token: LockToken,
+}
+
+/// Why a routing call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RoutingError {
+    /// The lifecycle refused the operation.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// No document for that resource.
+    #[error("no location document for this resource")]
+    NotFound,
+    /// Concurrent writers kept changing the document; nothing was written.
+    #[error("the document kept changing; gave up after {attempts} attempts")]
+    RetryExhausted {
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The store failed; nothing was written.
+    #[error("routing store unavailable: {0}")]
+    Unavailable(String),
+    /// The stored document is unusable by this version.
+    #[error(transparent)]
+    Document(#[from] DocumentError),
+}
+
+impl From<StoreError> for RoutingError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound => RoutingError::NotFound,
+            StoreError::Unavailable(m) => RoutingError::Unavailable(m),
+            StoreError::Document(d) => RoutingError::Document(d),
+            // Callers handle these where they can happen; anywhere else they mean the
+            // store broke its contract.
+            StoreError::PreconditionFailed | StoreError::Conflict => RoutingError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+/// Tuning of the client's protocol (not of the locks themselves).
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Attempts per lock operation when writes race (412).
+    pub retry_budget: u32,
+    /// A lock this close to its effectiveAt already counts as started, to absorb clock
+    /// skew between the service that computed effectiveAt and this one.
+    pub skew_margin: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self { retry_budget: 8, skew_margin: Duration::from_millis(500) }
+    }
+}
+
+/// The routing library's entry point for one service instance (one cache).
+#[derive(Debug)]
+pub struct RoutingClient {
+    store: Arc<dyn LocationStore>,
+    clock: Arc<dyn Clock>,
+    cache: TieredCache,
+    policy: LockPolicy,
+    options: ClientOptions,
+}
+
+impl RoutingClient {
+    /// A client over `store` with its own `cache`, granting locks under `policy`.
+    pub fn new(
+        store: Arc<dyn LocationStore>,
+        clock: Arc<dyn Clock>,
+        cache: TieredCache,
+        policy: LockPolicy,
+        options: ClientOptions,
+    ) -> Self {
+        Self { store, clock, cache, policy, options }
+    }
+
+    /// The lock policy (declared convergence delay, maximum pre-lock).
+    pub fn policy(&self) -> &LockPolicy {
+        &self.policy
+    }
+
+    /// The clock this client reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Drops expired cache entries; call periodically.
+    pub fn evict_expired(&self) {
+        self.cache.evict_expired(self.clock.now());
+    }
+
+    /// Resolves the routing document of `id`.
+    pub async fn resolve(&self, id: &str) -> Result<Resolved, RoutingError> {
+        let now = self.clock.now();
+        if let Some(entry) = self.cache.get(id, now) {
+            if self.cache_may_serve(&entry, now) {
+                return Ok(Resolved { record: entry.record, source: Source::Cache, store_time: Duration::ZERO });
+            }
+            return self.read_through(id).await;
+        }
+        let started = Instant::now();
+        let replica = self.store.read(id, ReadFrom::Replica).await?;
+        if replica.doc.primary.lock.as_ref().is_some_and(|l| self.replica_may_lag_on(l, now)) {
+            // Never enforce on a replica's view of a lock: it may lag.
+            return self.read_through(id).await;
+        }
+        let record = Arc::new(replica);
+        self.cache.put(id, record.clone(), now);
+        Ok(Resolved { record, source: Source::Store, store_time: started.elapsed() })
+    }
+
+    /// Resolves `id`, first creating its document at `home` if it has none.
+    pub async fn resolve_or_create(&self, id: &str, home: &str) -> Result<Resolved, RoutingError> {
+        match self.resolve(id).await {
+            Err(RoutingError::NotFound) => {}
+            other => return other,
+        }
+        let doc = LocationDocument::new(id, home);
+        match self.store.create(&doc).await {
+            Ok(etag) => {
+                let record = Arc::new(Versioned { doc, etag });
+                self.cache.put(id, record.clone(), self.clock.now());
+                Ok(Resolved { record, source: Source::Store, store_time: Duration::ZERO })
+            }
+            // Someone else created it first: theirs is the document.
+            Err(StoreError::Conflict) => self.read_through(id).await,
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Takes a pre-lock; the new token is in the grant and nowhere else.
+    pub async fn pre_lock(&self, id: &str, req: &PreLockRequest) -> Result<Grant, RoutingError> {
+        let token = LockToken::generate();
+        let policy = self.policy.clone();
+        let record = self
+            .mutate(id, |doc, now| lifecycle::pre_lock(doc, req, token.clone(), &policy, now))
+            .await?;
+        Ok(Grant { record, token })
+    }
+
+    /// Escalates to `phase` with a lease of `duration`.
+    pub async fn escalate(&self, id: &str, token: &LockToken, phase: Phase, duration: Duration) -> Result<Versioned, RoutingError> {
+        self.mutate(id, |doc, now| lifecycle::escalate(doc, token, phase, duration, now)).await
+    }
+
+    /// Renews the lease by `duration` (capped by the parent lease and the maximum).
+    pub async fn renew(&self, id: &str, token: &LockToken, duration: Duration) -> Result<Versioned, RoutingError> {
+        self.mutate(id, |doc, now| lifecycle::renew(doc, token, duration, now)).await
+    }
+
+    /// Switches the location to `target` and clears the lock in one write.
+    pub async fn swap(&self, id: &str, token: &LockToken, target: &str) -> Result<Versioned, RoutingError> {
+        self.mutate(id, |doc, now| lifecycle::swap(doc, token, target, now)).await
+    }
+
+    /// Releases the lock; the location is unchanged.
+    pub async fn release(&self, id: &str, token: &LockToken) -> Result<Versioned, RoutingError> {
+        self.mutate(id, |doc, now| lifecycle::release(doc, token, now)).await
+    }
+
+    /// Reads the authoritative document and checks that `token` holds a live lock in
+    /// `phase`, without writing: for work that must happen under the lock (the copy
+    /// before a swap).
+    pub async fn check_held(&self, id: &str, token: &LockToken, phase: Phase) -> Result<Versioned, RoutingError> {
+        let record = self.store.read(id, ReadFrom::WriteRegion).await?;
+        let lock = lifecycle::held_lock(&record.doc, token, self.clock.now())?;
+        if lock.phase != phase {
+            return Err(LockError::InvalidTransition(format!("needs a {phase} lock; the lock is in {}", lock.phase)).into());
+        }
+        Ok(record)
+    }
+
+    /// Whether a replica's view of `lock` could differ from the write region's in a way
+    /// that matters: the lock has started, and it is live or lapsed so recently that a
+    /// renewal made before the lapse may not have replicated yet (the lock's declared
+    /// convergence delay covers the replication bound). Long-lapsed locks are final.
+    fn replica_may_lag_on(&self, lock: &LockInfo, now: DateTime<Utc>) -> bool {
+        self.has_started(lock, now) && now < lock.expires_at + lock.convergence_delay()
+    }
+
+    fn has_started(&self, lock: &LockInfo, now: DateTime<Utc>) -> bool {
+        lock.effective_at <= now + to_chrono(self.options.skew_margin)
+    }
+
+    /// A cached document may be served unless it carries a started lock that was still
+    /// live when it was fetched: such a lock may since have been escalated, renewed or
+    /// swapped, so only the write region can say what holds now.
+    fn cache_may_serve(&self, entry: &CachedEntry, now: DateTime<Utc>) -> bool {
+        match &entry.record.doc.primary.lock {
+            None => true,
+            Some(lock) => !self.has_started(lock, now) || lock.expires_at <= entry.fetched_at,
+        }
+    }
+
+    async fn read_through(&self, id: &str) -> Result<Resolved, RoutingError> {
+        let started = Instant::now();
+        let record = Arc::new(self.store.read(id, ReadFrom::WriteRegion).await?);
+        let store_time = started.elapsed();
+        self.cache.put(id, record.clone(), self.clock.now());
+        Ok(Resolved { record, source: Source::ReadThrough, store_time })
+    }
+
+    /// Read, decide, write-if-match; on 412 re-read and re-decide.
+    async fn mutate<F>(&self, id: &str, decide: F) -> Result<Versioned, RoutingError>
+    where
+        F: Fn(&LocationDocument, DateTime<Utc>) -> Result<LocationDocument, LockError>,
+    {
+        for _ in 0..self.options.retry_budget {
+            let current = self.store.read(id, ReadFrom::WriteRegion).await?;
+            let next = decide(&current.doc, self.clock.now())?;
+            match self.store.replace(&next, &current.etag).await {
+                Ok(etag) => {
+                    let written = Versioned { doc: next, etag };
+                    self.cache.put(id, Arc::new(written.clone()), self.clock.now());
+                    return Ok(written);
+                }
+                Err(StoreError::PreconditionFailed) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(RoutingError::RetryExhausted { attempts: self.options.retry_budget })
+    }
+}

@@ -1,0 +1,281 @@
+//! The location document: one per resource, routing and lock state together.
+//!
+//! Fields this version does not know are kept in `extra` maps and written back
+//! unchanged, so services on different library versions do not drop each other's
+//! data during a rollout. `schemaVersion` is the major version: additive changes keep
+//! it, and a document with a major version this library does not support is refused.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The major schema version this library writes and understands.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// Why a stored JSON value is not a usable location document.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum DocumentError {
+    /// Written by a library whose major schema version this one does not understand.
+    #[error("location document {id:?} has schemaVersion {found}; this library supports {SCHEMA_VERSION}")]
+    UnsupportedSchema {
+        /// The document id, when it could be read.
+        id: String,
+        /// The version found in the document.
+        found: u64,
+    },
+    /// Not a location document at all.
+    #[error("malformed location document: {0}")]
+    Malformed(String),
+}
+
+/// The routing and lock state of one resource.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocationDocument {
+    /// Resource id (also the partition key).
+    pub id: String,
+    /// Major schema version, see [`SCHEMA_VERSION`].
+    pub schema_version: u64,
+    /// The active location and its lock, if any.
+    pub primary: Section,
+    /// During a migration: the target location; after a swap: the old one, locked until
+    /// caches have converged on the new location.
+    pub secondary: Option<Section>,
+    /// True from pre-lock until swap or release.
+    pub migrating: bool,
+    /// Fields written by other versions (and store metadata), preserved on rewrite.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A location and the lock on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Section {
+    /// Region name, e.g. `westeurope`.
+    pub location: String,
+    /// The migration lock, if one was ever taken and not cleared (it may have expired).
+    pub lock: Option<LockInfo>,
+    /// Fields written by other versions, preserved on rewrite.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A migration lock as stored in the document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LockInfo {
+    /// The fencing token every later operation must present.
+    pub token: LockToken,
+    /// Current phase.
+    pub phase: Phase,
+    /// Free text naming the orchestrator, for operators.
+    pub owner: String,
+    /// When the pre-lock was granted.
+    pub acquired_at: DateTime<Utc>,
+    /// acquiredAt + convergence delay: no user operation is restricted before it.
+    pub effective_at: DateTime<Utc>,
+    /// This phase's lease.
+    pub expires_at: DateTime<Utc>,
+    /// The parent lease: no phase outlives it.
+    pub pre_lock_expires_at: DateTime<Utc>,
+    /// Ceiling renewals can never pass.
+    pub max_expires_at: DateTime<Utc>,
+    /// How many times the lease was renewed.
+    pub renewals: u32,
+    /// Fields written by other versions, preserved on rewrite.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The lock phases, in escalation order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    /// Migration intent recorded; caches converge; no user restriction.
+    PreLock,
+    /// Deletes become tombstones while history is copied.
+    HardDelete,
+    /// Writes and deletes are refused while the last delta is copied.
+    Write,
+}
+
+impl Phase {
+    /// The name used on the wire and in metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::PreLock => "preLock",
+            Phase::HardDelete => "hardDelete",
+            Phase::Write => "write",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Phase {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "preLock" => Ok(Phase::PreLock),
+            "hardDelete" => Ok(Phase::HardDelete),
+            "write" => Ok(Phase::Write),
+            other => Err(format!("unknown phase {other:?}; expected preLock, hardDelete or write")),
+        }
+    }
+}
+
+/// A 128-bit random lock token, hex encoded. Its `Debug` form is redacted so it
+/// cannot leak into logs by accident.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LockToken(String);
+
+impl LockToken {
+    /// A fresh token from the operating system's random source.
+    pub fn generate() -> Self {
+        let bytes: [u8; 16] = rand::random();
+        Self(hex::encode(bytes))
+    }
+
+    /// Wraps a token presented by a caller.
+    pub fn from_presented(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    /// The secret itself, to hand to the lock's owner and nobody else.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Compares in constant time, so response timing does not reveal a token prefix.
+    pub fn matches(&self, other: &LockToken) -> bool {
+        let (a, b) = (self.0.as_bytes(), other.0.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+impl fmt::Debug for LockToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LockToken(<redacted>)")
+    }
+}
+
+impl LockInfo {
+    /// The lease has not lapsed.
+    pub fn is_live(&self, now: DateTime<Utc>) -> bool {
+        now < self.expires_at
+    }
+
+    /// Live and past its effective time (within `skew` of it): user operations may be
+    /// restricted, so caches must not serve it.
+    pub fn is_started(&self, now: DateTime<Utc>, skew: chrono::TimeDelta) -> bool {
+        self.is_live(now) && self.effective_at <= now + skew
+    }
+
+    /// The convergence delay declared when the lock was taken.
+    pub fn convergence_delay(&self) -> chrono::TimeDelta {
+        self.effective_at - self.acquired_at
+    }
+}
+
+impl LocationDocument {
+    /// A new, unlocked document at `location`.
+    pub fn new(id: impl Into<String>, location: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            schema_version: SCHEMA_VERSION,
+            primary: Section { location: location.into(), lock: None, extra: Map::new() },
+            secondary: None,
+            migrating: false,
+            extra: Map::new(),
+        }
+    }
+
+    /// Parses a stored document, refusing unsupported major versions.
+    pub fn from_json(value: Value) -> Result<Self, DocumentError> {
+        let id = value.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let found = value
+            .get("schemaVersion")
+            .ok_or_else(|| DocumentError::Malformed(format!("document {id:?} has no schemaVersion")))?
+            .as_u64()
+            .ok_or_else(|| DocumentError::Malformed(format!("document {id:?}: schemaVersion is not a positive integer")))?;
+        if found != SCHEMA_VERSION {
+            return Err(DocumentError::UnsupportedSchema { id, found });
+        }
+        serde_json::from_value(value).map_err(|e| DocumentError::Malformed(format!("document {id:?}: {e}")))
+    }
+
+    /// The JSON form written to the store, unknown fields included.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("a location document always serializes")
+    }
+
+    /// The primary lock if its lease has not lapsed.
+    pub fn live_lock(&self, now: DateTime<Utc>) -> Option<&LockInfo> {
+        self.primary.lock.as_ref().filter(|l| l.is_live(now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_fields_survive_a_rewrite() {
+        let stored = json!({
+            "id": "probe-1", "schemaVersion": 1, "migrating": false, "secondary": null,
+            "primary": {"location": "westeurope", "lock": null, "tier": "gold"},
+            "addedByV1_3": {"nested": [1, 2]},
+            "_etag": "abc"
+        });
+        let mut doc = LocationDocument::from_json(stored).unwrap();
+        doc.primary.location = "northeurope".into();
+        let written = doc.to_json();
+        assert_eq!(written["addedByV1_3"], json!({"nested": [1, 2]}));
+        assert_eq!(written["primary"]["tier"], json!("gold"));
+        assert_eq!(written["primary"]["location"], json!("northeurope"));
+    }
+
+    #[test]
+    fn unsupported_major_version_is_refused() {
+        let stored = json!({"id": "r", "schemaVersion": 2, "primary": {"location": "x"}, "migrating": false});
+        assert_eq!(
+            LocationDocument::from_json(stored),
+            Err(DocumentError::UnsupportedSchema { id: "r".into(), found: 2 })
+        );
+    }
+
+    #[test]
+    fn missing_or_bad_schema_version_is_malformed() {
+        let missing = json!({"id": "r", "primary": {"location": "x", "lock": null}, "secondary": null, "migrating": false});
+        assert!(matches!(LocationDocument::from_json(missing), Err(DocumentError::Malformed(_))));
+        let text = json!({"id": "r", "schemaVersion": "1", "primary": {"location": "x"}});
+        assert!(matches!(LocationDocument::from_json(text), Err(DocumentError::Malformed(_))));
+    }
+
+    #[test]
+    fn round_trip_and_wire_names() {
+        let doc = LocationDocument::new("probe-1", "westeurope");
+        let json = doc.to_json();
+        assert_eq!(json["schemaVersion"], json!(1));
+        assert_eq!(json["primary"]["lock"], Value::Null);
+        assert_eq!(LocationDocument::from_json(json).unwrap(), doc);
+    }
+
+    #[test]
+    fn token_is_128_bits_random_and_redacted_in_debug() {
+        let (a, b) = (LockToken::generate(), LockToken::generate());
+        assert_eq!(a.expose().len(), 32);
+        assert!(!a.matches(&b));
+        assert!(a.matches(&a.clone()));
+        assert!(!format!("{a:?}").contains(a.expose()));
+    }
+}

@@ -1,0 +1,119 @@
+//! Where location documents live. The store knows documents and ETags, not lock rules.
+//!
+//! Every backend implements [`LocationStore`] and passes the same conformance suite
+//! (`tests/store_conformance.rs`): point reads from the write region or a replica,
+//! create-if-absent, replace-if-match, a pull-based stream of committed changes and a
+//! paged scan of all documents.
+
+pub mod cosmos;
+pub mod memory;
+
+use std::fmt::{self, Debug};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::routing::document::{DocumentError, LocationDocument};
+
+/// An opaque version of one stored document, new on every write.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ETag(pub String);
+
+impl Debug for ETag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ETag({})", self.0)
+    }
+}
+
+/// A document together with the ETag it was read at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned {
+    /// The document.
+    pub doc: LocationDocument,
+    /// Its version.
+    pub etag: ETag,
+}
+
+/// Which copy a point read goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// The single write region: authoritative, used for lock decisions.
+    WriteRegion,
+    /// The nearest replica: may lag the write region by up to the replication bound.
+    Replica,
+}
+
+/// One committed write, as the change stream delivers it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// The document as written.
+    pub doc: Versioned,
+    /// When the store committed it (store time, coarse).
+    pub committed_at: DateTime<Utc>,
+}
+
+/// Where a change-stream reader stands. Opaque; start from [`ChangeCursor::beginning`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ChangeCursor(pub String);
+
+impl ChangeCursor {
+    /// Reads every change the store still holds.
+    pub fn beginning() -> Self {
+        Self(String::new())
+    }
+}
+
+/// A page of the change stream.
+#[derive(Debug, Clone)]
+pub struct ChangeBatch {
+    /// Changes in commit order (a backend may deliver only the latest version of a
+    /// document, as Cosmos DB's change feed does).
+    pub changes: Vec<Change>,
+    /// Where to continue from.
+    pub next: ChangeCursor,
+}
+
+/// Why a store call failed. Callers branch on these kinds.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum StoreError {
+    /// No document with that id.
+    #[error("document not found")]
+    NotFound,
+    /// The ETag presented is not the current one (HTTP 412).
+    #[error("precondition failed: the document changed since it was read")]
+    PreconditionFailed,
+    /// Create of an id that already exists (HTTP 409).
+    #[error("a document with that id already exists")]
+    Conflict,
+    /// The store could not be reached or failed; nothing was written by this call.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The stored document cannot be used by this library version.
+    #[error(transparent)]
+    Document(#[from] DocumentError),
+}
+
+/// Storage of location documents.
+#[async_trait]
+pub trait LocationStore: Debug + Send + Sync + 'static {
+    /// Point read of one document.
+    async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError>;
+
+    /// Creates `doc` if no document has its id; `Conflict` otherwise.
+    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError>;
+
+    /// Replaces the document if its current ETag is `if_match`; `PreconditionFailed`
+    /// otherwise, and nothing is written.
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError>;
+
+    /// Up to `limit` committed changes after `cursor`.
+    async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError>;
+
+    /// Up to `limit` documents with ids greater than `after` (all ids when `None`), in id
+    /// order, read from the write region. For periodic full scans.
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError>;
+}
+
+/// How long a change-stream consumer waits between empty polls.
+pub const DEFAULT_CHANGE_POLL: Duration = Duration::from_millis(200);

@@ -1,0 +1,379 @@
+//! The embedded default store: everything in process memory.
+//!
+//! It behaves like the production store where the lock protocol cares: a new ETag on
+//! every write, 412 on a stale ETag, 409 on creating an existing id, and replicas that
+//! lag the write region by a configured bound (bounded staleness), so stale reads can be
+//! shown. It also injects faults and counts calls by kind, for tests.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::{Change, ChangeBatch, ChangeCursor, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use crate::clock::{to_chrono, Clock};
+use crate::routing::document::LocationDocument;
+
+/// Settings of the in-memory store.
+#[derive(Debug, Clone)]
+pub struct MemoryStoreConfig {
+    /// How far replicas trail the write region. Replica reads see the newest version
+    /// committed at least this long ago: the worst case of a bounded-staleness store.
+    pub replica_lag: Duration,
+    /// How many changes the change stream retains; older ones are dropped, and a reader
+    /// that fell further behind continues from the oldest retained change.
+    pub change_log_capacity: usize,
+}
+
+impl Default for MemoryStoreConfig {
+    fn default() -> Self {
+        Self { replica_lag: Duration::ZERO, change_log_capacity: 100_000 }
+    }
+}
+
+/// Kinds of store call, for fault injection and counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// `read(.., WriteRegion)`.
+    ReadWriteRegion,
+    /// `read(.., Replica)`.
+    ReadReplica,
+    /// `create`.
+    Create,
+    /// `replace`.
+    Replace,
+    /// `read_changes`.
+    ReadChanges,
+    /// `scan`.
+    Scan,
+}
+
+const ALL_KINDS: [OpKind; 6] =
+    [OpKind::ReadWriteRegion, OpKind::ReadReplica, OpKind::Create, OpKind::Replace, OpKind::ReadChanges, OpKind::Scan];
+
+/// What an injected fault does to a call.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// The call fails with this error and has no effect.
+    Fail(StoreError),
+    /// The call waits this long (on tokio's clock), then proceeds.
+    Delay(Duration),
+}
+
+/// A snapshot of how many calls of each kind the store has served (faulted calls
+/// included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpCounts {
+    /// Point reads from the write region.
+    pub read_write_region: u64,
+    /// Point reads from a replica.
+    pub read_replica: u64,
+    /// Creates.
+    pub create: u64,
+    /// Replaces.
+    pub replace: u64,
+    /// Change-stream reads.
+    pub read_changes: u64,
+    /// Scans.
+    pub scan: u64,
+}
+
+impl OpCounts {
+    /// Point reads of either kind.
+    pub fn reads(&self) -> u64 {
+        self.read_write_region + self.read_replica
+    }
+
+    /// Writes of either kind.
+    pub fn writes(&self) -> u64 {
+        self.create + self.replace
+    }
+
+    /// Calls since `earlier`, kind by kind.
+    pub fn since(&self, earlier: &OpCounts) -> OpCounts {
+        OpCounts {
+            read_write_region: self.read_write_region - earlier.read_write_region,
+            read_replica: self.read_replica - earlier.read_replica,
+            create: self.create - earlier.create,
+            replace: self.replace - earlier.replace,
+            read_changes: self.read_changes - earlier.read_changes,
+            scan: self.scan - earlier.scan,
+        }
+    }
+}
+
+/// The in-memory [`LocationStore`].
+#[derive(Debug)]
+pub struct MemoryStore {
+    clock: Arc<dyn Clock>,
+    config: MemoryStoreConfig,
+    state: Mutex<State>,
+    faults: Mutex<HashMap<OpKind, VecDeque<Fault>>>,
+    counters: [AtomicU64; 6],
+}
+
+#[derive(Debug, Default)]
+struct State {
+    docs: BTreeMap<String, History>,
+    log: VecDeque<(u64, Change)>,
+    next_seq: u64,
+    next_etag: u64,
+}
+
+/// Versions of one document, oldest first: the newest is the write region's copy, and
+/// older ones are kept only as long as a replica could still be serving them.
+#[derive(Debug, Default)]
+struct History {
+    versions: VecDeque<StoredVersion>,
+    /// Older versions were dropped, so the oldest kept one has been visible to replicas:
+    /// a replica never "unsees" it, even if the clock steps back.
+    pruned: bool,
+}
+
+#[derive(Debug, Clone)]
+struct StoredVersion {
+    json: Value,
+    etag: ETag,
+    committed_at: DateTime<Utc>,
+}
+
+impl MemoryStore {
+    /// An empty store reading time from `clock`.
+    pub fn new(clock: Arc<dyn Clock>, config: MemoryStoreConfig) -> Self {
+        Self {
+            clock,
+            config,
+            state: Mutex::new(State::default()),
+            faults: Mutex::new(HashMap::new()),
+            counters: Default::default(),
+        }
+    }
+
+    /// Makes the next `times` calls of `kind` suffer `fault`.
+    pub fn inject(&self, kind: OpKind, fault: Fault, times: usize) {
+        let mut faults = self.faults.lock().expect("faults mutex poisoned");
+        faults.entry(kind).or_default().extend(std::iter::repeat_n(fault, times));
+    }
+
+    /// Drops every pending injected fault.
+    pub fn clear_faults(&self) {
+        self.faults.lock().expect("faults mutex poisoned").clear();
+    }
+
+    /// Calls served so far, by kind.
+    pub fn counts(&self) -> OpCounts {
+        let c = |k: OpKind| self.counters[kind_index(k)].load(Ordering::Relaxed);
+        OpCounts {
+            read_write_region: c(OpKind::ReadWriteRegion),
+            read_replica: c(OpKind::ReadReplica),
+            create: c(OpKind::Create),
+            replace: c(OpKind::Replace),
+            read_changes: c(OpKind::ReadChanges),
+            scan: c(OpKind::Scan),
+        }
+    }
+
+    /// Writes raw JSON as the newest version of a document, bypassing every check: for
+    /// tests that need what this library would never write (another schema version, a
+    /// forged partial cutover).
+    pub fn put_raw(&self, id: &str, json: Value) -> ETag {
+        let now = self.clock.now();
+        let mut state = self.state.lock().expect("store mutex poisoned");
+        let etag = state.commit(id, json, now, self.config.change_log_capacity);
+        state.prune(id, now - to_chrono(self.config.replica_lag));
+        etag
+    }
+
+    /// Counts the call and applies the next injected fault of its kind, if any.
+    async fn enter(&self, kind: OpKind) -> Result<(), StoreError> {
+        self.counters[kind_index(kind)].fetch_add(1, Ordering::Relaxed);
+        let fault = self.faults.lock().expect("faults mutex poisoned").get_mut(&kind).and_then(VecDeque::pop_front);
+        match fault {
+            None => Ok(()),
+            Some(Fault::Fail(e)) => Err(e),
+            Some(Fault::Delay(d)) => {
+                tokio::time::sleep(d).await;
+                Ok(())
+            }
+        }
+    }
+
+    fn replica_horizon(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        now - to_chrono(self.config.replica_lag)
+    }
+}
+
+fn kind_index(kind: OpKind) -> usize {
+    ALL_KINDS.iter().position(|k| *k == kind).expect("every kind is listed")
+}
+
+impl State {
+    fn commit(&mut self, id: &str, json: Value, now: DateTime<Utc>, log_capacity: usize) -> ETag {
+        self.next_etag += 1;
+        let etag = ETag(format!("\"m{:012x}\"", self.next_etag));
+        let history = self.docs.entry(id.to_owned()).or_default();
+        history.versions.push_back(StoredVersion { json: json.clone(), etag: etag.clone(), committed_at: now });
+        if let Ok(doc) = LocationDocument::from_json(json) {
+            self.next_seq += 1;
+            self.log.push_back((self.next_seq, Change { doc: Versioned { doc, etag: etag.clone() }, committed_at: now }));
+            while self.log.len() > log_capacity {
+                self.log.pop_front();
+            }
+        }
+        etag
+    }
+
+    /// Forgets versions no replica can serve any more (older than the newest version
+    /// committed before the replica horizon).
+    fn prune(&mut self, id: &str, horizon: DateTime<Utc>) {
+        if let Some(history) = self.docs.get_mut(id) {
+            while history.versions.len() > 1 && history.versions[1].committed_at <= horizon {
+                history.versions.pop_front();
+                history.pruned = true;
+            }
+        }
+    }
+
+    fn newest(&self, id: &str) -> Option<&StoredVersion> {
+        self.docs.get(id).and_then(|h| h.versions.back())
+    }
+}
+
+fn to_versioned(v: &StoredVersion) -> Result<Versioned, StoreError> {
+    Ok(Versioned { doc: LocationDocument::from_json(v.json.clone())?, etag: v.etag.clone() })
+}
+
+#[async_trait]
+impl LocationStore for MemoryStore {
+    async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
+        let kind = match from {
+            ReadFrom::WriteRegion => OpKind::ReadWriteRegion,
+            ReadFrom::Replica => OpKind::ReadReplica,
+        };
+        self.enter(kind).await?;
+        let now = self.clock.now();
+        let mut state = self.state.lock().expect("store mutex poisoned");
+        match from {
+            ReadFrom::WriteRegion => to_versioned(state.newest(id).ok_or(StoreError::NotFound)?),
+            ReadFrom::Replica => {
+                let horizon = self.replica_horizon(now);
+                state.prune(id, horizon);
+                let history = state.docs.get(id).ok_or(StoreError::NotFound)?;
+                let visible = history.versions.iter().rev().find(|v| v.committed_at <= horizon);
+                let visible = visible.or_else(|| history.versions.front().filter(|_| history.pruned));
+                to_versioned(visible.ok_or(StoreError::NotFound)?)
+            }
+        }
+    }
+
+    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
+        self.enter(OpKind::Create).await?;
+        let now = self.clock.now();
+        let mut state = self.state.lock().expect("store mutex poisoned");
+        if state.docs.contains_key(&doc.id) {
+            return Err(StoreError::Conflict);
+        }
+        Ok(state.commit(&doc.id, doc.to_json(), now, self.config.change_log_capacity))
+    }
+
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
+        self.enter(OpKind::Replace).await?;
+        let now = self.clock.now();
+        let mut state = self.state.lock().expect("store mutex poisoned");
+        let current = state.newest(&doc.id).ok_or(StoreError::NotFound)?;
+        if &current.etag != if_match {
+            return Err(StoreError::PreconditionFailed);
+        }
+        let etag = state.commit(&doc.id, doc.to_json(), now, self.config.change_log_capacity);
+        state.prune(&doc.id, self.replica_horizon(now));
+        Ok(etag)
+    }
+
+    async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
+        self.enter(OpKind::ReadChanges).await?;
+        let after: u64 = if cursor.0.is_empty() {
+            0
+        } else {
+            cursor.0.parse().map_err(|_| StoreError::Unavailable(format!("not a memory-store cursor: {:?}", cursor.0)))?
+        };
+        let state = self.state.lock().expect("store mutex poisoned");
+        let changes: Vec<Change> =
+            state.log.iter().filter(|(seq, _)| *seq > after).take(limit).map(|(_, c)| c.clone()).collect();
+        let last = state.log.iter().filter(|(seq, _)| *seq > after).take(limit).last().map(|(s, _)| *s);
+        Ok(ChangeBatch { changes, next: ChangeCursor(last.unwrap_or(after).to_string()) })
+    }
+
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+        self.enter(OpKind::Scan).await?;
+        let state = self.state.lock().expect("store mutex poisoned");
+        let range = match after {
+            Some(a) => state.docs.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
+            None => state.docs.range::<str, _>(..),
+        };
+        range
+            .filter_map(|(_, h)| h.versions.back())
+            .take(limit)
+            .map(to_versioned)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    fn store(lag: Duration) -> (Arc<ManualClock>, MemoryStore) {
+        let clock = Arc::new(ManualClock::at_epoch());
+        let store = MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: lag, change_log_capacity: 4 });
+        (clock, store)
+    }
+
+    #[tokio::test]
+    async fn replicas_lag_by_the_configured_bound() {
+        let (clock, store) = store(Duration::from_secs(5));
+        let doc = LocationDocument::new("r1", "westeurope");
+        let first = store.create(&doc).await.unwrap();
+        assert_eq!(store.read("r1", ReadFrom::Replica).await, Err(StoreError::NotFound));
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(store.read("r1", ReadFrom::Replica).await.unwrap().etag, first);
+
+        let mut moved = doc.clone();
+        moved.primary.location = "northeurope".into();
+        let second = store.replace(&moved, &first).await.unwrap();
+        assert_eq!(store.read("r1", ReadFrom::WriteRegion).await.unwrap().etag, second);
+        assert_eq!(store.read("r1", ReadFrom::Replica).await.unwrap().doc.primary.location, "westeurope");
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(store.read("r1", ReadFrom::Replica).await.unwrap().etag, second);
+    }
+
+    #[tokio::test]
+    async fn injected_faults_fail_exactly_n_calls_and_change_nothing() {
+        let (_clock, store) = store(Duration::ZERO);
+        store.inject(OpKind::Create, Fault::Fail(StoreError::Unavailable("injected".into())), 2);
+        let doc = LocationDocument::new("r1", "westeurope");
+        assert!(matches!(store.create(&doc).await, Err(StoreError::Unavailable(_))));
+        assert!(matches!(store.create(&doc).await, Err(StoreError::Unavailable(_))));
+        assert_eq!(store.read("r1", ReadFrom::WriteRegion).await, Err(StoreError::NotFound));
+        store.create(&doc).await.unwrap();
+        assert_eq!(store.counts().create, 3);
+    }
+
+    #[tokio::test]
+    async fn change_log_keeps_only_its_capacity() {
+        let (_clock, store) = store(Duration::ZERO);
+        for i in 0..6 {
+            store.create(&LocationDocument::new(format!("r{i}"), "x")).await.unwrap();
+        }
+        let batch = store.read_changes(&ChangeCursor::beginning(), 100).await.unwrap();
+        let ids: Vec<_> = batch.changes.iter().map(|c| c.doc.doc.id.as_str()).collect();
+        assert_eq!(ids, ["r2", "r3", "r4", "r5"]);
+        let rest = store.read_changes(&batch.next, 100).await.unwrap();
+        assert!(rest.changes.is_empty());
+        assert_eq!(rest.next, batch.next);
+    }
+}
