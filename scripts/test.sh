@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: installs what the tests need, then runs them.
+# The whole test suite on a fresh machine: installs what the tests need (Prometheus and
+# promtool, Chromium, the local Cosmos DB-compatible server), then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install-test-deps.sh
 bash scripts/setup-cosmos.sh
 cargo test --all-targets --locked

@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the reference resource-owning service (key in LOCKPROBE_LOCK_API_KEY).
-    Service(service::cli::ServiceArgs),
+    Service(Box<service::cli::ServiceArgs>),
     /// The embedded default: store, service and probe in one process.
     Demo(demo::DemoArgs),
     /// One full probe cycle plus every negative check against a service (key in LOCKPROBE_LOCK_API_KEY).
@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         match cli.command {
-            Command::Service(args) => service::cli::run(args, shutdown).await.map(|()| 0),
+            Command::Service(args) => service::cli::run(*args, shutdown).await.map(|()| 0),
             Command::Demo(args) => demo::run(args, shutdown).await,
             Command::Validate(args) => probe_cli::validate(args).await,
             Command::Serve(args) => probe_cli::serve(args, shutdown).await.map(|()| 0),
