@@ -17,8 +17,7 @@ use crate::probe::scheduler::TargetSchedule;
 use crate::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
 use crate::probe::state::StateFile;
 use crate::service::{self, ServiceConfig};
-use crate::store::memory::{MemoryStore, MemoryStoreConfig};
-use crate::store::LocationStore;
+use crate::store::cosmos::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
 
 /// Flags of `lockprobe demo`.
@@ -42,6 +41,9 @@ pub struct DemoArgs {
     /// Probe buffer on top of the declared convergence delay.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
     pub buffer: Duration,
+    /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// Runs the demo; returns the exit code.
@@ -53,13 +55,14 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     }
     let api_key = hex::encode(rand::random::<[u8; 16]>());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
-        clock.clone(),
-        MemoryStoreConfig {
-            replica_lag: args.replication_bound,
-            ..MemoryStoreConfig::default()
-        },
-    ));
+    args.store.validate().map_err(|e| UsageError::new(e.to_string()))?;
+    let probe = Probe::new()?;
+    // Store metrics (Cosmos request charges) are served with the probe's own.
+    let store = args
+        .store
+        .open(clock.clone(), args.replication_bound, probe.metrics.registry())
+        .await
+        .map_err(OpenStoreError::into_anyhow)?;
     let service_config = ServiceConfig {
         cache_ttls: vec![args.cache_ttl],
         replication_bound: args.replication_bound,
@@ -133,7 +136,6 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
             .map(|i| format!("probe-{i:04}"))
             .collect(),
     };
-    let probe = Probe::new()?;
     let summary = probe
         .run(
             vec![(settings, target)],
