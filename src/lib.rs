@@ -9,7 +9,9 @@
 //! - [`routing`]: the lock lifecycle (pure), enforcement, the tiered cache and the
 //!   `RoutingClient` a service links.
 //! - [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default.
+//! - [`monitor`]: the convergence monitor over the store's change stream.
 
 pub mod clock;
+pub mod monitor;
 pub mod routing;
 pub mod store;
