@@ -149,7 +149,9 @@ fn record(h: &mut Histogram<u64>, d: Duration) {
 }
 
 fn summary(h: &Histogram<u64>) -> Value {
-    let secs = |v: u64| v as f64 / 1000.0;
+    // HDR buckets hold values equal to three significant digits; report each bucket's
+    // lowest value, so a recorded 9.000 s reads 9.000 s rather than 9.007 s.
+    let secs = |v: u64| h.lowest_equivalent(v) as f64 / 1000.0;
     if h.is_empty() {
         return json!({ "count": 0 });
     }
