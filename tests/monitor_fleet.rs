@@ -11,7 +11,10 @@ use futures::future::join_all;
 use lockprobe::clock::{Clock, ManualClock};
 use lockprobe::monitor::{Monitor, MonitorConfig, Outcome};
 use lockprobe::routing::cache::TieredCache;
-use lockprobe::routing::{ClientOptions, LockError, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient, RoutingError};
+use lockprobe::routing::{
+    ClientOptions, LockError, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient,
+    RoutingError,
+};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::{LocationStore, ReadFrom};
 use prometheus::{Encoder, TextEncoder};
@@ -76,7 +79,10 @@ struct Fleet {
 }
 
 fn client(store: &Arc<MemoryStore>, clock: &Arc<ManualClock>, delay: u64) -> Arc<RoutingClient> {
-    let policy = LockPolicy { convergence_delay: S * delay as u32, max_pre_lock: S * 3600 };
+    let policy = LockPolicy {
+        convergence_delay: S * delay as u32,
+        max_pre_lock: S * 3600,
+    };
     Arc::new(RoutingClient::new(
         store.clone(),
         clock.clone(),
@@ -113,20 +119,39 @@ impl Fleet {
         let clock = Arc::new(ManualClock::at_epoch());
         let store = Arc::new(MemoryStore::new(
             clock.clone(),
-            MemoryStoreConfig { replica_lag: Duration::ZERO, change_log_capacity: log_capacity },
+            MemoryStoreConfig {
+                replica_lag: Duration::ZERO,
+                change_log_capacity: log_capacity,
+            },
         ));
         let clients = (0..3).map(|_| client(&store, &clock, DELAY)).collect();
         let short_client = client(&store, &clock, 4);
         let mut kinds = Vec::new();
         for i in 0..mix.clean {
-            kinds.push(Kind::Clean { release: i % 10 == 0, renewals: (i % 3) as u32 });
+            kinds.push(Kind::Clean {
+                release: i % 10 == 0,
+                renewals: (i % 3) as u32,
+            });
         }
-        kinds.extend(std::iter::repeat_n(Kind::EarlyInsideBuffer, mix.early_inside_buffer as usize));
-        kinds.extend(std::iter::repeat_n(Kind::EarlyUnderDeclared, mix.early_under_declared as usize));
+        kinds.extend(std::iter::repeat_n(
+            Kind::EarlyInsideBuffer,
+            mix.early_inside_buffer as usize,
+        ));
+        kinds.extend(std::iter::repeat_n(
+            Kind::EarlyUnderDeclared,
+            mix.early_under_declared as usize,
+        ));
         kinds.extend(std::iter::repeat_n(Kind::Abandoned, mix.abandoned as usize));
-        kinds.extend(std::iter::repeat_n(Kind::LeaseExpires, mix.lease_expires as usize));
+        kinds.extend(std::iter::repeat_n(
+            Kind::LeaseExpires,
+            mix.lease_expires as usize,
+        ));
         if mix.forged {
-            kinds.extend([Kind::ForgeMovedToTarget, Kind::ForgeMovedElsewhere, Kind::ForgeLockedAtTarget]);
+            kinds.extend([
+                Kind::ForgeMovedToTarget,
+                Kind::ForgeMovedElsewhere,
+                Kind::ForgeLockedAtTarget,
+            ]);
         }
         let migs = kinds
             .into_iter()
@@ -141,12 +166,22 @@ impl Fleet {
                 retried: false,
             })
             .collect();
-        Fleet { clock, store, clients, short_client, migs, tokens_seen: Vec::new() }
+        Fleet {
+            clock,
+            store,
+            clients,
+            short_client,
+            migs,
+            tokens_seen: Vec::new(),
+        }
     }
 
     async fn seed(&self) {
         for m in &self.migs {
-            self.clients[0].resolve_or_create(&m.id, HOME).await.unwrap();
+            self.clients[0]
+                .resolve_or_create(&m.id, HOME)
+                .await
+                .unwrap();
         }
     }
 
@@ -155,9 +190,16 @@ impl Fleet {
         let store = self.store.clone();
         let clients = self.clients.clone();
         let short = self.short_client.clone();
-        let due = self.migs.iter_mut().filter(|m| m.step != Step::Done && m.next == tick);
+        let due = self
+            .migs
+            .iter_mut()
+            .filter(|m| m.step != Step::Done && m.next == tick);
         let tokens: Vec<Option<String>> = join_all(due.map(|m| {
-            let client = if m.kind == Kind::EarlyUnderDeclared { short.clone() } else { clients[m.i as usize % 3].clone() };
+            let client = if m.kind == Kind::EarlyUnderDeclared {
+                short.clone()
+            } else {
+                clients[m.i as usize % 3].clone()
+            };
             advance(m, tick, client, store.clone())
         }))
         .await;
@@ -171,16 +213,36 @@ impl Fleet {
 
 /// One step of one migration; returns a newly issued token (so the test can check
 /// it never leaks into the monitor's output).
-async fn advance(m: &mut Mig, tick: u64, client: Arc<RoutingClient>, store: Arc<MemoryStore>) -> Option<String> {
+async fn advance(
+    m: &mut Mig,
+    tick: u64,
+    client: Arc<RoutingClient>,
+    store: Arc<MemoryStore>,
+) -> Option<String> {
     let token = m.token.clone();
     let tok = || token.clone().expect("a lock was taken");
     let mut issued = None;
     match m.step {
         Step::PreLock => {
-            let duration = if m.kind == Kind::Abandoned { 20 * S } else { 300 * S };
-            let target = if m.kind == Kind::ForgeLockedAtTarget { None } else { Some(TARGET.to_owned()) };
+            let duration = if m.kind == Kind::Abandoned {
+                20 * S
+            } else {
+                300 * S
+            };
+            let target = if m.kind == Kind::ForgeLockedAtTarget {
+                None
+            } else {
+                Some(TARGET.to_owned())
+            };
             let grant = client
-                .pre_lock(&m.id, &PreLockRequest { owner: "fleet".into(), duration, target_location: target })
+                .pre_lock(
+                    &m.id,
+                    &PreLockRequest {
+                        owner: "fleet".into(),
+                        duration,
+                        target_location: target,
+                    },
+                )
                 .await
                 .unwrap();
             issued = Some(grant.token.expose().to_owned());
@@ -194,7 +256,10 @@ async fn advance(m: &mut Mig, tick: u64, client: Arc<RoutingClient>, store: Arc<
             };
         }
         Step::HardDelete => {
-            client.escalate(&m.id, &tok(), Phase::HardDelete, 60 * S).await.unwrap();
+            client
+                .escalate(&m.id, &tok(), Phase::HardDelete, 60 * S)
+                .await
+                .unwrap();
             (m.step, m.next) = match m.kind {
                 Kind::Clean { renewals, .. } if renewals > 0 => (Step::Renew(renewals), tick + 2),
                 Kind::Clean { .. } => (Step::Write, tick + 5 + m.i % 7),
@@ -203,22 +268,37 @@ async fn advance(m: &mut Mig, tick: u64, client: Arc<RoutingClient>, store: Arc<
         }
         Step::Renew(left) => {
             client.renew(&m.id, &tok(), 60 * S).await.unwrap();
-            (m.step, m.next) = if left > 1 { (Step::Renew(left - 1), tick + 2) } else { (Step::Write, tick + 3) };
+            (m.step, m.next) = if left > 1 {
+                (Step::Renew(left - 1), tick + 2)
+            } else {
+                (Step::Write, tick + 3)
+            };
         }
         Step::Write => {
-            let lease = if m.kind == Kind::LeaseExpires && !m.retried { 5 * S } else { 30 * S };
-            client.escalate(&m.id, &tok(), Phase::Write, lease).await.unwrap();
+            let lease = if m.kind == Kind::LeaseExpires && !m.retried {
+                5 * S
+            } else {
+                30 * S
+            };
+            client
+                .escalate(&m.id, &tok(), Phase::Write, lease)
+                .await
+                .unwrap();
             (m.step, m.next) = match m.kind {
                 Kind::Clean { release: true, .. } => (Step::Release, tick + 1 + m.i % 9),
                 Kind::Clean { .. } => (Step::Swap, tick + 1 + m.i % 9),
                 Kind::LeaseExpires if !m.retried => (Step::Swap, tick + 10),
-                Kind::ForgeMovedToTarget | Kind::ForgeMovedElsewhere | Kind::ForgeLockedAtTarget => (Step::Forge, tick + 2),
+                Kind::ForgeMovedToTarget
+                | Kind::ForgeMovedElsewhere
+                | Kind::ForgeLockedAtTarget => (Step::Forge, tick + 2),
                 _ => (Step::Swap, tick + 3),
             };
         }
         Step::Swap => match client.swap(&m.id, &tok(), TARGET).await {
             Ok(_) => m.step = Step::Done,
-            Err(RoutingError::Lock(LockError::LeaseExpired { .. })) if m.kind == Kind::LeaseExpires && !m.retried => {
+            Err(RoutingError::Lock(LockError::LeaseExpired { .. }))
+                if m.kind == Kind::LeaseExpires && !m.retried =>
+            {
                 // The orchestrator's lease lapsed mid-migration: retry with a fresh lock.
                 m.retried = true;
                 (m.step, m.next) = (Step::PreLock, tick + 1);
@@ -260,7 +340,9 @@ async fn run(fleet: &mut Fleet, monitor: &Monitor, ticks: u64) {
 
 fn metrics_text(registry: &prometheus::Registry) -> String {
     let mut buf = Vec::new();
-    TextEncoder::new().encode(&registry.gather(), &mut buf).unwrap();
+    TextEncoder::new()
+        .encode(&registry.gather(), &mut buf)
+        .unwrap();
     String::from_utf8(buf).unwrap()
 }
 
@@ -268,12 +350,21 @@ fn new_monitor(fleet: &Fleet) -> (Monitor, prometheus::Registry) {
     let registry = prometheus::Registry::new();
     let clock: Arc<dyn Clock> = fleet.clock.clone();
     let store: Arc<dyn LocationStore> = fleet.store.clone();
-    (Monitor::new(store, clock, monitor_config(), &registry).unwrap(), registry)
+    (
+        Monitor::new(store, clock, monitor_config(), &registry).unwrap(),
+        registry,
+    )
 }
 
 #[tokio::test]
 async fn a_clean_fleet_reports_no_anomaly() {
-    let mut fleet = Fleet::new(Mix { clean: 300, ..Mix::default() }, 100_000);
+    let mut fleet = Fleet::new(
+        Mix {
+            clean: 300,
+            ..Mix::default()
+        },
+        100_000,
+    );
     fleet.seed().await;
     let (monitor, registry) = new_monitor(&fleet);
     run(&mut fleet, &monitor, 120).await;
@@ -293,12 +384,26 @@ async fn a_clean_fleet_reports_no_anomaly() {
     assert_eq!(status["renewals"], renewals);
     // Every migration's hold was timed; write holds were planned at 1..=9 s.
     assert_eq!(status["phase_durations"]["write"]["count"], 300);
-    assert!(status["phase_durations"]["write"]["max_seconds"].as_f64().unwrap() <= 9.0, "{status}");
-    assert!(status["phase_durations"]["write"]["p50_seconds"].as_f64().unwrap() >= 1.0);
+    assert!(
+        status["phase_durations"]["write"]["max_seconds"]
+            .as_f64()
+            .unwrap()
+            <= 9.0,
+        "{status}"
+    );
+    assert!(
+        status["phase_durations"]["write"]["p50_seconds"]
+            .as_f64()
+            .unwrap()
+            >= 1.0
+    );
     // Clean escalations came at delay + buffer (15 s) plus 0..4 s of jitter.
     assert_eq!(status["escalation_interval"]["count"], 300);
     let p = |q: &str| status["escalation_interval"][q].as_f64().unwrap();
-    assert!(p("p50_seconds") >= 15.0 && p("max_seconds") <= 19.0, "{status}");
+    assert!(
+        p("p50_seconds") >= 15.0 && p("max_seconds") <= 19.0,
+        "{status}"
+    );
 
     let text = metrics_text(&registry);
     assert!(text.contains("lockprobe_monitor_early_escalations_total 0"));
@@ -310,7 +415,14 @@ async fn a_clean_fleet_reports_no_anomaly() {
 
 #[tokio::test]
 async fn every_injected_anomaly_is_counted_exactly() {
-    let mix = Mix { clean: 300, early_inside_buffer: 7, early_under_declared: 3, abandoned: 5, lease_expires: 4, forged: true };
+    let mix = Mix {
+        clean: 300,
+        early_inside_buffer: 7,
+        early_under_declared: 3,
+        abandoned: 5,
+        lease_expires: 4,
+        forged: true,
+    };
     let mut fleet = Fleet::new(mix, 100_000);
     fleet.seed().await;
     let (monitor, registry) = new_monitor(&fleet);
@@ -320,24 +432,47 @@ async fn every_injected_anomaly_is_counted_exactly() {
 
     assert_eq!(monitor.early_escalations(), 7 + 3);
     assert_eq!(monitor.partial_cutovers(), 3);
-    assert_eq!(monitor.outcomes(Outcome::Lapsed), 5 + 4, "abandoned + expired mid-migration");
-    assert_eq!(monitor.orphaned_locks(), 5, "the retried ones are no longer orphans");
+    assert_eq!(
+        monitor.outcomes(Outcome::Lapsed),
+        5 + 4,
+        "abandoned + expired mid-migration"
+    );
+    assert_eq!(
+        monitor.orphaned_locks(),
+        5,
+        "the retried ones are no longer orphans"
+    );
     assert_eq!(monitor.outcomes(Outcome::Swapped), 270 + 7 + 3 + 4);
     assert_eq!(monitor.outcomes(Outcome::Released), 30 + 3);
     assert_eq!(monitor.in_flight(), 0);
 
-    let abandoned: Vec<String> = fleet.migs.iter().filter(|m| m.kind == Kind::Abandoned).map(|m| m.id.clone()).collect();
+    let abandoned: Vec<String> = fleet
+        .migs
+        .iter()
+        .filter(|m| m.kind == Kind::Abandoned)
+        .map(|m| m.id.clone())
+        .collect();
     assert_eq!(monitor.orphan_ids(100), abandoned);
 
     let text = metrics_text(&registry);
-    assert!(text.contains("lockprobe_monitor_early_escalations_total 10"), "{text}");
+    assert!(
+        text.contains("lockprobe_monitor_early_escalations_total 10"),
+        "{text}"
+    );
     assert!(text.contains("lockprobe_monitor_partial_cutovers_total 3"));
     assert!(text.contains("lockprobe_monitor_orphaned_locks 5"));
     assert!(text.contains("lockprobe_monitor_migrations_total{outcome=\"lapsed\"} 9"));
     let status = monitor.status();
-    let kinds: BTreeSet<&str> =
-        status["recent_anomalies"].as_array().unwrap().iter().map(|a| a["kind"].as_str().unwrap()).collect();
-    assert!(kinds.contains("partial_cutover") && kinds.contains("orphaned_lock"), "{status}");
+    let kinds: BTreeSet<&str> = status["recent_anomalies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains("partial_cutover") && kinds.contains("orphaned_lock"),
+        "{status}"
+    );
     for token in &fleet.tokens_seen {
         assert!(!text.contains(token.as_str()) && !status.to_string().contains(token.as_str()));
     }
@@ -345,15 +480,28 @@ async fn every_injected_anomaly_is_counted_exactly() {
 
 #[tokio::test]
 async fn a_restarted_monitor_loses_no_orphan() {
-    let mix = Mix { clean: 200, abandoned: 6, ..Mix::default() };
+    let mix = Mix {
+        clean: 200,
+        abandoned: 6,
+        ..Mix::default()
+    };
     // The change log keeps only the newest 64 changes: a monitor started later cannot
     // replay the abandoned pre-locks from the stream.
     let mut fleet = Fleet::new(mix, 64);
     fleet.seed().await;
     let (first, _) = new_monitor(&fleet);
     run(&mut fleet, &first, 60).await;
-    let abandoned: Vec<String> = fleet.migs.iter().filter(|m| m.kind == Kind::Abandoned).map(|m| m.id.clone()).collect();
-    assert_eq!(first.orphan_ids(100), abandoned, "the first monitor saw them on the stream");
+    let abandoned: Vec<String> = fleet
+        .migs
+        .iter()
+        .filter(|m| m.kind == Kind::Abandoned)
+        .map(|m| m.id.clone())
+        .collect();
+    assert_eq!(
+        first.orphan_ids(100),
+        abandoned,
+        "the first monitor saw them on the stream"
+    );
     drop(first);
 
     for tick in 60..90 {
@@ -363,9 +511,16 @@ async fn a_restarted_monitor_loses_no_orphan() {
     let (second, _) = new_monitor(&fleet);
     second.drain().await.unwrap();
     second.sweep();
-    assert!(second.orphaned_locks() < abandoned.len(), "the stream alone must miss some, or this test proves nothing");
+    assert!(
+        second.orphaned_locks() < abandoned.len(),
+        "the stream alone must miss some, or this test proves nothing"
+    );
     second.scan_once().await.unwrap();
-    assert_eq!(second.orphan_ids(100), abandoned, "the scan finds what the stream missed");
+    assert_eq!(
+        second.orphan_ids(100),
+        abandoned,
+        "the scan finds what the stream missed"
+    );
     assert_eq!(second.early_escalations(), 0);
     assert_eq!(second.partial_cutovers(), 0);
 }
