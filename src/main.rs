@@ -1,3 +1,87 @@
-fn main() {
-    println!("lockprobe: not yet");
+//! The `lockprobe` command: parses the command line, starts tracing, wires the parts
+//! together and waits for SIGINT or SIGTERM. Logic lives in the library.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use lockprobe::service;
+use lockprobe::usage::{exit_code, EXIT_USAGE};
+
+#[derive(Debug, Parser)]
+#[command(name = "lockprobe", version, about = "Synthetic probes and convergence monitoring for routing-embedded migration locks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the reference resource-owning service (key in LOCKPROBE_LOCK_API_KEY).
+    Service(service::cli::ServiceArgs),
+    /// The embedded default: store, service and probe in one process.
+    Demo,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lockprobe: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        match cli.command {
+            Command::Service(args) => service::cli::run(args, shutdown).await,
+            Command::Demo => {
+                println!("lockprobe demo: not yet");
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lockprobe: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+/// Cancels `token` on SIGINT or SIGTERM.
+async fn cancel_on_signal(token: CancellationToken) {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutting down");
+    token.cancel();
 }

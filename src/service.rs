@@ -1,0 +1,224 @@
+//! The reference resource-owning service: the probe contract (`shared/contract.md`)
+//! over the routing library.
+//!
+//! - [`lock_api`]: the orchestrator's lock calls, behind a bearer key and an optional
+//!   test-resource prefix.
+//! - [`data_api`]: the route view and the item API, with allow / block / tombstone
+//!   from [`crate::routing::enforce`] and `Server-Timing` on every answer.
+//! - [`items`]: user data, one item store per location.
+//! - [`input`], [`error`]: request checks and problem+json errors.
+//!
+//! Several instances share one routing store and one set of item stores, but each has
+//! its own `RoutingClient` and so its own cache tiers: that is how stale caches and
+//! convergence are observed across instances.
+
+pub mod cli;
+pub mod data_api;
+pub mod error;
+pub mod input;
+pub mod items;
+pub mod lock_api;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::routing::cache::TieredCache;
+use crate::routing::{ClientOptions, LockPolicy, RoutingClient};
+use crate::store::LocationStore;
+use items::ItemStores;
+
+/// Deliberate misbehaviour, for proving that a probe catches it. Off by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Fault {
+    /// Allow writes and deletes that a write lock should block.
+    IgnoreWriteLock,
+    /// Delete physically where a hard-delete lock should keep a tombstone.
+    IgnoreHardDeleteLock,
+    /// Declare a convergence delay without the cache TTLs (a misdeclared bound).
+    UnderDeclareConvergence,
+}
+
+/// Settings of the reference service.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Bearer key of the lock API.
+    pub api_key: String,
+    /// Where a resource's document is created on first use.
+    pub home_location: String,
+    /// TTL of each cache tier, fastest first.
+    pub cache_ttls: Vec<Duration>,
+    /// Declared replication bound of the routing store.
+    pub replication_bound: Duration,
+    /// If set, the lock API accepts only ids with this prefix.
+    pub test_prefix: Option<String>,
+    /// Longest pre-lock granted, renewals included.
+    pub max_pre_lock: Duration,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// `Retry-After` never exceeds this, so blocked clients come back soon after a
+    /// short write lock ends rather than at the end of its lease.
+    pub max_retry_after: Duration,
+    /// Deliberate faults (tests of the probe only).
+    pub faults: Vec<Fault>,
+}
+
+impl ServiceConfig {
+    /// Seconds-scale defaults around `api_key`: one 2 s cache tier, 1 s replication
+    /// bound, 48 h maximum pre-lock.
+    pub fn new(api_key: impl Into<String>) -> Self {
+        Self {
+            api_key: api_key.into(),
+            home_location: "westeurope".into(),
+            cache_ttls: vec![Duration::from_secs(2)],
+            replication_bound: Duration::from_secs(1),
+            test_prefix: None,
+            max_pre_lock: Duration::from_secs(48 * 3600),
+            max_body_bytes: 64 * 1024,
+            max_retry_after: Duration::from_secs(5),
+            faults: Vec::new(),
+        }
+    }
+
+    /// The convergence delay this service declares with every pre-lock.
+    pub fn declared_convergence(&self) -> Duration {
+        let max_ttl = self.cache_ttls.iter().copied().max().unwrap_or_default();
+        if self.has_fault(Fault::UnderDeclareConvergence) {
+            self.replication_bound
+        } else {
+            max_ttl + self.replication_bound
+        }
+    }
+
+    /// Whether `fault` is switched on.
+    pub fn has_fault(&self, fault: Fault) -> bool {
+        self.faults.contains(&fault)
+    }
+
+    /// Checks the settings, naming the bad one.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.api_key.is_empty(), "the lock API key must not be empty");
+        input::check_name("home location", &self.home_location).map_err(|e| anyhow::anyhow!(e.detail))?;
+        anyhow::ensure!(!self.cache_ttls.is_empty(), "at least one --cache-ttl is needed");
+        anyhow::ensure!(!self.max_pre_lock.is_zero(), "--max-prelock must be positive");
+        Ok(())
+    }
+}
+
+/// What every handler of one instance shares.
+#[derive(Debug)]
+pub struct Instance {
+    /// Instance number (0-based), for logs.
+    pub index: usize,
+    /// This instance's routing client (its own cache).
+    pub routing: RoutingClient,
+    /// User data, shared by all instances.
+    pub items: Arc<ItemStores>,
+    /// Service settings.
+    pub config: Arc<ServiceConfig>,
+}
+
+/// Builds one instance's state over the shared store and data.
+pub fn instance(
+    index: usize,
+    config: Arc<ServiceConfig>,
+    store: Arc<dyn LocationStore>,
+    clock: Arc<dyn Clock>,
+    items: Arc<ItemStores>,
+) -> anyhow::Result<Arc<Instance>> {
+    let cache = TieredCache::try_new(&config.cache_ttls)?;
+    let policy = LockPolicy { convergence_delay: config.declared_convergence(), max_pre_lock: config.max_pre_lock };
+    let routing = RoutingClient::new(store, clock, cache, policy, ClientOptions::default());
+    Ok(Arc::new(Instance { index, routing, items, config }))
+}
+
+/// The contract's routes for one instance.
+pub fn router(instance: Arc<Instance>) -> Router {
+    let limit = instance.config.max_body_bytes;
+    Router::new()
+        .route("/v1/resources/{id}/lock", post(lock_api::pre_lock).delete(lock_api::release))
+        .route("/v1/resources/{id}/lock/escalate", post(lock_api::escalate))
+        .route("/v1/resources/{id}/lock/renew", post(lock_api::renew))
+        .route("/v1/resources/{id}/lock/swap", post(lock_api::swap))
+        .route("/v1/resources/{id}/route", get(data_api::route))
+        .route(
+            "/v1/resources/{id}/items/{key}",
+            get(data_api::read_item).put(data_api::write_item).delete(data_api::delete_item),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(axum::Extension(input::BodyLimit(limit)))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(instance)
+}
+
+/// A started service: one listener per instance.
+#[derive(Debug)]
+pub struct RunningService {
+    /// The address each instance listens on, by instance index.
+    pub addrs: Vec<SocketAddr>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningService {
+    /// Waits until every instance has shut down (after the shutdown token fired).
+    pub async fn wait(self) {
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Starts one instance per address in `listen` (port 0 picks a free port), all over
+/// `store`, until `shutdown` is cancelled.
+pub async fn start(
+    config: ServiceConfig,
+    store: Arc<dyn LocationStore>,
+    clock: Arc<dyn Clock>,
+    listen: Vec<SocketAddr>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<RunningService> {
+    config.validate()?;
+    for fault in &config.faults {
+        tracing::warn!(?fault, "FAULT INJECTION ON: this service deliberately violates the lock contract");
+    }
+    let config = Arc::new(config);
+    let items = Arc::new(ItemStores::default());
+    let mut addrs = Vec::new();
+    let mut tasks = Vec::new();
+    for (index, addr) in listen.into_iter().enumerate() {
+        let state = instance(index, config.clone(), store.clone(), clock.clone(), items.clone())?;
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding instance {index} to {addr}"))?;
+        let bound = listener.local_addr()?;
+        addrs.push(bound);
+        tracing::info!(instance = index, addr = %bound, "service instance listening");
+        tasks.push(tokio::spawn(evict_periodically(state.clone(), shutdown.clone())));
+        let app = router(state);
+        let stop = shutdown.clone();
+        tasks.push(tokio::spawn(async move {
+            let served = axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await;
+            if let Err(e) = served {
+                tracing::error!(instance = index, error = %e, "service instance failed");
+            }
+        }));
+    }
+    Ok(RunningService { addrs, tasks })
+}
+
+/// Keeps caches from growing without bound in a long-running service.
+async fn evict_periodically(instance: Arc<Instance>, shutdown: CancellationToken) {
+    let every = instance.config.cache_ttls.iter().copied().max().unwrap_or_default().max(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => instance.routing.evict_expired(),
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! `lockprobe service`: runs the reference service from the command line.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{start, Fault, ServiceConfig};
+use crate::clock::SystemClock;
+use crate::store::memory::{MemoryStore, MemoryStoreConfig};
+use crate::store::LocationStore;
+use crate::usage::UsageError;
+
+/// Environment variable holding the lock API key (kept out of argv and process lists).
+pub const API_KEY_ENV: &str = "LOCKPROBE_LOCK_API_KEY";
+
+/// Flags of `lockprobe service`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServiceArgs {
+    /// Address of instance 0; instance i listens on this port + i (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Number of instances (each with its own cache tiers) over one shared store.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub instances: u16,
+    /// Location where new resources are created.
+    #[arg(long, default_value = "westeurope")]
+    pub home_location: String,
+    /// TTL of one cache tier; repeat the flag for several tiers, fastest first.
+    #[arg(long = "cache-ttl", value_parser = humantime::parse_duration, default_values = ["2s"])]
+    pub cache_ttls: Vec<Duration>,
+    /// Replication bound of the routing store (the in-memory store's replicas lag by it).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub replication_bound: Duration,
+    /// Accept lock calls only for resource ids with this prefix.
+    #[arg(long)]
+    pub test_prefix: Option<String>,
+    /// Longest pre-lock the service grants, renewals included.
+    #[arg(long = "max-prelock", value_parser = humantime::parse_duration, default_value = "48h")]
+    pub max_pre_lock: Duration,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, default_value_t = 64 * 1024)]
+    pub max_body_bytes: usize,
+    /// Deliberately break the contract, to test a probe (repeatable).
+    #[arg(long = "fault", value_enum)]
+    pub faults: Vec<Fault>,
+}
+
+impl ServiceArgs {
+    /// The service settings these flags describe, with the key from the environment.
+    pub fn to_config(&self, api_key: Option<String>) -> Result<ServiceConfig, UsageError> {
+        let api_key = api_key
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| UsageError::new(format!("{API_KEY_ENV} is not set: the lock API needs a key")))?;
+        let config = ServiceConfig {
+            home_location: self.home_location.clone(),
+            cache_ttls: self.cache_ttls.clone(),
+            replication_bound: self.replication_bound,
+            test_prefix: self.test_prefix.clone(),
+            max_pre_lock: self.max_pre_lock,
+            max_body_bytes: self.max_body_bytes,
+            faults: self.faults.clone(),
+            ..ServiceConfig::new(api_key)
+        };
+        config.validate().map_err(|e| UsageError::new(e.to_string()))?;
+        Ok(config)
+    }
+
+    /// Listen addresses, one per instance.
+    pub fn listen_addrs(&self) -> Result<Vec<SocketAddr>, UsageError> {
+        (0..self.instances)
+            .map(|i| {
+                if self.listen.port() == 0 {
+                    return Ok(self.listen);
+                }
+                let port = self.listen.port().checked_add(i).ok_or_else(|| UsageError::new("--listen port + --instances exceeds 65535"))?;
+                Ok(SocketAddr::new(self.listen.ip(), port))
+            })
+            .collect()
+    }
+}
+
+/// Runs the service until `shutdown` fires.
+pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let config = args.to_config(std::env::var(API_KEY_ENV).ok())?;
+    let addrs = args.listen_addrs()?;
+    let clock = Arc::new(SystemClock);
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
+        clock.clone(),
+        MemoryStoreConfig { replica_lag: config.replication_bound, ..MemoryStoreConfig::default() },
+    ));
+    let declared = config.declared_convergence();
+    let running = start(config, store, clock, addrs, shutdown).await?;
+    for (i, addr) in running.addrs.iter().enumerate() {
+        println!("lockprobe service: instance {i} listening on http://{addr}");
+    }
+    println!("lockprobe service: declared convergence delay {}", humantime::format_duration(declared));
+    running.wait().await;
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! `ApiError`: every failure of the reference service as RFC 9457 problem+json with a
+//! stable `type` from the contract's table.
+
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::routing::{LockError, RoutingError};
+
+/// Prefix of every problem `type`.
+pub const TYPE_PREFIX: &str = "urn:lockprobe:error:";
+
+/// An error answer of the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable type name (after [`TYPE_PREFIX`]).
+    pub kind: &'static str,
+    /// Human-readable detail; generic for 5xx.
+    pub detail: String,
+    /// For 423: when to retry.
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Self {
+        Self { status, kind, detail: detail.into(), retry_after: None }
+    }
+
+    /// 400 `bad-request`.
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad-request", detail)
+    }
+
+    /// 401 `unauthorized`.
+    pub fn unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "the lock API needs Authorization: Bearer <key>")
+    }
+
+    /// 403 `forbidden`.
+    pub fn forbidden() -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", "the lock API key is not valid")
+    }
+
+    /// 403 `not-test-resource`.
+    pub fn not_test_resource(prefix: &str) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "not-test-resource", format!("the lock API only accepts resource ids starting with {prefix:?}"))
+    }
+
+    /// 404 `not-found`.
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not-found", what)
+    }
+
+    /// 413 `payload-too-large`.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", format!("request bodies are limited to {limit} bytes"))
+    }
+
+    /// 423 `lock-held` with `Retry-After`.
+    pub fn locked(detail: impl Into<String>, retry_after: Duration) -> Self {
+        Self { retry_after: Some(retry_after), ..Self::new(StatusCode::LOCKED, "lock-held", detail) }
+    }
+
+    /// The full `type` URI.
+    pub fn type_uri(&self) -> String {
+        format!("{TYPE_PREFIX}{}", self.kind)
+    }
+}
+
+/// Whole seconds for `Retry-After`, at least one (zero would invite a busy loop).
+pub fn retry_after_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0).max(u64::from(d.is_zero()))
+}
+
+impl From<RoutingError> for ApiError {
+    fn from(e: RoutingError) -> Self {
+        match e {
+            RoutingError::Lock(lock) => lock.into(),
+            RoutingError::NotFound => Self::not_found("no location document for this resource"),
+            RoutingError::RetryExhausted { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "conflict-retry-exhausted", "concurrent updates did not settle; nothing was changed; retry")
+            }
+            RoutingError::Unavailable(cause) => {
+                tracing::warn!(%cause, "routing store unavailable");
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "the routing store is unavailable; nothing was changed")
+            }
+            RoutingError::Document(cause) => {
+                tracing::error!(%cause, "unusable location document");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "unsupported-document", "the location document cannot be used by this service version")
+            }
+        }
+    }
+}
+
+impl From<LockError> for ApiError {
+    fn from(e: LockError) -> Self {
+        let detail = e.to_string();
+        match e {
+            LockError::LockHeld { .. } => Self::new(StatusCode::LOCKED, "lock-held", detail),
+            LockError::TokenMismatch => Self::new(StatusCode::CONFLICT, "token-mismatch", detail),
+            LockError::LeaseExpired { .. } => Self::new(StatusCode::GONE, "lock-expired", detail),
+            LockError::InvalidTransition(_) => Self::new(StatusCode::CONFLICT, "invalid-transition", detail),
+            LockError::InvalidRequest(_) => Self::bad_request(detail),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(kind = self.kind, status = self.status.as_u16(), "request failed");
+        } else {
+            tracing::debug!(kind = self.kind, status = self.status.as_u16(), detail = %self.detail, "request refused");
+        }
+        let body = json!({
+            "type": self.type_uri(),
+            "title": self.status.canonical_reason().unwrap_or("error"),
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        let mut response = (self.status, body.to_string()).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if let Some(after) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(after)));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_secs(3)), 3);
+        assert_eq!(retry_after_secs(Duration::from_millis(3001)), 4);
+    }
+}

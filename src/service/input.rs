@@ -1,0 +1,91 @@
+//! Request parsing that refuses bad input with a problem naming the field, before
+//! anything is read or written.
+
+use std::time::Duration;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// Longest resource id or item key, in bytes.
+pub const MAX_ID_BYTES: usize = 255;
+
+/// No lease longer than this is accepted anywhere (ten years): larger values are typos.
+pub const MAX_DURATION_SECS: f64 = 10.0 * 365.0 * 86_400.0;
+
+/// A JSON body whose rejections become problem+json (400, or 413 when too large).
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<S, T> FromRequest<S> for JsonBody<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req.extensions().get::<BodyLimit>().map(|l| l.0);
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Self(value)),
+            Err(JsonRejection::BytesRejection(e)) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(ApiError::too_large(limit.unwrap_or_default()))
+            }
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
+/// The configured body limit, carried in request extensions so errors can name it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// Checks a resource id or item key from the path.
+pub fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.is_empty() {
+        return Err(ApiError::bad_request(format!("{field} must not be empty")));
+    }
+    if value.len() > MAX_ID_BYTES {
+        return Err(ApiError::bad_request(format!("{field} is {} bytes; at most {MAX_ID_BYTES} are allowed", value.len())));
+    }
+    if value.contains('/') || value.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(format!("{field} must not contain '/' or control characters")));
+    }
+    Ok(())
+}
+
+/// Converts `durationSeconds` into a duration: positive, finite, at most ten years.
+pub fn duration(field: &str, seconds: f64) -> Result<Duration, ApiError> {
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(ApiError::bad_request(format!("{field} must be a positive number of seconds")));
+    }
+    if seconds > MAX_DURATION_SECS {
+        return Err(ApiError::bad_request(format!("{field} {seconds} is absurd; at most {MAX_DURATION_SECS} seconds")));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("id", "probe-1").is_ok());
+        assert!(check_name("id", "").is_err());
+        assert!(check_name("id", "a/b").is_err());
+        assert!(check_name("id", &"x".repeat(256)).is_err());
+        assert!(check_name("id", &"x".repeat(255)).is_ok());
+        assert!(check_name("id", "a\nb").is_err());
+    }
+
+    #[test]
+    fn durations_are_checked() {
+        assert_eq!(duration("d", 1.5).unwrap(), Duration::from_millis(1500));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e12] {
+            assert!(duration("d", bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The orchestrator's lock calls: pre-lock, escalate, renew, swap, release.
+//!
+//! Every call needs the bearer key and, when configured, a test-resource id. The token
+//! is returned only in answers to callers that hold it, and never logged.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::input::{self, JsonBody};
+use super::Instance;
+use crate::clock::span;
+use crate::routing::{LocationDocument, LockError, LockToken, Phase, PreLockRequest, RoutingError};
+
+/// Body of `POST /lock`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreLockBody {
+    owner: String,
+    duration_seconds: f64,
+    #[serde(default)]
+    target_location: Option<String>,
+}
+
+/// Body of `POST /lock/escalate`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EscalateBody {
+    token: String,
+    phase: String,
+    duration_seconds: f64,
+}
+
+/// Body of `POST /lock/renew`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RenewBody {
+    token: String,
+    duration_seconds: f64,
+}
+
+/// Body of `POST /lock/swap`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwapBody {
+    token: String,
+    target_location: String,
+}
+
+/// Longest accepted `owner`.
+const MAX_OWNER_BYTES: usize = 256;
+
+/// Checks credentials, the id, and the test prefix, in that order.
+fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), ApiError> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(ApiError::unauthorized)?;
+    let expected = LockToken::from_presented(instance.config.api_key.as_str());
+    if !expected.matches(&LockToken::from_presented(presented)) {
+        return Err(ApiError::forbidden());
+    }
+    input::check_name("resource id", id)?;
+    match &instance.config.test_prefix {
+        Some(prefix) if !id.starts_with(prefix.as_str()) => Err(ApiError::not_test_resource(prefix)),
+        _ => Ok(()),
+    }
+}
+
+fn token(field: &str, raw: &str) -> Result<LockToken, ApiError> {
+    if raw.is_empty() || raw.len() > 128 {
+        return Err(ApiError::bad_request(format!("{field} must be the token returned by the pre-lock")));
+    }
+    Ok(LockToken::from_presented(raw))
+}
+
+/// The lock view of the contract. `token` is included only for its holder.
+fn lock_view(doc: &LocationDocument, token: &LockToken) -> Value {
+    let Some(lock) = doc.primary.lock.as_ref() else { return Value::Null };
+    let target = doc
+        .secondary
+        .as_ref()
+        .filter(|s| s.lock.as_ref().is_some_and(|l| l.token.matches(token)))
+        .map(|s| s.location.clone());
+    json!({
+        "token": token.expose(),
+        "phase": lock.phase,
+        "owner": lock.owner,
+        "acquiredAt": lock.acquired_at,
+        "effectiveAt": lock.effective_at,
+        "expiresAt": lock.expires_at,
+        "preLockExpiresAt": lock.pre_lock_expires_at,
+        "maxExpiresAt": lock.max_expires_at,
+        "renewals": lock.renewals,
+        "convergenceDelaySeconds": lock.convergence_delay().as_seconds_f64(),
+        "location": doc.primary.location,
+        "targetLocation": target,
+    })
+}
+
+/// `POST /v1/resources/{id}/lock`: a new pre-lock (creates the document if needed).
+pub async fn pre_lock(
+    State(instance): State<Arc<Instance>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<PreLockBody>,
+) -> Result<Response, ApiError> {
+    authorize(&instance, &headers, &id)?;
+    let duration = input::duration("durationSeconds", body.duration_seconds)?;
+    if body.owner.len() > MAX_OWNER_BYTES {
+        return Err(ApiError::bad_request(format!("owner is longer than {MAX_OWNER_BYTES} bytes")));
+    }
+    if let Some(target) = &body.target_location {
+        input::check_name("targetLocation", target)?;
+    }
+    instance.routing.resolve_or_create(&id, &instance.config.home_location).await?;
+    let req = PreLockRequest { owner: body.owner, duration, target_location: body.target_location };
+    let grant = instance.routing.pre_lock(&id, &req).await.map_err(|e| match e {
+        // The loser learns when the holder's lease ends at the latest.
+        RoutingError::Lock(LockError::LockHeld { expires_at }) => {
+            ApiError::locked(e.to_string(), span(instance.routing.clock().now(), expires_at))
+        }
+        other => other.into(),
+    })?;
+    tracing::info!(resource = %id, instance = instance.index, "pre-lock granted");
+    Ok((StatusCode::CREATED, Json(lock_view(&grant.record.doc, &grant.token))).into_response())
+}
+
+/// `POST /v1/resources/{id}/lock/escalate`.
+pub async fn escalate(
+    State(instance): State<Arc<Instance>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<EscalateBody>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&instance, &headers, &id)?;
+    let token = token("token", &body.token)?;
+    let phase: Phase = body.phase.parse().map_err(ApiError::bad_request)?;
+    let duration = input::duration("durationSeconds", body.duration_seconds)?;
+    let record = instance.routing.escalate(&id, &token, phase, duration).await?;
+    tracing::info!(resource = %id, instance = instance.index, %phase, "lock escalated");
+    Ok(Json(lock_view(&record.doc, &token)))
+}
+
+/// `POST /v1/resources/{id}/lock/renew`.
+pub async fn renew(
+    State(instance): State<Arc<Instance>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<RenewBody>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&instance, &headers, &id)?;
+    let token = token("token", &body.token)?;
+    let duration = input::duration("durationSeconds", body.duration_seconds)?;
+    let record = instance.routing.renew(&id, &token, duration).await?;
+    tracing::info!(resource = %id, instance = instance.index, "lock renewed");
+    Ok(Json(lock_view(&record.doc, &token)))
+}
+
+/// `POST /v1/resources/{id}/lock/swap`: copies the items to the target under the write
+/// lock, then switches location and clears the lock in one write.
+pub async fn swap(
+    State(instance): State<Arc<Instance>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<SwapBody>,
+) -> Result<Json<Value>, ApiError> {
+    authorize(&instance, &headers, &id)?;
+    let token = token("token", &body.token)?;
+    input::check_name("targetLocation", &body.target_location)?;
+    let held = instance.routing.check_held(&id, &token, Phase::Write).await?;
+    let from = held.doc.primary.location.clone();
+    if from == body.target_location {
+        return Err(ApiError::bad_request(format!("targetLocation {from:?} is the current location")));
+    }
+    // Writes are blocked while the write lock holds, so the source is stable; if the
+    // lease lapses before the swap write, the swap fails and the copy is overwritten by
+    // the next migration's copy.
+    let copied = instance.items.copy_resource(&id, &from, &body.target_location);
+    let record = instance.routing.swap(&id, &token, &body.target_location).await?;
+    tracing::info!(resource = %id, instance = instance.index, %from, to = %body.target_location, copied, "swapped");
+    Ok(Json(json!({ "location": record.doc.primary.location, "lock": Value::Null, "source": "store" })))
+}
+
+/// `DELETE /v1/resources/{id}/lock` with `Lock-Token`.
+pub async fn release(
+    State(instance): State<Arc<Instance>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    authorize(&instance, &headers, &id)?;
+    let raw = headers
+        .get("lock-token")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| ApiError::bad_request("the Lock-Token header is required"))?;
+    let token = token("Lock-Token", raw)?;
+    instance.routing.release(&id, &token).await?;
+    tracing::info!(resource = %id, instance = instance.index, "lock released");
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,486 @@
+//! The reference service over real HTTP on loopback: every row of the probe contract.
+//!
+//! Time is a manual clock shared by the store and every instance, so leases lapse and
+//! caches expire when a test says so, without sleeping.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockprobe::clock::ManualClock;
+use lockprobe::service::{start, Fault, ServiceConfig};
+use lockprobe::store::memory::{Fault as StoreFault, MemoryStore, MemoryStoreConfig, OpKind};
+use lockprobe::store::{LocationStore, ReadFrom, StoreError};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+const KEY: &str = "test-key";
+const TTL: Duration = Duration::from_secs(2);
+const BOUND: Duration = Duration::from_secs(1);
+
+struct Harness {
+    clock: Arc<ManualClock>,
+    store: Arc<MemoryStore>,
+    urls: Vec<String>,
+    http: reqwest::Client,
+    shutdown: CancellationToken,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+async fn harness_with(faults: Vec<Fault>, instances: usize) -> Harness {
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: BOUND, ..Default::default() }));
+    let config = ServiceConfig {
+        cache_ttls: vec![Duration::from_millis(500), TTL],
+        replication_bound: BOUND,
+        test_prefix: Some("probe-".into()),
+        max_pre_lock: Duration::from_secs(3600),
+        max_body_bytes: 4096,
+        faults,
+        ..ServiceConfig::new(KEY)
+    };
+    let shutdown = CancellationToken::new();
+    let listen = vec!["127.0.0.1:0".parse::<SocketAddr>().unwrap(); instances];
+    let dyn_store: Arc<dyn LocationStore> = store.clone();
+    let running = start(config, dyn_store, clock.clone(), listen, shutdown.clone()).await.unwrap();
+    let urls = running.addrs.iter().map(|a| format!("http://{a}")).collect();
+    Harness { clock, store, urls, http: reqwest::Client::new(), shutdown }
+}
+
+async fn harness() -> Harness {
+    harness_with(Vec::new(), 2).await
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: reqwest::header::HeaderMap,
+    body: Value,
+}
+
+impl Answer {
+    fn problem_type(&self) -> &str {
+        self.body["type"].as_str().unwrap_or("<none>")
+    }
+
+    fn source(&self) -> String {
+        let timing = self.headers.get("server-timing").expect("Server-Timing on every routed answer").to_str().unwrap();
+        timing.split("desc=\"").nth(1).and_then(|s| s.split('"').next()).unwrap().to_owned()
+    }
+}
+
+impl Harness {
+    async fn call(&self, instance: usize, method: Method, path: &str, body: Option<Value>, auth: Option<&str>) -> Answer {
+        let mut req = self.http.request(method, format!("{}{path}", self.urls[instance]));
+        if let Some(key) = auth {
+            req = req.bearer_auth(key);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        if status.is_client_error() || status.is_server_error() {
+            assert_eq!(headers.get("content-type").unwrap(), "application/problem+json", "{status} {body}");
+        }
+        Answer { status, headers, body }
+    }
+
+    async fn lock(&self, i: usize, id: &str, suffix: &str, body: Value) -> Answer {
+        self.call(i, Method::POST, &format!("/v1/resources/{id}/lock{suffix}"), Some(body), Some(KEY)).await
+    }
+
+    async fn pre_lock(&self, id: &str, seconds: f64) -> Answer {
+        self.lock(0, id, "", json!({"owner": "test", "durationSeconds": seconds})).await
+    }
+
+    async fn escalate(&self, id: &str, token: &str, phase: &str, seconds: f64) -> Answer {
+        self.lock(0, id, "/escalate", json!({"token": token, "phase": phase, "durationSeconds": seconds})).await
+    }
+
+    async fn swap(&self, id: &str, token: &str, target: &str) -> Answer {
+        self.lock(0, id, "/swap", json!({"token": token, "targetLocation": target})).await
+    }
+
+    async fn release(&self, id: &str, token: Option<&str>) -> Answer {
+        let mut req = self.http.delete(format!("{}/v1/resources/{id}/lock", self.urls[0])).bearer_auth(KEY);
+        if let Some(t) = token {
+            req = req.header("Lock-Token", t);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let text = resp.text().await.unwrap();
+        Answer { status, headers, body: serde_json::from_str(&text).unwrap_or(Value::Null) }
+    }
+
+    async fn route(&self, i: usize, id: &str) -> Answer {
+        self.call(i, Method::GET, &format!("/v1/resources/{id}/route"), None, None).await
+    }
+
+    async fn read(&self, i: usize, id: &str, key: &str) -> Answer {
+        self.call(i, Method::GET, &format!("/v1/resources/{id}/items/{key}"), None, None).await
+    }
+
+    async fn write(&self, i: usize, id: &str, key: &str, value: Value) -> Answer {
+        self.call(i, Method::PUT, &format!("/v1/resources/{id}/items/{key}"), Some(json!({"value": value})), None).await
+    }
+
+    async fn delete(&self, i: usize, id: &str, key: &str) -> Answer {
+        self.call(i, Method::DELETE, &format!("/v1/resources/{id}/items/{key}"), None, None).await
+    }
+
+    /// Pre-lock, wait out convergence, escalate to hardDelete then write; returns the token.
+    async fn to_write_lock(&self, id: &str, write_seconds: f64) -> String {
+        let pre = self.pre_lock(id, 600.0).await;
+        assert_eq!(pre.status, StatusCode::CREATED, "{}", pre.body);
+        let token = pre.body["token"].as_str().unwrap().to_owned();
+        self.clock.advance(TTL + BOUND);
+        assert_eq!(self.escalate(id, &token, "hardDelete", 60.0).await.status, StatusCode::OK);
+        assert_eq!(self.escalate(id, &token, "write", write_seconds).await.status, StatusCode::OK);
+        token
+    }
+
+    async fn etag(&self, id: &str) -> Option<String> {
+        self.store.read(id, ReadFrom::WriteRegion).await.ok().map(|v| v.etag.0)
+    }
+}
+
+#[tokio::test]
+async fn pre_lock_returns_the_lock_view_with_the_declared_convergence() {
+    let h = harness().await;
+    let a = h.pre_lock("probe-a", 300.0).await;
+    assert_eq!(a.status, StatusCode::CREATED);
+    let v = &a.body;
+    assert_eq!(v["phase"], "preLock");
+    assert_eq!(v["owner"], "test");
+    assert_eq!(v["location"], "westeurope");
+    assert_eq!(v["convergenceDelaySeconds"], json!(3.0));
+    assert_eq!(v["renewals"], 0);
+    assert_eq!(v["token"].as_str().unwrap().len(), 32);
+    for field in ["acquiredAt", "effectiveAt", "expiresAt", "preLockExpiresAt", "maxExpiresAt"] {
+        assert!(chrono::DateTime::parse_from_rfc3339(v[field].as_str().unwrap()).is_ok(), "{field}");
+    }
+    assert!(v.as_object().unwrap().contains_key("targetLocation"));
+    // The route view shows the lock but never the token.
+    let route = h.route(0, "probe-a").await;
+    assert_eq!(route.body["lock"]["phase"], "preLock");
+    assert!(!route.body.to_string().contains(v["token"].as_str().unwrap()));
+}
+
+#[tokio::test]
+async fn lock_api_needs_credentials_and_a_test_resource() {
+    let h = harness().await;
+    let body = json!({"owner": "x", "durationSeconds": 10});
+    let none = h.call(0, Method::POST, "/v1/resources/probe-a/lock", Some(body.clone()), None).await;
+    assert_eq!((none.status, none.problem_type()), (StatusCode::UNAUTHORIZED, "urn:lockprobe:error:unauthorized"));
+    let wrong = h.call(0, Method::POST, "/v1/resources/probe-a/lock", Some(body.clone()), Some("nope")).await;
+    assert_eq!((wrong.status, wrong.problem_type()), (StatusCode::FORBIDDEN, "urn:lockprobe:error:forbidden"));
+    let outside = h.call(0, Method::POST, "/v1/resources/user-42/lock", Some(body), Some(KEY)).await;
+    assert_eq!((outside.status, outside.problem_type()), (StatusCode::FORBIDDEN, "urn:lockprobe:error:not-test-resource"));
+    assert_eq!(h.etag("probe-a").await, None, "refused calls create nothing");
+    assert_eq!(h.etag("user-42").await, None);
+}
+
+#[tokio::test]
+async fn every_lock_refusal_has_its_type() {
+    let h = harness().await;
+    let token = h.pre_lock("probe-a", 300.0).await.body["token"].as_str().unwrap().to_owned();
+
+    let held = h.pre_lock("probe-a", 300.0).await;
+    assert_eq!((held.status, held.problem_type()), (StatusCode::LOCKED, "urn:lockprobe:error:lock-held"));
+    assert!(held.headers.get("retry-after").is_some());
+
+    let mismatch = h.escalate("probe-a", "0123456789abcdef0123456789abcdef", "hardDelete", 10.0).await;
+    assert_eq!((mismatch.status, mismatch.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:token-mismatch"));
+
+    let early = h.escalate("probe-a", &token, "hardDelete", 10.0).await;
+    assert_eq!((early.status, early.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:invalid-transition"));
+    h.clock.advance(TTL + BOUND);
+    let skip = h.escalate("probe-a", &token, "write", 10.0).await;
+    assert_eq!((skip.status, skip.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:invalid-transition"));
+    let swap_early = h.swap("probe-a", &token, "northeurope").await;
+    assert_eq!((swap_early.status, swap_early.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:invalid-transition"));
+
+    let renew = h.lock(0, "probe-a", "/renew", json!({"token": token, "durationSeconds": 100})).await;
+    assert_eq!(renew.status, StatusCode::OK);
+    assert_eq!(renew.body["renewals"], 1);
+
+    let hd = h.escalate("probe-a", &token, "hardDelete", 5.0).await;
+    assert_eq!(hd.status, StatusCode::OK);
+    h.clock.advance(Duration::from_secs(6));
+    let expired = h.escalate("probe-a", &token, "write", 5.0).await;
+    assert_eq!((expired.status, expired.problem_type()), (StatusCode::GONE, "urn:lockprobe:error:lock-expired"));
+}
+
+#[tokio::test]
+async fn renew_and_release_succeed_for_the_holder() {
+    let h = harness().await;
+    let token = h.pre_lock("probe-a", 60.0).await.body["token"].as_str().unwrap().to_owned();
+    let renewed = h.lock(0, "probe-a", "/renew", json!({"token": token, "durationSeconds": 7200})).await;
+    assert_eq!(renewed.status, StatusCode::OK);
+    // Capped by the service maximum (3600 s past effectiveAt).
+    assert_eq!(renewed.body["expiresAt"], renewed.body["maxExpiresAt"]);
+    assert_eq!(h.release("probe-a", Some(&token)).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(h.route(0, "probe-a").await.body["lock"], Value::Null);
+    assert_eq!(h.route(0, "probe-a").await.body["location"], "westeurope");
+    let again = h.release("probe-a", Some(&token)).await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn store_failures_are_503_and_change_nothing() {
+    let h = harness().await;
+    let token = h.pre_lock("probe-a", 300.0).await.body["token"].as_str().unwrap().to_owned();
+    h.clock.advance(TTL + BOUND);
+    let before = h.etag("probe-a").await;
+
+    h.store.inject(OpKind::Replace, StoreFault::Fail(StoreError::PreconditionFailed), 100);
+    let raced = h.escalate("probe-a", &token, "hardDelete", 10.0).await;
+    assert_eq!((raced.status, raced.problem_type()), (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:conflict-retry-exhausted"));
+    h.store.clear_faults();
+
+    h.store.inject(OpKind::ReadWriteRegion, StoreFault::Fail(StoreError::Unavailable("injected".into())), 1);
+    let down = h.escalate("probe-a", &token, "hardDelete", 10.0).await;
+    assert_eq!((down.status, down.problem_type()), (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable"));
+    assert!(!down.body.to_string().contains("injected"), "5xx bodies stay generic");
+    assert_eq!(h.etag("probe-a").await, before);
+
+    h.store.inject(OpKind::Replace, StoreFault::Fail(StoreError::Unavailable("injected".into())), 1);
+    assert_eq!(h.escalate("probe-a", &token, "hardDelete", 10.0).await.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(h.etag("probe-a").await, before);
+    assert_eq!(h.escalate("probe-a", &token, "hardDelete", 10.0).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn full_lifecycle_enforces_each_phase_and_the_swap_carries_the_data() {
+    let h = harness().await;
+    let id = "probe-life";
+    assert_eq!(h.write(0, id, "keep", json!("v1")).await.status, StatusCode::CREATED);
+    assert_eq!(h.write(0, id, "doomed", json!("v2")).await.status, StatusCode::CREATED);
+    assert_eq!(h.write(0, id, "keep", json!("v1b")).await.status, StatusCode::OK);
+
+    // Pre-lock: nothing restricted, before or after effectiveAt.
+    let token = h.pre_lock(id, 600.0).await.body["token"].as_str().unwrap().to_owned();
+    assert_eq!(h.write(0, id, "k", json!(1)).await.status, StatusCode::CREATED);
+    assert_eq!(h.delete(0, id, "k").await.status, StatusCode::NO_CONTENT);
+    h.clock.advance(TTL + BOUND);
+    assert_eq!(h.write(0, id, "k", json!(1)).await.status, StatusCode::CREATED);
+    assert_eq!(h.delete(0, id, "k").await.status, StatusCode::NO_CONTENT);
+
+    // hardDelete: reads and writes allowed, deletes tombstoned on every instance.
+    assert_eq!(h.escalate(id, &token, "hardDelete", 60.0).await.status, StatusCode::OK);
+    for i in 0..2 {
+        assert_eq!(h.read(i, id, "keep").await.status, StatusCode::OK);
+        assert_eq!(h.write(i, id, &format!("hd{i}"), json!(i)).await.status, StatusCode::CREATED);
+    }
+    let tomb = h.delete(1, id, "doomed").await;
+    assert_eq!((tomb.status, tomb.body.clone()), (StatusCode::ACCEPTED, json!({"tombstone": true})));
+    let read_back = h.read(0, id, "doomed").await;
+    assert_eq!((read_back.status, read_back.body["tombstone"].clone()), (StatusCode::OK, json!(true)));
+
+    // write: reads allowed; writes and deletes blocked with Retry-After.
+    assert_eq!(h.escalate(id, &token, "write", 30.0).await.status, StatusCode::OK);
+    for i in 0..2 {
+        assert_eq!(h.read(i, id, "keep").await.status, StatusCode::OK);
+        for blocked in [h.write(i, id, "keep", json!("x")).await, h.delete(i, id, "keep").await] {
+            assert_eq!((blocked.status, blocked.problem_type()), (StatusCode::LOCKED, "urn:lockprobe:error:lock-held"));
+            let after: u64 = blocked.headers["retry-after"].to_str().unwrap().parse().unwrap();
+            assert!((1..=5).contains(&after), "Retry-After {after}");
+        }
+    }
+
+    // swap: new location, no lock, everything allowed, data present, tombstone kept.
+    let swapped = h.swap(id, &token, "northeurope").await;
+    assert_eq!(swapped.status, StatusCode::OK, "{}", swapped.body);
+    assert_eq!(swapped.body, json!({"location": "northeurope", "lock": null, "source": "store"}));
+    let route = h.route(0, id).await;
+    assert_eq!((route.body["location"].clone(), route.body["lock"].clone()), (json!("northeurope"), Value::Null));
+    assert_eq!(h.read(0, id, "keep").await.body["value"], "v1b");
+    assert_eq!(h.read(0, id, "hd1").await.body["value"], 1);
+    assert_eq!(h.read(0, id, "doomed").await.body["tombstone"], true, "a tombstone is not resurrected");
+    assert_eq!(h.write(0, id, "after", json!(true)).await.status, StatusCode::CREATED);
+    assert_eq!(h.delete(0, id, "keep").await.status, StatusCode::NO_CONTENT);
+    assert_eq!(h.read(0, id, "keep").await.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_short_write_lock_lapses_by_itself_and_its_token_cannot_swap() {
+    let h = harness().await;
+    let id = "probe-lapse";
+    h.write(0, id, "k", json!(1)).await;
+    let token = h.to_write_lock(id, 1.0).await;
+    assert_eq!(h.write(0, id, "k", json!(2)).await.status, StatusCode::LOCKED);
+    h.clock.advance(Duration::from_secs(1));
+    assert_eq!(h.write(0, id, "k", json!(3)).await.status, StatusCode::OK, "writes resume without any release");
+    let swap = h.swap(id, &token, "northeurope").await;
+    assert_eq!((swap.status, swap.problem_type()), (StatusCode::GONE, "urn:lockprobe:error:lock-expired"));
+    assert_eq!(h.route(0, id).await.body["location"], "westeurope");
+}
+
+#[tokio::test]
+async fn fifty_concurrent_pre_locks_give_one_winner() {
+    let h = Arc::new(harness().await);
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let h = h.clone();
+            tokio::spawn(async move { h.lock(i % 2, "probe-race", "", json!({"owner": format!("o{i}"), "durationSeconds": 60})).await.status })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == StatusCode::CREATED).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == StatusCode::LOCKED).count(), 49, "{statuses:?}");
+}
+
+#[tokio::test]
+async fn a_stale_cache_shows_the_lock_only_after_its_ttl() {
+    let h = harness().await;
+    let id = "probe-conv";
+    h.write(0, id, "k", json!(1)).await;
+    h.clock.advance(BOUND);
+    // Instance 1 caches the unlocked document.
+    assert_eq!(h.route(1, id).await.body["lock"], Value::Null);
+    h.pre_lock(id, 600.0).await;
+    assert_eq!(h.route(0, id).await.body["lock"]["phase"], "preLock", "the writing instance knows at once");
+    h.clock.advance(TTL - Duration::from_millis(1));
+    assert_eq!(h.route(1, id).await.body["lock"], Value::Null, "stale until the TTL lapses");
+    h.clock.advance(Duration::from_millis(1));
+    let converged = h.route(1, id).await;
+    assert_eq!(converged.body["lock"]["phase"], "preLock", "converged within the TTL: {}", converged.body);
+}
+
+#[tokio::test]
+async fn under_declared_convergence_lets_a_stale_instance_delete_physically() {
+    let h = harness_with(vec![Fault::UnderDeclareConvergence], 2).await;
+    let id = "probe-under";
+    h.write(0, id, "k", json!(1)).await;
+    h.clock.advance(BOUND);
+    assert_eq!(h.route(1, id).await.body["lock"], Value::Null);
+    let pre = h.pre_lock(id, 600.0).await;
+    assert_eq!(pre.body["convergenceDelaySeconds"], json!(1.0), "declares only the replication bound");
+    let token = pre.body["token"].as_str().unwrap().to_owned();
+    h.clock.advance(BOUND);
+    assert_eq!(h.escalate(id, &token, "hardDelete", 60.0).await.status, StatusCode::OK);
+    // Instance 1 still serves its cached, unlocked document: the delete is physical.
+    assert_eq!(h.delete(1, id, "k").await.status, StatusCode::NO_CONTENT);
+    assert_eq!(h.read(0, id, "k").await.status, StatusCode::NOT_FOUND, "the item is lost, not tombstoned");
+}
+
+#[tokio::test]
+async fn an_honest_declaration_refuses_that_early_escalation() {
+    let h = harness().await;
+    let id = "probe-honest";
+    let pre = h.pre_lock(id, 600.0).await;
+    let token = pre.body["token"].as_str().unwrap().to_owned();
+    h.clock.advance(BOUND);
+    assert_eq!(h.escalate(id, &token, "hardDelete", 60.0).await.status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn enforcement_faults_allow_what_should_be_refused() {
+    let h = harness_with(vec![Fault::IgnoreWriteLock, Fault::IgnoreHardDeleteLock], 1).await;
+    let id = "probe-faulty";
+    h.write(0, id, "a", json!(1)).await;
+    h.write(0, id, "b", json!(1)).await;
+    let pre = h.pre_lock(id, 600.0).await;
+    let token = pre.body["token"].as_str().unwrap().to_owned();
+    h.clock.advance(TTL + BOUND);
+    h.escalate(id, &token, "hardDelete", 60.0).await;
+    assert_eq!(h.delete(0, id, "a").await.status, StatusCode::NO_CONTENT, "deleted physically under hardDelete");
+    h.escalate(id, &token, "write", 60.0).await;
+    assert_eq!(h.write(0, id, "b", json!(2)).await.status, StatusCode::OK, "written under a write lock");
+}
+
+#[tokio::test]
+async fn bad_input_is_400_and_changes_nothing() {
+    let h = harness().await;
+    let id = "probe-bad";
+    let token = h.pre_lock(id, 600.0).await.body["token"].as_str().unwrap().to_owned();
+    h.clock.advance(TTL + BOUND);
+    let before = h.etag(id).await.unwrap();
+    let raw = |path: &str, body: &'static str| {
+        h.http
+            .post(format!("{}{path}", h.urls[0]))
+            .bearer_auth(KEY)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let malformed = raw("/v1/resources/probe-bad/lock/escalate", "{\"token\": ").await.unwrap();
+    assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+    let malformed: Value = malformed.json().await.unwrap();
+    assert_eq!(malformed["type"], "urn:lockprobe:error:bad-request");
+
+    let cases = [
+        json!({"token": token, "phase": "frozen", "durationSeconds": 10}),
+        json!({"token": token, "phase": "hardDelete", "durationSeconds": -5}),
+        json!({"token": token, "phase": "hardDelete", "durationSeconds": 1e15}),
+        json!({"token": token, "phase": "hardDelete", "durationSeconds": 0}),
+        json!({"token": token, "phase": "hardDelete"}),
+        json!({"token": "", "phase": "hardDelete", "durationSeconds": 10}),
+    ];
+    for body in cases {
+        let a = h.lock(0, id, "/escalate", body.clone()).await;
+        assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "{body}");
+    }
+    let too_long_pre = h.lock(0, "probe-other", "", json!({"owner": "x", "durationSeconds": 7200})).await;
+    assert_eq!(too_long_pre.status, StatusCode::BAD_REQUEST, "over the service maximum");
+
+    let slash = h.lock(0, "probe-a%2Fb", "", json!({"owner": "x", "durationSeconds": 10})).await;
+    assert_eq!((slash.status, slash.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
+    let long_id = format!("probe-{}", "x".repeat(250));
+    let long = h.lock(0, &long_id, "", json!({"owner": "x", "durationSeconds": 10})).await;
+    assert_eq!(long.status, StatusCode::BAD_REQUEST);
+    assert_eq!(h.etag(&long_id).await, None);
+    let long_key = h.write(0, id, &"k".repeat(256), json!(1)).await;
+    assert_eq!(long_key.status, StatusCode::BAD_REQUEST);
+
+    let no_token = h.release(id, None).await;
+    assert_eq!((no_token.status, no_token.body["type"].as_str()), (StatusCode::BAD_REQUEST, Some("urn:lockprobe:error:bad-request")));
+    let bad_write = h.call(0, Method::PUT, "/v1/resources/probe-bad/items/k", Some(json!({"nope": 1})), None).await;
+    assert_eq!(bad_write.status, StatusCode::BAD_REQUEST);
+
+    assert_eq!(h.etag(id).await.unwrap(), before, "no refused call wrote the document");
+    assert_eq!(h.route(0, id).await.body["lock"]["phase"], "preLock");
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_413() {
+    let h = harness().await;
+    let big = json!({"value": "x".repeat(10_000)});
+    let a = h.call(0, Method::PUT, "/v1/resources/probe-big/items/k", Some(big), None).await;
+    assert_eq!((a.status, a.problem_type()), (StatusCode::PAYLOAD_TOO_LARGE, "urn:lockprobe:error:payload-too-large"));
+    assert_eq!(h.etag("probe-big").await, None);
+}
+
+#[tokio::test]
+async fn server_timing_tells_cache_from_read_through() {
+    let h = harness().await;
+    let id = "probe-timing";
+    h.write(0, id, "k", json!(1)).await;
+    assert_eq!(h.read(0, id, "k").await.source(), "cache");
+    assert_eq!(h.route(0, id).await.source(), "cache");
+    let token = h.pre_lock(id, 600.0).await.body["token"].as_str().unwrap().to_owned();
+    assert_eq!(h.read(0, id, "k").await.source(), "cache", "a lock not yet effective is served from cache");
+    h.clock.advance(TTL + BOUND);
+    h.escalate(id, &token, "hardDelete", 60.0).await;
+    let before = h.store.counts();
+    for answer in [h.read(0, id, "k").await, h.route(0, id).await, h.write(0, id, "k", json!(2)).await] {
+        assert_eq!(answer.source(), "read-through");
+    }
+    let reads = h.store.counts().since(&before);
+    assert_eq!((reads.read_write_region, reads.read_replica), (3, 0));
+    let missing = h.read(0, "probe-never", "k").await;
+    assert_eq!((missing.status, missing.source()), (StatusCode::NOT_FOUND, "store".to_owned()));
+}
