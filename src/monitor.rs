@@ -8,12 +8,15 @@
 //! (a restart, a change log that dropped entries), and a sweep ends timelines whose
 //! lease ran out with no event. It reads the store, never the probe.
 //!
-//! - [`config`]: [`MonitorConfig`]; [`args`]: the `lockprobe monitor` flags.
+//! - [`config`]: [`MonitorConfig`]; [`args`]: the monitor's flags; [`cli`]: the
+//!   `lockprobe monitor` command; [`http`]: the `/api/v1/monitor` route.
 //! - [`tracker`]: the pure inference from observed versions to events.
 //! - [`metrics`]: `lockprobe_monitor_*` and the HDR percentiles of the status API.
 
 pub mod args;
+pub mod cli;
 pub mod config;
+pub mod http;
 pub mod metrics;
 pub mod timeline;
 pub mod tracker;
