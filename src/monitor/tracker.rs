@@ -11,7 +11,7 @@
 //! Pure and synchronous: the caller supplies time and turns [`Event`]s into metrics.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -153,10 +153,8 @@ impl Tracker {
     }
 
     fn hash32(&self, s: &str) -> u32 {
-        let mut h = self.hasher.build_hasher();
-        s.hash(&mut h);
         // Truncation is the point: a short hash tells two migrations apart and no more.
-        h.finish() as u32
+        self.hasher.hash_one(s) as u32
     }
 
     /// Applies one observed version of `doc`, seen at `at`, pushing what was learned.
