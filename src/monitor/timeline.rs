@@ -37,7 +37,7 @@ pub struct Timeline {
     pub(crate) renewals: u32,
     /// Current phase.
     pub(crate) phase: Phase,
-    /// `EARLY_JUDGED`, `PARTIAL_COUNTED`, `LAPSED`.
+    /// `EARLY_JUDGED`, `PARTIAL_COUNTED`, `LAPSED`, `ENDED`.
     pub(crate) flags: u8,
 }
 
@@ -47,6 +47,9 @@ pub(crate) const EARLY_JUDGED: u8 = 1;
 pub(crate) const PARTIAL_COUNTED: u8 = 2;
 /// The lease ran out with the lock still in the document: an orphan.
 pub(crate) const LAPSED: u8 = 4;
+/// The migration ended (the lock is gone); kept briefly so late versions of it are
+/// recognised as such.
+pub(crate) const ENDED: u8 = 8;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn ms(t: DateTime<Utc>) -> i64 {

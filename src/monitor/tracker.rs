@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::timeline::{ms, Timeline, EARLY_JUDGED, LAPSED, PARTIAL_COUNTED};
+use super::timeline::{ms, Timeline, EARLY_JUDGED, ENDED, LAPSED, PARTIAL_COUNTED};
 use crate::routing::document::{LocationDocument, LockInfo, Phase};
 
 /// How a migration ended.
@@ -106,6 +106,8 @@ pub struct Tracker {
     /// Keyed with a per-process random key, so a token hash says nothing outside it.
     hasher: std::collections::hash_map::RandomState,
     orphans: usize,
+    /// Ended migrations remembered briefly (see [`Tracker::observe`]).
+    ended: usize,
 }
 
 fn millis(d: Duration) -> i64 {
@@ -124,12 +126,13 @@ impl Tracker {
             rules,
             hasher: Default::default(),
             orphans: 0,
+            ended: 0,
         }
     }
 
     /// Migrations in flight (tracked and not lapsed).
     pub fn in_flight(&self) -> usize {
-        self.timelines.len() - self.orphans
+        self.timelines.len() - self.orphans - self.ended
     }
 
     /// Documents holding an expired lock that was never released or swapped.
@@ -178,12 +181,24 @@ impl Tracker {
                 return; // an older version than one already applied
             }
             let same = current.is_some_and(|(_, acq, th)| prev.is(acq, th));
-            if !same {
-                let prev = self
-                    .timelines
-                    .remove(doc.id.as_str())
-                    .expect("just looked up");
-                self.end_previous(prev, location_hash, current.map(|(l, _, _)| l), at_ms, out);
+            if prev.has(ENDED) {
+                if same || current.is_none() {
+                    return; // the ended migration's own late versions, or still unlocked
+                }
+                self.timelines.remove(doc.id.as_str());
+                self.ended -= 1;
+            } else if !same {
+                let mut prev = self.timelines.remove(doc.id.as_str()).expect("just looked up");
+                self.end_previous(&prev, location_hash, current.map(|(l, _, _)| l), at_ms, out);
+                if current.is_none() {
+                    // Remember the end for a while: a lagging stream may still deliver
+                    // this migration's older versions after a scan saw it end, and they
+                    // must not start it again.
+                    prev.flags = ENDED;
+                    prev.last_seen_ms = at_ms;
+                    self.timelines.insert(Box::from(doc.id.as_str()), prev);
+                    self.ended += 1;
+                }
             }
         }
 
@@ -281,14 +296,18 @@ impl Tracker {
     }
 
     /// Ends every timeline whose lease ended more than `grace` before `now` with no
-    /// event since: the lock lapsed in place, an orphan.
+    /// event since: the lock lapsed in place, an orphan. Forgets ended migrations
+    /// observed more than `grace` ago.
     pub fn sweep(&mut self, now: DateTime<Utc>, grace: Duration, out: &mut Vec<(String, Event)>) {
         let cutoff = ms(now).saturating_sub(millis(grace));
+        let before = self.timelines.len();
+        self.timelines.retain(|_, t| !(t.has(ENDED) && t.last_seen_ms <= cutoff));
+        self.ended -= before - self.timelines.len();
         let mut events = Vec::new();
         for (id, tl) in self
             .timelines
             .iter_mut()
-            .filter(|(_, t)| !t.has(LAPSED) && t.expires_ms <= cutoff)
+            .filter(|(_, t)| !t.has(LAPSED) && !t.has(ENDED) && t.expires_ms <= cutoff)
         {
             Self::lapse(tl, &mut events);
             self.orphans += 1;
@@ -315,7 +334,7 @@ impl Tracker {
     /// The migration `prev` is no longer the document's lock: decide how it ended.
     fn end_previous(
         &mut self,
-        prev: Timeline,
+        prev: &Timeline,
         location_hash: u32,
         next: Option<&LockInfo>,
         at_ms: i64,
@@ -343,7 +362,7 @@ impl Tracker {
         } else {
             (Outcome::Lapsed, prev.expires_ms)
         };
-        Self::finish(&prev, outcome, end_ms, out);
+        Self::finish(prev, outcome, end_ms, out);
     }
 }
 

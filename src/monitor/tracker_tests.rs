@@ -333,3 +333,35 @@ fn tokens_are_not_kept() {
     feed(&mut tracker, &mig.docs[..2]);
     assert!(!format!("{tracker:?}").contains(mig.token.expose()));
 }
+
+#[test]
+fn a_lagging_stream_cannot_restart_a_migration_a_scan_saw_end() {
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    feed(&mut tracker, &mig.docs[..2]);
+    // The scan reads the write region at 60 s: already swapped.
+    let mut out = Vec::new();
+    tracker.observe(&mig.docs[3].0, at(60), Seen::Scan, &mut out);
+    assert_eq!(count(&out, &Event::Ended(Outcome::Swapped)), 1);
+    // Then the stream catches up with versions committed before the scan.
+    let late = feed(&mut tracker, &mig.docs[2..]);
+    assert!(late.is_empty(), "{late:?}");
+    assert_eq!(tracker.in_flight(), 0);
+    // The memory of the end is dropped after the grace; a new migration starts clean.
+    let mut swept = Vec::new();
+    tracker.sweep(at(70), 5 * S, &mut swept);
+    assert!(swept.is_empty());
+    assert_eq!(tracker.timelines.len(), 0);
+    let next = lifecycle::pre_lock(
+        &mig.docs[3].0,
+        &PreLockRequest { target_location: Some("westeurope".into()), ..req() },
+        LockToken::generate(),
+        &policy(),
+        at(80),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    tracker.observe(&next, at(80), Seen::Stream, &mut out);
+    assert_eq!(out, [Event::Started]);
+    assert_eq!(tracker.in_flight(), 1);
+}
