@@ -16,7 +16,8 @@ use lockprobe::routing::{
     RoutingError,
 };
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
-use lockprobe::store::{LocationStore, ReadFrom};
+use lockprobe::routing::LocationDocument;
+use lockprobe::store::{ChangeBatch, ChangeCursor, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use prometheus::{Encoder, TextEncoder};
 
 const S: Duration = Duration::from_secs(1);
@@ -318,7 +319,7 @@ async fn advance(
                 _ => doc.secondary = Some(doc.primary.clone()),
             }
             store.put_raw(&m.id, doc.to_json());
-            (m.step, m.next) = (Step::Release, tick + 2);
+            (m.step, m.next) = (Step::Release, tick + 4);
         }
         Step::Done => {}
     }
@@ -327,10 +328,17 @@ async fn advance(
 
 /// Runs the fleet to completion, the monitor following every tick (scan every 30).
 async fn run(fleet: &mut Fleet, monitor: &Monitor, ticks: u64) {
+    run_polling_every(fleet, monitor, ticks, 1).await;
+}
+
+/// Runs the fleet, the monitor polling every `every` ticks (scan every 30).
+async fn run_polling_every(fleet: &mut Fleet, monitor: &Monitor, ticks: u64, every: u64) {
     for tick in 0..ticks {
         fleet.tick(tick).await;
-        monitor.drain().await.unwrap();
-        monitor.sweep();
+        if tick % every == 0 {
+            monitor.drain().await.unwrap();
+            monitor.sweep();
+        }
         if tick % 30 == 29 {
             monitor.scan_once().await.unwrap();
         }
@@ -347,13 +355,47 @@ fn metrics_text(registry: &prometheus::Registry) -> String {
 }
 
 fn new_monitor(fleet: &Fleet) -> (Monitor, prometheus::Registry) {
+    monitor_over(fleet, fleet.store.clone(), monitor_config())
+}
+
+fn monitor_over(fleet: &Fleet, store: Arc<dyn LocationStore>, config: MonitorConfig) -> (Monitor, prometheus::Registry) {
     let registry = prometheus::Registry::new();
     let clock: Arc<dyn Clock> = fleet.clock.clone();
-    let store: Arc<dyn LocationStore> = fleet.store.clone();
-    (
-        Monitor::new(store, clock, monitor_config(), &registry).unwrap(),
-        registry,
-    )
+    (Monitor::new(store, clock, config, &registry).unwrap(), registry)
+}
+
+/// The in-memory store behind a change stream with Cosmos DB change-feed semantics:
+/// each batch carries only the latest version of each document it touches.
+#[derive(Debug)]
+struct LatestOnly(Arc<MemoryStore>);
+
+#[async_trait::async_trait]
+impl LocationStore for LatestOnly {
+    async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
+        self.0.read(id, from).await
+    }
+    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
+        self.0.create(doc).await
+    }
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
+        self.0.replace(doc, if_match).await
+    }
+    async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
+        let mut batch = self.0.read_changes(cursor, limit).await?;
+        let mut newest = std::collections::HashMap::new();
+        for (i, c) in batch.changes.iter().enumerate() {
+            newest.insert(c.doc.doc.id.clone(), i);
+        }
+        let mut i = 0;
+        batch.changes.retain(|c| {
+            i += 1;
+            newest[&c.doc.doc.id] == i - 1
+        });
+        Ok(batch)
+    }
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+        self.0.scan(after, limit).await
+    }
 }
 
 #[tokio::test]
@@ -523,4 +565,31 @@ async fn a_restarted_monitor_loses_no_orphan() {
     );
     assert_eq!(second.early_escalations(), 0);
     assert_eq!(second.partial_cutovers(), 0);
+}
+
+#[tokio::test]
+async fn latest_only_delivery_counts_the_same_anomalies() {
+    let mix = Mix { clean: 300, early_inside_buffer: 7, early_under_declared: 3, abandoned: 5, lease_expires: 4, forged: true };
+    let mut fleet = Fleet::new(mix, 100_000);
+    fleet.seed().await;
+    // Polling every third second, a whole poll in one batch: versions of one document
+    // written within a poll arrive as one (renewals, write + swap, ...).
+    let config = MonitorConfig { poll_batch: 100_000, ..monitor_config() };
+    let (monitor, _) = monitor_over(&fleet, Arc::new(LatestOnly(fleet.store.clone())), config);
+    run_polling_every(&mut fleet, &monitor, 120, 3).await;
+    assert_eq!(fleet.pending(), 0);
+    monitor.drain().await.unwrap();
+    monitor.sweep();
+    monitor.scan_once().await.unwrap();
+    let delivered = monitor.status()["changes"].as_u64().unwrap();
+    let written = fleet.store.counts().writes();
+    assert!(delivered + 100 < written, "versions must really collapse: {delivered} of {written}");
+
+    assert_eq!(monitor.early_escalations(), 10);
+    assert_eq!(monitor.partial_cutovers(), 3);
+    assert_eq!(monitor.outcomes(Outcome::Lapsed), 9);
+    assert_eq!(monitor.orphaned_locks(), 5);
+    assert_eq!(monitor.outcomes(Outcome::Swapped), 270 + 7 + 3 + 4);
+    assert_eq!(monitor.outcomes(Outcome::Released), 30 + 3);
+    assert_eq!(monitor.in_flight(), 0);
 }
