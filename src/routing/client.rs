@@ -171,8 +171,7 @@ impl RoutingClient {
         }
         let started = Instant::now();
         let replica = self.store.read(id, ReadFrom::Replica).await?;
-        let lock_started = replica.doc.primary.lock.as_ref().is_some_and(|l| self.has_started(l, now));
-        if lock_started {
+        if replica.doc.primary.lock.as_ref().is_some_and(|l| self.replica_may_lag_on(l, now)) {
             // Never enforce on a replica's view of a lock: it may lag.
             return self.read_through(id).await;
         }
@@ -240,6 +239,14 @@ impl RoutingClient {
             return Err(LockError::InvalidTransition(format!("needs a {phase} lock; the lock is in {}", lock.phase)).into());
         }
         Ok(record)
+    }
+
+    /// Whether a replica's view of `lock` could differ from the write region's in a way
+    /// that matters: the lock has started, and it is live or lapsed so recently that a
+    /// renewal made before the lapse may not have replicated yet (the lock's declared
+    /// convergence delay covers the replication bound). Long-lapsed locks are final.
+    fn replica_may_lag_on(&self, lock: &LockInfo, now: DateTime<Utc>) -> bool {
+        self.has_started(lock, now) && now < lock.expires_at + lock.convergence_delay()
     }
 
     fn has_started(&self, lock: &LockInfo, now: DateTime<Utc>) -> bool {

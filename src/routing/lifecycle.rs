@@ -73,6 +73,14 @@ pub fn pre_lock(
     if let Some(live) = doc.live_lock(now) {
         return Err(LockError::LockHeld { expires_at: live.expires_at });
     }
+    // A swap's guard keeps the old location refusing writes until caches converge on
+    // the new one; a new target elsewhere would overwrite it, so wait for it to lapse.
+    // (A new migration back to the guarded location locks it anyway, for longer.)
+    if let Some(guard) = swap_guard(doc, now) {
+        if req.target_location.as_deref().is_some_and(|t| t != doc.secondary.as_ref().map_or("", |s| s.location.as_str())) {
+            return Err(LockError::LockHeld { expires_at: guard.expires_at });
+        }
+    }
     if req.duration.is_zero() {
         return Err(LockError::InvalidRequest("durationSeconds must be positive".into()));
     }
@@ -133,6 +141,23 @@ pub fn held_lock<'a>(doc: &'a LocationDocument, token: &LockToken, now: DateTime
     }
 }
 
+/// The live lock on `secondary` left by a swap (not the current migration's target).
+fn swap_guard(doc: &LocationDocument, now: DateTime<Utc>) -> Option<&LockInfo> {
+    let guard = doc.secondary.as_ref()?.lock.as_ref().filter(|l| l.is_live(now))?;
+    let own_target = doc.primary.lock.as_ref().is_some_and(|p| p.token.matches(&guard.token));
+    (!own_target).then_some(guard)
+}
+
+/// Keeps the declared target's lock as long as the migration's parent lease.
+fn sync_target_lock(doc: &mut LocationDocument, token: &LockToken) {
+    let Some(parent) = doc.primary.lock.as_ref().map(|l| (l.pre_lock_expires_at, l.renewals)) else { return };
+    if let Some(target) = doc.secondary.as_mut().and_then(|s| s.lock.as_mut()).filter(|l| l.token.matches(token)) {
+        target.expires_at = parent.0;
+        target.pre_lock_expires_at = parent.0;
+        target.renewals = parent.1;
+    }
+}
+
 /// Escalates the live lock to `phase` (`hardDelete` from `preLock`, `write` from
 /// `hardDelete`), with a new lease of `duration` that never outlives the pre-lock.
 pub fn escalate(
@@ -188,6 +213,7 @@ pub fn renew(doc: &LocationDocument, token: &LockToken, duration: Duration, now:
         new.pre_lock_expires_at = new.expires_at;
     }
     new.renewals = lock.renewals.saturating_add(1);
+    sync_target_lock(&mut next, token);
     Ok(next)
 }
 

@@ -129,6 +129,9 @@ struct State {
 #[derive(Debug, Default)]
 struct History {
     versions: VecDeque<StoredVersion>,
+    /// Older versions were dropped, so the oldest kept one has been visible to replicas:
+    /// a replica never "unsees" it, even if the clock steps back.
+    pruned: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -230,6 +233,7 @@ impl State {
         if let Some(history) = self.docs.get_mut(id) {
             while history.versions.len() > 1 && history.versions[1].committed_at <= horizon {
                 history.versions.pop_front();
+                history.pruned = true;
             }
         }
     }
@@ -260,6 +264,7 @@ impl LocationStore for MemoryStore {
                 state.prune(id, horizon);
                 let history = state.docs.get(id).ok_or(StoreError::NotFound)?;
                 let visible = history.versions.iter().rev().find(|v| v.committed_at <= horizon);
+                let visible = visible.or_else(|| history.versions.front().filter(|_| history.pruned));
                 to_versioned(visible.ok_or(StoreError::NotFound)?)
             }
         }
