@@ -157,14 +157,15 @@ impl Monitor {
         };
         let n = batch.changes.len();
         {
+            // A commit time comes from the store's clock (Cosmos DB: `_ts`, whole
+            // seconds, server time); lock times come from the service's. A commit time
+            // ahead of the monitor's own clock would make live locks look lapsed, so it
+            // is capped at now: replays keep their real times, a skewed store cannot.
+            let now = self.clock.now();
             let mut inner = self.inner.lock().expect("monitor mutex poisoned");
             for change in &batch.changes {
-                self.apply(
-                    &mut inner,
-                    &change.doc.doc,
-                    change.committed_at,
-                    Seen::Stream,
-                );
+                let at = change.committed_at.min(now);
+                self.apply(&mut inner, &change.doc.doc, at, Seen::Stream);
             }
         }
         self.metrics.changes.inc_by(n as u64);

@@ -364,37 +364,48 @@ fn monitor_over(fleet: &Fleet, store: Arc<dyn LocationStore>, config: MonitorCon
     (Monitor::new(store, clock, config, &registry).unwrap(), registry)
 }
 
-/// The in-memory store behind a change stream with Cosmos DB change-feed semantics:
-/// each batch carries only the latest version of each document it touches.
+/// The in-memory store behind a change stream like Cosmos DB's: optionally each batch
+/// carries only the latest version of each document it touches (change-feed
+/// semantics), and commit times may come from a clock far from the lock's (`_ts` is
+/// server time).
 #[derive(Debug)]
-struct LatestOnly(Arc<MemoryStore>);
+struct CosmosLike {
+    inner: Arc<MemoryStore>,
+    latest_only: bool,
+    commit_skew: chrono::TimeDelta,
+}
 
 #[async_trait::async_trait]
-impl LocationStore for LatestOnly {
+impl LocationStore for CosmosLike {
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
-        self.0.read(id, from).await
+        self.inner.read(id, from).await
     }
     async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
-        self.0.create(doc).await
+        self.inner.create(doc).await
     }
     async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
-        self.0.replace(doc, if_match).await
+        self.inner.replace(doc, if_match).await
     }
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
-        let mut batch = self.0.read_changes(cursor, limit).await?;
-        let mut newest = std::collections::HashMap::new();
-        for (i, c) in batch.changes.iter().enumerate() {
-            newest.insert(c.doc.doc.id.clone(), i);
+        let mut batch = self.inner.read_changes(cursor, limit).await?;
+        if self.latest_only {
+            let mut newest = std::collections::HashMap::new();
+            for (i, c) in batch.changes.iter().enumerate() {
+                newest.insert(c.doc.doc.id.clone(), i);
+            }
+            let mut i = 0;
+            batch.changes.retain(|c| {
+                i += 1;
+                newest[&c.doc.doc.id] == i - 1
+            });
         }
-        let mut i = 0;
-        batch.changes.retain(|c| {
-            i += 1;
-            newest[&c.doc.doc.id] == i - 1
-        });
+        for c in &mut batch.changes {
+            c.committed_at += self.commit_skew;
+        }
         Ok(batch)
     }
     async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
-        self.0.scan(after, limit).await
+        self.inner.scan(after, limit).await
     }
 }
 
@@ -575,7 +586,8 @@ async fn latest_only_delivery_counts_the_same_anomalies() {
     // Polling every third second, a whole poll in one batch: versions of one document
     // written within a poll arrive as one (renewals, write + swap, ...).
     let config = MonitorConfig { poll_batch: 100_000, ..monitor_config() };
-    let (monitor, _) = monitor_over(&fleet, Arc::new(LatestOnly(fleet.store.clone())), config);
+    let store = CosmosLike { inner: fleet.store.clone(), latest_only: true, commit_skew: chrono::TimeDelta::zero() };
+    let (monitor, _) = monitor_over(&fleet, Arc::new(store), config);
     run_polling_every(&mut fleet, &monitor, 120, 3).await;
     assert_eq!(fleet.pending(), 0);
     monitor.drain().await.unwrap();
@@ -592,4 +604,24 @@ async fn latest_only_delivery_counts_the_same_anomalies() {
     assert_eq!(monitor.outcomes(Outcome::Swapped), 270 + 7 + 3 + 4);
     assert_eq!(monitor.outcomes(Outcome::Released), 30 + 3);
     assert_eq!(monitor.in_flight(), 0);
+}
+
+#[tokio::test]
+async fn commit_times_from_a_clock_far_ahead_change_nothing() {
+    // Cosmos `_ts` is the server's real time; tests run locks on a manual clock at
+    // 2026-01-01. A monitor that trusted those commit times would see every lock lapsed.
+    let mix = Mix { clean: 100, early_inside_buffer: 3, abandoned: 2, lease_expires: 2, forged: true, ..Mix::default() };
+    let mut fleet = Fleet::new(mix, 100_000);
+    fleet.seed().await;
+    let store = CosmosLike { inner: fleet.store.clone(), latest_only: false, commit_skew: chrono::TimeDelta::days(300) };
+    let (monitor, _) = monitor_over(&fleet, Arc::new(store), monitor_config());
+    run(&mut fleet, &monitor, 120).await;
+    assert_eq!(fleet.pending(), 0);
+    monitor.scan_once().await.unwrap();
+    assert_eq!(monitor.early_escalations(), 3);
+    assert_eq!(monitor.partial_cutovers(), 3);
+    assert_eq!(monitor.outcomes(Outcome::Lapsed), 2 + 2);
+    assert_eq!(monitor.orphaned_locks(), 2);
+    assert_eq!(monitor.outcomes(Outcome::Swapped), 90 + 3 + 2);
+    assert_eq!(monitor.outcomes(Outcome::Released), 10 + 3);
 }
