@@ -139,14 +139,14 @@ fn parse(args: &[&str]) -> MonitorCommand {
 async fn the_command_refuses_bad_flags_as_usage_errors() {
     let err = run(parse(&["--store", "cosmos"]), CancellationToken::new()).await.unwrap_err();
     assert!(err.downcast_ref::<UsageError>().is_some_and(|e| e.0.starts_with("--store cosmos")), "{err}");
-    let err = run(parse(&["--scan-interval", "0s"]), CancellationToken::new()).await.unwrap_err();
-    assert_eq!(err.downcast_ref::<UsageError>().map(|e| e.0.as_str()), Some("--scan-interval: must be positive"));
+    let err = run(parse(&["--monitor-scan-interval", "0s"]), CancellationToken::new()).await.unwrap_err();
+    assert_eq!(err.downcast_ref::<UsageError>().map(|e| e.0.as_str()), Some("--monitor-scan-interval: must be positive"));
 }
 
 #[tokio::test]
 async fn the_command_runs_on_memory_and_stops_on_shutdown() {
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(run(parse(&["--listen", "127.0.0.1:0", "--poll-interval", "10ms"]), shutdown.clone()));
+    let task = tokio::spawn(run(parse(&["--listen", "127.0.0.1:0", "--monitor-poll-interval", "10ms"]), shutdown.clone()));
     tokio::time::sleep(Duration::from_millis(50)).await;
     shutdown.cancel();
     tokio::time::timeout(5 * S, task).await.expect("stops").unwrap().unwrap();

@@ -24,42 +24,36 @@ pub struct ArgsError {
     pub reason: String,
 }
 
-/// `lockprobe monitor` flags.
+/// The monitor's settings as flags. Every flag carries a `--monitor-` prefix (and an
+/// `LOCKPROBE_MONITOR_*` variable) so the struct can be flattened into any command,
+/// `serve` included, beside other parts' flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MonitorArgs {
-    /// Store to watch.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "memory",
-        env = "LOCKPROBE_MONITOR_STORE"
-    )]
-    pub store: StoreKind,
     /// Wait after an empty change-stream poll.
-    #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_poll_interval", long = "monitor-poll-interval", env = "LOCKPROBE_MONITOR_POLL_INTERVAL", default_value = "200ms", value_parser = humantime::parse_duration)]
     pub poll_interval: Duration,
     /// Changes asked for per poll.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(id = "monitor_poll_batch", long = "monitor-poll-batch", env = "LOCKPROBE_MONITOR_POLL_BATCH", default_value_t = 1000)]
     pub poll_batch: usize,
     /// How often the whole store is scanned for orphans and partial cutovers.
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_scan_interval", long = "monitor-scan-interval", env = "LOCKPROBE_MONITOR_SCAN_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
     pub scan_interval: Duration,
     /// Documents per scan page.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(id = "monitor_scan_page", long = "monitor-scan-page", env = "LOCKPROBE_MONITOR_SCAN_PAGE", default_value_t = 1000)]
     pub scan_page: usize,
     /// How often lapsed leases are looked for between scans.
-    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_sweep_interval", long = "monitor-sweep-interval", env = "LOCKPROBE_MONITOR_SWEEP_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
     pub sweep_interval: Duration,
     /// How long past a lease's end the sweep waits before calling it lapsed (covers
     /// change-stream delivery lag).
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_lapse_grace", long = "monitor-lapse-grace", env = "LOCKPROBE_MONITOR_LAPSE_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub lapse_grace: Duration,
     /// The orchestrator's buffer after the convergence delay before hardDelete.
-    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_escalation_buffer", long = "monitor-escalation-buffer", env = "LOCKPROBE_MONITOR_ESCALATION_BUFFER", default_value = "10m", value_parser = humantime::parse_duration)]
     pub escalation_buffer: Duration,
     /// The service's declared convergence delay (max cache TTL + replication bound); a
     /// lock declaring less is judged against this.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_declared_delay", long = "monitor-declared-delay", env = "LOCKPROBE_MONITOR_DECLARED_DELAY", value_parser = humantime::parse_duration)]
     pub declared_delay: Option<Duration>,
 }
 
@@ -87,7 +81,7 @@ impl MonitorArgs {
                 MonitorConfigError::ZeroCount { .. } => "must be at least 1".to_owned(),
             };
             ArgsError {
-                flag: format!("--{}", field.replace('_', "-")),
+                flag: format!("--monitor-{}", field.replace('_', "-")),
                 reason,
             }
         })?;
@@ -110,27 +104,26 @@ mod tests {
     fn human_durations_parse_and_defaults_validate() {
         let cli = Cli::try_parse_from([
             "lockprobe",
-            "--scan-interval",
+            "--monitor-scan-interval",
             "2s",
-            "--escalation-buffer",
+            "--monitor-escalation-buffer",
             "1s",
-            "--declared-delay",
+            "--monitor-declared-delay",
             "4s",
         ])
         .unwrap();
         let config = cli.monitor.to_config().unwrap();
         assert_eq!(config.scan_interval, Duration::from_secs(2));
         assert_eq!(config.declared_delay, Some(Duration::from_secs(4)));
-        assert_eq!(cli.monitor.store, StoreKind::Memory);
+        assert_eq!(config.poll_interval, Duration::from_millis(200));
     }
 
     #[test]
     fn a_zero_interval_names_its_flag() {
-        let cli = Cli::try_parse_from(["lockprobe", "--sweep-interval", "0s"]).unwrap();
+        let cli = Cli::try_parse_from(["lockprobe", "--monitor-sweep-interval", "0s"]).unwrap();
         let err = cli.monitor.to_config().unwrap_err();
-        assert_eq!(err.flag, "--sweep-interval");
-        assert_eq!(err.to_string(), "--sweep-interval: must be positive");
-        assert!(Cli::try_parse_from(["lockprobe", "--store", "redis"]).is_err());
-        assert!(Cli::try_parse_from(["lockprobe", "--poll-interval", "soon"]).is_err());
+        assert_eq!(err.flag, "--monitor-sweep-interval");
+        assert_eq!(err.to_string(), "--monitor-sweep-interval: must be positive");
+        assert!(Cli::try_parse_from(["lockprobe", "--monitor-poll-interval", "soon"]).is_err());
     }
 }

@@ -15,9 +15,12 @@ use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 use crate::store::LocationStore;
 use crate::usage::UsageError;
 
-/// `lockprobe monitor` flags: the monitor's own plus where to serve.
+/// `lockprobe monitor` flags: which store, the monitor's own, and where to serve.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MonitorCommand {
+    /// Store to watch.
+    #[arg(long, value_enum, default_value = "memory", env = "LOCKPROBE_MONITOR_STORE")]
+    pub store: StoreKind,
     /// Monitor settings.
     #[command(flatten)]
     pub monitor: MonitorArgs,
@@ -39,7 +42,7 @@ pub fn store_for(kind: StoreKind, clock: Arc<dyn Clock>) -> Result<Arc<dyn Locat
 pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
     let config = cmd.monitor.to_config().map_err(|e| UsageError::new(e.to_string()))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store = store_for(cmd.monitor.store, clock.clone())?;
+    let store = store_for(cmd.store, clock.clone())?;
     let registry = Registry::new();
     let monitor = Arc::new(Monitor::new(store, clock, config, &registry)?);
     let metrics = get(move || {
