@@ -69,6 +69,8 @@ pub struct ServiceConfig {
     pub max_retry_after: Duration,
     /// Deliberate faults (tests of the probe only).
     pub faults: Vec<Fault>,
+    /// Store metrics (e.g. Cosmos request charges), served at `GET /metrics` when set.
+    pub metrics: Option<prometheus::Registry>,
 }
 
 impl ServiceConfig {
@@ -85,6 +87,7 @@ impl ServiceConfig {
             max_body_bytes: 64 * 1024,
             max_retry_after: Duration::from_secs(5),
             faults: Vec::new(),
+            metrics: None,
         }
     }
 
@@ -154,9 +157,17 @@ pub fn router(instance: Arc<Instance>) -> Router {
             get(data_api::read_item).put(data_api::write_item).delete(data_api::delete_item),
         )
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(render_metrics))
         .layer(axum::Extension(input::BodyLimit(limit)))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(instance)
+}
+
+/// `GET /metrics`: the store's metrics in the Prometheus text format (empty when the
+/// store exports none).
+async fn render_metrics(axum::extract::State(instance): axum::extract::State<Arc<Instance>>) -> String {
+    let families = instance.config.metrics.as_ref().map(prometheus::Registry::gather).unwrap_or_default();
+    prometheus::TextEncoder::new().encode_to_string(&families).unwrap_or_default()
 }
 
 /// A started service: one listener per instance.

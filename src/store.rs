@@ -5,6 +5,7 @@
 //! create-if-absent, replace-if-match, a pull-based stream of committed changes and a
 //! paged scan of all documents.
 
+pub mod cosmos;
 pub mod memory;
 
 use std::fmt::{self, Debug};

@@ -8,8 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{start, Fault, ServiceConfig};
 use crate::clock::SystemClock;
-use crate::store::memory::{MemoryStore, MemoryStoreConfig};
-use crate::store::LocationStore;
+use crate::store::cosmos::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
 
 /// Environment variable holding the lock API key (kept out of argv and process lists).
@@ -45,6 +44,9 @@ pub struct ServiceArgs {
     /// Deliberately break the contract, to test a probe (repeatable).
     #[arg(long = "fault", value_enum)]
     pub faults: Vec<Fault>,
+    /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 impl ServiceArgs {
@@ -86,10 +88,15 @@ pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Resu
     let config = args.to_config(std::env::var(API_KEY_ENV).ok())?;
     let addrs = args.listen_addrs()?;
     let clock = Arc::new(SystemClock);
-    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
-        clock.clone(),
-        MemoryStoreConfig { replica_lag: config.replication_bound, ..MemoryStoreConfig::default() },
-    ));
+    // Validate every setting before connecting anywhere, so bad input exits 64 at once.
+    args.store.validate().map_err(|e| UsageError::new(e.to_string()))?;
+    let registry = prometheus::Registry::new();
+    let store = args
+        .store
+        .open(clock.clone(), config.replication_bound, &registry)
+        .await
+        .map_err(OpenStoreError::into_anyhow)?;
+    let config = ServiceConfig { metrics: Some(registry), ..config };
     let declared = config.declared_convergence();
     let running = start(config, store, clock, addrs, shutdown).await?;
     for (i, addr) in running.addrs.iter().enumerate() {

@@ -1,0 +1,587 @@
+//! Azure Cosmos DB as the [`LocationStore`], through `azure_data_cosmos`.
+//!
+//! One document per resource, partition key `/id`, stored as
+//! [`LocationDocument::to_json`]. Cosmos system fields are stripped on read and never
+//! written back. Two SDK clients share one runtime:
+//!
+//! - the **write-region client** prefers only the configured write region, excludes
+//!   every other configured region, never hedges and reads with `LatestCommitted`:
+//!   it serves writes, [`ReadFrom::WriteRegion`] reads (the routing library's
+//!   read-through), scans and the `_ts` poll, so a lock decision never rests on a
+//!   replica;
+//! - the **replica client** uses the preferred regions for [`ReadFrom::Replica`].
+//!
+//! Every call has an end-to-end deadline (`request_timeout`, SDK retries included);
+//! failures other than 404 / 409 / 412 become [`StoreError::Unavailable`] in one place,
+//! [`classify`]. The request charge of every call is added to
+//! `lockprobe_cosmos_request_charge_total{op}` on the registry passed in.
+//!
+//! The change stream is Cosmos DB's change feed, or a query on `_ts` ([`poll`]) where
+//! the change feed is not usable (the local test server's is a stub); see
+//! [`ChangeStreamMode`] and `docs/cosmos.md`.
+
+pub mod choice;
+pub mod config;
+pub mod metrics;
+pub mod poll;
+
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use azure_data_cosmos::clients::ContainerClient;
+use azure_data_cosmos::feed::FeedScope;
+use azure_data_cosmos::models::{ChangeFeedItem, ContainerProperties};
+use azure_data_cosmos::options::{
+    AvailabilityStrategy, BinaryEncodingOptions, ChangeFeedOptions, ChangeFeedStartFrom, ConnectionPoolOptions,
+    EndToEndOperationLatencyPolicy, ExcludedRegions, ItemWriteOptions, MaxItemCountHint, OperationOptions, Precondition,
+    QueryOptions, ReadConsistencyStrategy, Region, ServerCertificateValidation,
+};
+use azure_data_cosmos::{
+    AccountEndpoint, AccountReference, CosmosClient, CosmosError, CosmosRuntime, Query, RoutingStrategy,
+};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use prometheus::Registry;
+use serde_json::{Map, Value};
+
+pub use choice::{OpenStoreError, StoreArgs, StoreKind};
+pub use config::{ChangeStreamMode, CosmosArgs, CosmosAuth, CosmosConfig, CosmosConfigError};
+pub use metrics::{CosmosMetrics, Op};
+
+use self::poll::{Candidate, PollCursor};
+use super::{Change, ChangeBatch, ChangeCursor, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use crate::routing::document::LocationDocument;
+
+/// Fields Cosmos DB adds to every document. They are not part of the location
+/// document: stripped on read, never written.
+pub const SYSTEM_FIELDS: [&str; 6] = ["_rid", "_self", "_etag", "_ts", "_attachments", "_lsn"];
+
+const FEED_PREFIX: &str = "feed:";
+
+/// Why the store could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum CosmosStoreError {
+    /// The metrics could not be registered (for example, registered twice).
+    #[error("cannot register cosmos metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// The SDK client could not be built (a refused setting, or the account could not
+    /// be reached to read its regions).
+    #[error("cannot create the cosmos client: {0}")]
+    Client(String),
+    /// The account, database or container could not be reached or created.
+    #[error("cannot open cosmos container {database}/{container}: {reason}")]
+    Open {
+        /// Database name.
+        database: String,
+        /// Container name.
+        container: String,
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// The Cosmos DB [`LocationStore`].
+pub struct CosmosStore {
+    write_region: ContainerClient,
+    replica: ContainerClient,
+    config: CosmosConfig,
+    metrics: CosmosMetrics,
+}
+
+impl std::fmt::Debug for CosmosStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CosmosStore")
+            .field("endpoint", &self.config.endpoint.as_str())
+            .field("database", &self.config.database)
+            .field("container", &self.config.container)
+            .field("write_region", &self.config.write_region)
+            .field("change_stream", &self.config.change_stream)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CosmosStore {
+    /// Connects to the container (creating it first if configured to). The store's
+    /// metrics are registered on `registry` once it is connected, so a failed attempt
+    /// can be retried with the same registry.
+    pub async fn connect(config: CosmosConfig, registry: &Registry) -> Result<Self, CosmosStoreError> {
+        let metrics = CosmosMetrics::new()?;
+        let runtime = build_runtime(&config).await?;
+        let write_client = build_client(&config, &runtime, Role::WriteRegion).await?;
+        let replica_client = build_client(&config, &runtime, Role::Replica).await?;
+        let open_error = |reason: String| CosmosStoreError::Open {
+            database: config.database.clone(),
+            container: config.container.clone(),
+            reason,
+        };
+        if config.create_if_missing {
+            let started = Instant::now();
+            match create_if_missing(&write_client, &config).await {
+                Ok(charge) => metrics.observe(Op::Setup, "ok", charge, started.elapsed()),
+                Err(e) => {
+                    let charge = e.diagnostics().map(|d| d.total_request_charge().value()).unwrap_or(0.0);
+                    metrics.observe(Op::Setup, "unavailable", charge, started.elapsed());
+                    return Err(open_error(e.to_string()));
+                }
+            }
+        }
+        let open = |client: CosmosClient| {
+            let (database, container) = (config.database.clone(), config.container.clone());
+            async move { client.database_client(database).container_client(container, None).await }
+        };
+        let write_region = open(write_client).await.map_err(|e| open_error(e.to_string()))?;
+        let replica = open(replica_client).await.map_err(|e| open_error(e.to_string()))?;
+        metrics.register(registry)?;
+        tracing::info!(
+            endpoint = %config.endpoint,
+            database = %config.database,
+            container = %config.container,
+            write_region = %config.write_region,
+            change_stream = ?config.change_stream,
+            "cosmos store connected"
+        );
+        Ok(Self { write_region, replica, config, metrics })
+    }
+
+    /// The settings this store runs with.
+    pub fn config(&self) -> &CosmosConfig {
+        &self.config
+    }
+
+    /// How often a caught-up change-stream consumer should poll.
+    pub fn poll_interval(&self) -> Duration {
+        self.config.poll_interval
+    }
+
+    /// Runs one SDK call, records its charge, duration and outcome, and maps its error.
+    async fn call<T, F>(&self, op: Op, fut: F) -> Result<T, StoreError>
+    where
+        F: std::future::Future<Output = Result<(T, f64), CallError>>,
+    {
+        let started = Instant::now();
+        let result = fut.await;
+        let (outcome, charge, mapped) = match result {
+            Ok((value, charge)) => ("ok", charge, Ok(value)),
+            Err(CallError::Cosmos(err)) => {
+                let charge = err.diagnostics().map(|d| d.total_request_charge().value()).unwrap_or(0.0);
+                let mapped = classify(&err);
+                (outcome_label(&mapped), charge, Err(mapped))
+            }
+            Err(CallError::Store(e, charge)) => (outcome_label(&e), charge, Err(e)),
+        };
+        self.metrics.observe(op, outcome, charge, started.elapsed());
+        if let Err(StoreError::Unavailable(reason)) = &mapped {
+            tracing::warn!(op = op.as_str(), %reason, "cosmos call failed");
+        }
+        mapped
+    }
+
+    async fn read_changes_by_poll(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
+        let position = PollCursor::decode(&cursor.0).map_err(StoreError::Unavailable)?;
+        let overlap = i64::try_from(self.config.poll_overlap.as_secs()).unwrap_or(i64::MAX);
+        let fetch = position.fetch_size(limit);
+        let query = match position.query_from(overlap) {
+            Some(from) => Query::from(format!("SELECT TOP {fetch} * FROM c WHERE c._ts >= @from ORDER BY c._ts"))
+                .with_parameter("@from", from)
+                .map_err(|e| StoreError::Unavailable(format!("cannot build poll query: {e}")))?,
+            None => Query::from(format!("SELECT TOP {fetch} * FROM c ORDER BY c._ts")),
+        };
+        let rows = self
+            .call(Op::ReadChanges, async {
+                let (rows, charge) = run_query(&self.write_region, query).await?;
+                let candidates = rows
+                    .into_iter()
+                    .map(candidate)
+                    .collect::<Result<Vec<_>, StoreError>>()
+                    .map_err(|e| CallError::Store(e, charge))?;
+                Ok((candidates, charge))
+            })
+            .await?;
+        let (picked, next) = position.advance(rows, limit, overlap);
+        let changes = picked.into_iter().map(|c| c.item).collect();
+        Ok(ChangeBatch { changes, next: ChangeCursor(next.encode()) })
+    }
+
+    async fn read_changes_by_feed(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
+        let token = if cursor.0.is_empty() {
+            None
+        } else {
+            let raw = cursor
+                .0
+                .strip_prefix(FEED_PREFIX)
+                .ok_or_else(|| StoreError::Unavailable(format!("not a cosmos change feed cursor: {:?}", cursor.0)))?;
+            Some(azure_data_cosmos::feed::ContinuationToken::from_string(raw.to_owned()))
+        };
+        let page_size = NonZeroU32::new(u32::try_from(limit.max(1)).unwrap_or(u32::MAX)).expect("at least one");
+        let mut options = ChangeFeedOptions::default().with_max_item_count(MaxItemCountHint::Limit(page_size));
+        if let Some(token) = token {
+            options = options.with_continuation_token(token);
+        }
+        self.call(Op::ReadChanges, async {
+            let mut pages = self
+                .write_region
+                .query_change_feed::<Value>(FeedScope::full_container(), ChangeFeedStartFrom::Beginning, Some(options))
+                .await?;
+            let page = match pages.next().await {
+                Some(page) => page?,
+                None => return Err(CallError::Store(StoreError::Unavailable("change feed ended".into()), 0.0)),
+            };
+            let charge = page.diagnostics().total_request_charge().value();
+            let next = pages.to_continuation_token()?;
+            // Cosmos may return a few more than the page-size hint (one transaction's
+            // writes stay together); they are all delivered, as the continuation is past them.
+            let changes = page
+                .into_items()
+                .into_iter()
+                .filter_map(|item: ChangeFeedItem<Value>| item.current().cloned())
+                .map(|doc| candidate(doc).map(|c| c.item))
+                .collect::<Result<Vec<_>, StoreError>>()
+                .map_err(|e| CallError::Store(e, charge))?;
+            Ok((ChangeBatch { changes, next: ChangeCursor(format!("{FEED_PREFIX}{}", next.as_str())) }, charge))
+        })
+        .await
+    }
+}
+
+/// An SDK error, or a failure found after a successful SDK call (with its charge).
+enum CallError {
+    Cosmos(CosmosError),
+    Store(StoreError, f64),
+}
+
+impl From<CosmosError> for CallError {
+    fn from(e: CosmosError) -> Self {
+        CallError::Cosmos(e)
+    }
+}
+
+/// The one place that decides what a Cosmos DB failure means to callers.
+///
+/// 404 (without a sub-status: a missing parent container is not a missing document),
+/// 409 and 412 are answers about the document; everything else (transport errors,
+/// timeouts, throttling that outlasted the SDK's retries, 5xx, and also 400/401/403,
+/// which mean a misconfigured store) makes the store unavailable.
+pub fn classify(err: &CosmosError) -> StoreError {
+    let status = err.status();
+    if status.is_not_found() {
+        StoreError::NotFound
+    } else if status.is_conflict() {
+        StoreError::Conflict
+    } else if status.is_precondition_failed() {
+        StoreError::PreconditionFailed
+    } else {
+        let code = u16::from(status.status_code());
+        let sub = status.sub_status().map(|s| format!("/{s}")).unwrap_or_default();
+        StoreError::Unavailable(format!("cosmos {code}{sub}: {err}"))
+    }
+}
+
+fn outcome_label(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::NotFound => "not_found",
+        StoreError::PreconditionFailed => "precondition_failed",
+        StoreError::Conflict => "conflict",
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Document(_) => "document_error",
+    }
+}
+
+/// Removes Cosmos system fields from a stored document.
+pub fn strip_system_fields(mut json: Value) -> Value {
+    if let Value::Object(map) = &mut json {
+        for field in SYSTEM_FIELDS {
+            map.remove(field);
+        }
+    }
+    json
+}
+
+fn take_string(map: &Map<String, Value>, field: &str) -> Option<String> {
+    map.get(field).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Turns a stored JSON document (system fields included) into a change candidate.
+fn candidate(json: Value) -> Result<Candidate<Change>, StoreError> {
+    let Value::Object(map) = &json else {
+        return Err(StoreError::Unavailable("cosmos returned a non-object document".into()));
+    };
+    let etag = take_string(map, "_etag").ok_or_else(|| StoreError::Unavailable("document without _etag".into()))?;
+    let ts = map.get("_ts").and_then(Value::as_i64).ok_or_else(|| StoreError::Unavailable("document without _ts".into()))?;
+    let id = take_string(map, "id").unwrap_or_default();
+    let committed_at = DateTime::<Utc>::from_timestamp(ts, 0).unwrap_or_default();
+    let doc = LocationDocument::from_json(strip_system_fields(json))?;
+    let item = Change { doc: Versioned { doc, etag: ETag(etag.clone()) }, committed_at };
+    Ok(Candidate { id, etag, ts, item })
+}
+
+fn versioned(json: Value, header_etag: Option<String>) -> Result<Versioned, StoreError> {
+    let etag = header_etag
+        .or_else(|| json.get("_etag").and_then(Value::as_str).map(str::to_owned))
+        .ok_or_else(|| StoreError::Unavailable("cosmos returned a document without an etag".into()))?;
+    Ok(Versioned { doc: LocationDocument::from_json(strip_system_fields(json))?, etag: ETag(etag) })
+}
+
+/// Runs a cross-partition query to the end, summing the charge of every page.
+async fn run_query(container: &ContainerClient, query: Query) -> Result<(Vec<Value>, f64), CallError> {
+    let mut pages = container
+        .query_items::<Value>(query, FeedScope::full_container(), Some(QueryOptions::default()))
+        .await?
+        .into_pages();
+    let mut rows = Vec::new();
+    let mut charge = 0.0;
+    while let Some(page) = pages.next().await {
+        let page = page?;
+        charge += page.diagnostics().total_request_charge().value();
+        rows.extend(page.into_items());
+    }
+    Ok((rows, charge))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    WriteRegion,
+    Replica,
+}
+
+async fn build_runtime(config: &CosmosConfig) -> Result<CosmosRuntime, CosmosStoreError> {
+    let client_error = |e: CosmosError| CosmosStoreError::Client(e.to_string());
+    // Connecting must fail well inside the end-to-end deadline so a dead endpoint is
+    // reported as unavailable rather than hanging.
+    let connect_timeout = (config.request_timeout / 2).clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let mut pool = ConnectionPoolOptions::builder().with_max_connect_timeout(connect_timeout);
+    if config.is_local_emulator() {
+        // The local server speaks HTTP/1.1 only and, with TLS, has a self-signed
+        // certificate; the SDK relaxes validation for loopback hosts only.
+        pool = pool
+            .with_is_http2_allowed(false)
+            .with_server_certificate_validation(ServerCertificateValidation::RequiredUnlessEmulator);
+    }
+    let pool = pool.build().map_err(client_error)?;
+    let mut defaults = OperationOptions::default();
+    defaults.end_to_end_latency_policy = Some(EndToEndOperationLatencyPolicy::new(config.request_timeout));
+    CosmosRuntime::builder()
+        .with_connection_pool(pool)
+        .with_default_operation_options(defaults)
+        .build()
+        .await
+        .map_err(client_error)
+}
+
+/// The regions and default operation options of one of the store's two clients.
+fn client_plan(config: &CosmosConfig, role: Role) -> (Vec<Region>, OperationOptions) {
+    let write_region = Region::new(config.write_region.clone());
+    let mut options = OperationOptions::default();
+    let regions = match role {
+        Role::WriteRegion => {
+            // Only the write region: a read that cannot reach it fails (unavailable)
+            // instead of quietly falling back to a replica that may lag.
+            let mut excluded = ExcludedRegions::new();
+            for region in config.preferred_regions.iter().map(|r| Region::new(r.clone())) {
+                if region != write_region {
+                    excluded = excluded.with_region(region);
+                }
+            }
+            options.excluded_regions = Some(excluded);
+            options.availability_strategy = Some(AvailabilityStrategy::Disabled);
+            options.hedging_enabled = Some(false);
+            options.read_consistency_strategy = Some(ReadConsistencyStrategy::LatestCommitted);
+            vec![write_region]
+        }
+        Role::Replica if config.preferred_regions.is_empty() => vec![write_region],
+        Role::Replica => config.preferred_regions.iter().map(|r| Region::new(r.clone())).collect(),
+    };
+    (regions, options)
+}
+
+async fn build_client(config: &CosmosConfig, runtime: &CosmosRuntime, role: Role) -> Result<CosmosClient, CosmosStoreError> {
+    let endpoint: AccountEndpoint = config
+        .endpoint
+        .as_str()
+        .parse()
+        .map_err(|e: CosmosError| CosmosStoreError::Client(format!("endpoint {}: {e}", config.endpoint)))?;
+    let account = match &config.auth {
+        CosmosAuth::Key(key) => AccountReference::with_authentication_key(endpoint, key.clone()),
+        CosmosAuth::Entra(credential) => AccountReference::with_credential(endpoint, credential.clone()),
+    };
+    let (regions, options) = client_plan(config, role);
+    let mut builder = CosmosClient::builder().with_runtime(runtime.clone()).with_default_operation_options(options);
+    if config.is_local_emulator() {
+        // The local server cannot parse Cosmos binary JSON (every write fails with 500).
+        builder = builder.with_binary_encoding_options(BinaryEncodingOptions::new().with_enabled(false));
+    }
+    builder
+        .build(account, RoutingStrategy::PreferredRegions(regions))
+        .await
+        .map_err(|e| CosmosStoreError::Client(e.to_string()))
+}
+
+/// Creates the database and container unless they exist; returns the request charge.
+async fn create_if_missing(client: &CosmosClient, config: &CosmosConfig) -> Result<f64, CosmosError> {
+    fn charge_of<T>(r: &Result<T, CosmosError>, f: impl Fn(&T) -> f64) -> f64 {
+        match r {
+            Ok(v) => f(v),
+            Err(e) => e.diagnostics().map(|d| d.total_request_charge().value()).unwrap_or(0.0),
+        }
+    }
+    fn tolerate_conflict<T>(r: Result<T, CosmosError>) -> Result<(), CosmosError> {
+        match r {
+            Err(e) if !e.status().is_conflict() => Err(e),
+            _ => Ok(()),
+        }
+    }
+    let database = client.create_database(&config.database, None).await;
+    let mut charge = charge_of(&database, |r| r.diagnostics().total_request_charge().value());
+    tolerate_conflict(database)?;
+    let properties = ContainerProperties::new(config.container.clone(), "/id".into());
+    let container = client.database_client(config.database.clone()).create_container(properties, None).await;
+    charge += charge_of(&container, |r| r.diagnostics().total_request_charge().value());
+    tolerate_conflict(container)?;
+    Ok(charge)
+}
+
+#[async_trait]
+impl LocationStore for CosmosStore {
+    async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
+        let (op, container) = match from {
+            ReadFrom::WriteRegion => (Op::ReadWriteRegion, &self.write_region),
+            ReadFrom::Replica => (Op::ReadReplica, &self.replica),
+        };
+        self.call(op, async {
+            let response = container.read_item(id.to_owned(), id, None).await?;
+            let charge = response.diagnostics().total_request_charge().value();
+            let etag = response.headers().etag().map(|e| e.to_string());
+            let json: Value = response.into_model()?;
+            versioned(json, etag).map(|v| (v, charge)).map_err(|e| CallError::Store(e, charge))
+        })
+        .await
+    }
+
+    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
+        let body = strip_system_fields(doc.to_json());
+        self.call(Op::Create, async {
+            let response = self.write_region.create_item(doc.id.clone(), &doc.id, &body, None).await?;
+            let charge = response.diagnostics().total_request_charge().value();
+            let etag = response.headers().etag().map(|e| ETag(e.to_string()));
+            etag.map(|e| (e, charge))
+                .ok_or_else(|| CallError::Store(StoreError::Unavailable("create answered without an etag".into()), charge))
+        })
+        .await
+    }
+
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
+        let body = strip_system_fields(doc.to_json());
+        let options = ItemWriteOptions::default().with_precondition(Precondition::if_match(if_match.0.clone()));
+        self.call(Op::Replace, async {
+            let response = self.write_region.replace_item(doc.id.clone(), &doc.id, &body, Some(options)).await?;
+            let charge = response.diagnostics().total_request_charge().value();
+            let etag = response.headers().etag().map(|e| ETag(e.to_string()));
+            etag.map(|e| (e, charge))
+                .ok_or_else(|| CallError::Store(StoreError::Unavailable("replace answered without an etag".into()), charge))
+        })
+        .await
+    }
+
+    async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
+        match self.config.change_stream {
+            ChangeStreamMode::Poll => self.read_changes_by_poll(cursor, limit).await,
+            ChangeStreamMode::ChangeFeed => self.read_changes_by_feed(cursor, limit).await,
+        }
+    }
+
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let query = match after {
+            Some(after) => Query::from(format!("SELECT TOP {limit} * FROM c WHERE c.id > @after ORDER BY c.id"))
+                .with_parameter("@after", after)
+                .map_err(|e| StoreError::Unavailable(format!("cannot build scan query: {e}")))?,
+            None => Query::from(format!("SELECT TOP {limit} * FROM c ORDER BY c.id")),
+        };
+        self.call(Op::Scan, async {
+            let (rows, charge) = run_query(&self.write_region, query).await?;
+            let docs = rows
+                .into_iter()
+                .map(|row| versioned(row, None))
+                .collect::<Result<Vec<_>, StoreError>>()
+                .map_err(|e| CallError::Store(e, charge))?;
+            Ok((docs, charge))
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn system_fields_are_stripped_and_unknown_fields_kept() {
+        let stored = json!({
+            "id": "r1", "schemaVersion": 1, "migrating": false, "secondary": null,
+            "primary": {"location": "westeurope", "lock": null},
+            "addedLater": {"x": 1},
+            "_rid": "abc", "_self": "dbs/x", "_etag": "\"e\"", "_ts": 1, "_attachments": "attachments/"
+        });
+        let v = versioned(stored, Some("\"e\"".into())).unwrap();
+        let written = v.doc.to_json();
+        for field in SYSTEM_FIELDS {
+            assert!(written.get(field).is_none(), "{field} must not be written back");
+        }
+        assert_eq!(written["addedLater"], json!({"x": 1}));
+        assert_eq!(v.etag, ETag("\"e\"".into()));
+    }
+
+    fn config(preferred: &[&str], write: &str) -> CosmosConfig {
+        let args = CosmosArgs {
+            endpoint: Some("https://acct.documents.azure.com/".into()),
+            auth: "key".into(),
+            key_env: Some("K".into()),
+            database: Some("d".into()),
+            container: Some("c".into()),
+            preferred_regions: preferred.iter().map(|r| r.to_string()).collect(),
+            write_region: Some(write.into()),
+            change_stream: "auto".into(),
+            poll_interval: "1s".into(),
+            poll_overlap: "2s".into(),
+            request_timeout: "10s".into(),
+            ..CosmosArgs::default()
+        };
+        CosmosConfig::try_from_args(&args, |_| Some("a2V5".into())).unwrap()
+    }
+
+    #[test]
+    fn the_write_region_client_can_reach_only_the_write_region() {
+        let config = config(&["North Europe", "West Europe", "East US"], "West Europe");
+        let (regions, options) = client_plan(&config, Role::WriteRegion);
+        assert_eq!(regions, [Region::WEST_EUROPE]);
+        let excluded: Vec<&Region> = options.excluded_regions.as_ref().unwrap().iter().collect();
+        assert_eq!(excluded, [&Region::NORTH_EUROPE, &Region::EAST_US]);
+        assert_eq!(options.hedging_enabled, Some(false));
+        assert!(matches!(options.availability_strategy, Some(AvailabilityStrategy::Disabled)));
+        assert_eq!(options.read_consistency_strategy, Some(ReadConsistencyStrategy::LatestCommitted));
+    }
+
+    #[test]
+    fn the_replica_client_follows_the_preferred_regions() {
+        let (regions, options) = client_plan(&config(&["North Europe", "West Europe"], "West Europe"), Role::Replica);
+        assert_eq!(regions, [Region::NORTH_EUROPE, Region::WEST_EUROPE]);
+        assert!(options.excluded_regions.is_none() && options.read_consistency_strategy.is_none());
+        let (regions, _) = client_plan(&config(&[], "West Europe"), Role::Replica);
+        assert_eq!(regions, [Region::WEST_EUROPE], "without preferred regions, replica reads use the write region");
+    }
+
+    #[test]
+    fn candidates_carry_commit_time_and_body_etag() {
+        let stored = json!({
+            "id": "r1", "schemaVersion": 1, "migrating": false, "secondary": null,
+            "primary": {"location": "westeurope", "lock": null}, "_etag": "e7", "_ts": 1_767_225_600
+        });
+        let c = candidate(stored).unwrap();
+        assert_eq!((c.id.as_str(), c.etag.as_str(), c.ts), ("r1", "e7", 1_767_225_600));
+        assert_eq!(c.item.committed_at.to_rfc3339(), "2026-01-01T00:00:00+00:00");
+        assert_eq!(c.item.doc.etag, ETag("e7".into()));
+    }
+}
