@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-pub use args::{MonitorArgs, StoreKind};
+pub use args::MonitorArgs;
 pub use config::{MonitorConfig, MonitorConfigError};
 pub use metrics::{MetricsError, MonitorMetrics};
 pub use tracker::{Event, Outcome, Rules, Seen, Tracker};

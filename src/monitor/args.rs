@@ -1,18 +1,9 @@
-//! Flags of `lockprobe monitor` (also usable inside `serve`): which store to watch and
-//! every interval, in human form (`200ms`, `5m`, `48h`).
+//! The monitor's flags (flattened into `lockprobe monitor`, and into `serve` when it
+//! runs a monitor): every interval in human form (`200ms`, `5m`, `48h`).
 
 use std::time::Duration;
 
 use super::config::{MonitorConfig, MonitorConfigError};
-
-/// Which store backend the monitor watches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum StoreKind {
-    /// The embedded in-memory store (the demo's own).
-    Memory,
-    /// Azure Cosmos DB (connection flags come with the Cosmos store).
-    Cosmos,
-}
 
 /// A flag whose value the monitor cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

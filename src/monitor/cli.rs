@@ -8,19 +8,18 @@ use axum::routing::get;
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio_util::sync::CancellationToken;
 
-use super::args::{MonitorArgs, StoreKind};
+use super::args::MonitorArgs;
 use super::{http, Monitor};
 use crate::clock::{Clock, SystemClock};
-use crate::store::memory::{MemoryStore, MemoryStoreConfig};
-use crate::store::LocationStore;
+use crate::store::cosmos::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
 
 /// `lockprobe monitor` flags: which store, the monitor's own, and where to serve.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MonitorCommand {
-    /// Store to watch.
-    #[arg(long, value_enum, default_value = "memory", env = "LOCKPROBE_MONITOR_STORE")]
-    pub store: StoreKind,
+    /// The store to watch (`--store memory|cosmos` and the `--cosmos-*` flags).
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// Monitor settings.
     #[command(flatten)]
     pub monitor: MonitorArgs,
@@ -29,21 +28,14 @@ pub struct MonitorCommand {
     pub listen: SocketAddr,
 }
 
-/// The store the flags name. `memory` is an empty in-process store (useful only as a
-/// smoke test on its own; `serve` and `demo` hand the monitor their own store).
-pub fn store_for(kind: StoreKind, clock: Arc<dyn Clock>) -> Result<Arc<dyn LocationStore>, UsageError> {
-    match kind {
-        StoreKind::Memory => Ok(Arc::new(MemoryStore::new(clock, MemoryStoreConfig::default()))),
-        StoreKind::Cosmos => Err(UsageError::new("--store cosmos: the Cosmos store is not part of this build yet")),
-    }
-}
-
 /// Runs the monitor and its HTTP endpoints until `shutdown`.
 pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
     let config = cmd.monitor.to_config().map_err(|e| UsageError::new(e.to_string()))?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store = store_for(cmd.store, clock.clone())?;
     let registry = Registry::new();
+    // `memory` watches an empty in-process store: a smoke test on its own; `serve` and
+    // `demo` hand the monitor the store they run on.
+    let store = cmd.store.open(clock.clone(), std::time::Duration::ZERO, &registry).await.map_err(OpenStoreError::into_anyhow)?;
     let monitor = Arc::new(Monitor::new(store, clock, config, &registry)?);
     let metrics = get(move || {
         let registry = registry.clone();
