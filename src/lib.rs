@@ -5,17 +5,28 @@
 //!
 //! - [`clock`]: the one source of time; a system clock and a manual clock.
 //! - [`routing::document`]: the location document and its schema versioning.
-//! - [`store`]: the `LocationStore` trait and its backends (in-memory, Cosmos DB).
 //! - [`routing`]: the lock lifecycle (pure), enforcement, the tiered cache and the
 //!   `RoutingClient` a service links.
 //! - [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default.
 //! - [`service`]: the reference service speaking the probe contract over the routing library.
 //! - [`usage`]: command-line usage errors (exit 64).
+//! - [`probe`]: the black-box probe (contract client, cycles, scheduler, reports); HTTP only.
+//! - [`config`]: the TOML configuration of `serve`, validated with errors naming the field.
+//! - [`metrics`]: the probe's Prometheus registry and exact HDR percentiles.
+//! - [`server`]: the probe's HTTP server: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`, `/`.
+//! - [`demo`]: `lockprobe demo`: store, reference service and probe wired in one process.
+//! - [`status_page`]: the human status page rendered from the status document.
 //! - [`monitor`]: the convergence monitor over the store's change stream.
 
 pub mod clock;
+pub mod config;
+pub mod demo;
+pub mod metrics;
 pub mod monitor;
+pub mod probe;
 pub mod routing;
+pub mod server;
 pub mod service;
+pub mod status_page;
 pub mod store;
 pub mod usage;

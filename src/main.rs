@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use lockprobe::service;
+use lockprobe::probe::cli::{self as probe_cli, ServeArgs, ValidateArgs};
+use lockprobe::{demo, service};
 use lockprobe::usage::{exit_code, EXIT_USAGE};
 
 #[derive(Debug, Parser)]
@@ -21,7 +22,16 @@ enum Command {
     /// Run the reference resource-owning service (key in LOCKPROBE_LOCK_API_KEY).
     Service(service::cli::ServiceArgs),
     /// The embedded default: store, service and probe in one process.
-    Demo,
+    Demo(demo::DemoArgs),
+    /// One full probe cycle plus every negative check against a service (key in LOCKPROBE_LOCK_API_KEY).
+    Validate(ValidateArgs),
+    /// Run every configured target on its schedule, with metrics and status over HTTP.
+    Serve(ServeArgs),
+    /// Check a probe configuration file; exit 64 naming the bad field.
+    CheckConfig {
+        /// The TOML configuration file.
+        file: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -32,8 +42,13 @@ fn main() -> ExitCode {
             return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
         }
     };
+    // validate and demo print their own progress on stdout; info logs would interleave.
+    let default_filter = match cli.command {
+        Command::Validate(_) | Command::Demo(_) => "warn",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
@@ -48,15 +63,15 @@ fn main() -> ExitCode {
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         match cli.command {
-            Command::Service(args) => service::cli::run(args, shutdown).await,
-            Command::Demo => {
-                println!("lockprobe demo: not yet");
-                Ok(())
-            }
+            Command::Service(args) => service::cli::run(args, shutdown).await.map(|()| 0),
+            Command::Demo(args) => demo::run(args, shutdown).await,
+            Command::Validate(args) => probe_cli::validate(args).await,
+            Command::Serve(args) => probe_cli::serve(args, shutdown).await.map(|()| 0),
+            Command::CheckConfig { file } => probe_cli::check_config(&file).map(|()| 0),
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("lockprobe: {e:#}");
             ExitCode::from(exit_code(&e))

@@ -1,0 +1,485 @@
+//! TOML configuration of `lockprobe serve`: the probe's own listen address, its state file
+//! and the targets it probes. Parsed with `deny_unknown_fields` and checked by
+//! [`Config::validate`], whose errors name the offending field.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::probe::scheduler::TargetSchedule;
+use crate::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+
+/// A configuration problem, always naming the field it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// Path of the file.
+        path: PathBuf,
+        /// Underlying I/O error.
+        source: std::io::Error,
+    },
+    /// The TOML did not parse into the schema (unknown or missing field, wrong type).
+    #[error("{0}")]
+    Parse(String),
+    /// A field parsed but its value is not acceptable.
+    #[error("{field}: {message}")]
+    Invalid {
+        /// Dotted path of the field, e.g. `targets[0].schedule`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A duration written the human way in TOML (`"500ms"`, `"5m"`, `"48h"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HumanDuration(pub Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map(HumanDuration)
+            .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
+    }
+}
+
+impl From<HumanDuration> for Duration {
+    fn from(h: HumanDuration) -> Duration {
+        h.0
+    }
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address of the probe's own HTTP server (`/metrics`, `/api/v1/status`, `/`).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Where the probe records the locks it holds, so a restarted probe releases them.
+    #[serde(default = "default_state_file")]
+    pub state_file: PathBuf,
+    /// The services to probe.
+    pub targets: Vec<TargetConfig>,
+}
+
+/// One service to probe.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetConfig {
+    /// Name used in metrics labels and the status page.
+    pub name: String,
+    /// Base URLs of every instance of the service.
+    pub instances: Vec<String>,
+    /// Name of the environment variable that holds the lock API key.
+    #[serde(default = "default_key_env")]
+    pub api_key_env: String,
+    /// Prefix of the test resources; the probe refuses to lock anything else.
+    pub test_prefix: String,
+    /// How many test resources (`<prefix>0001` ...) the probe may use.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+    /// The two locations a cycle swaps a resource between.
+    #[serde(default = "default_locations")]
+    pub locations: Vec<String>,
+    /// Expected maximum cache TTL across the service's tiers (the operator's expectation).
+    pub cache_ttl: HumanDuration,
+    /// Expected replication bound of the service's store; the probe never waits less.
+    pub replication_bound: HumanDuration,
+    /// Extra wait on top of the declared convergence delay.
+    #[serde(default = "default_buffer")]
+    pub buffer: HumanDuration,
+    /// Lease lengths requested for each lock phase.
+    #[serde(default)]
+    pub leases: LeaseConfig,
+    /// Cron expression (seconds first, as the `cron` crate reads it).
+    pub schedule: String,
+    /// Random delay added to each scheduled start, up to this much.
+    #[serde(default)]
+    pub jitter: HumanDuration,
+    /// A cycle that runs longer is cancelled and its locks released.
+    pub timeout: HumanDuration,
+    /// Timeout of one HTTP request.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout: HumanDuration,
+    /// How many cycles of this target may run at once.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// How often the route view is polled while measuring convergence.
+    #[serde(default = "default_poll_interval")]
+    pub poll_interval: HumanDuration,
+    /// How many pre-locks the concurrent-pre-lock check sends at once.
+    #[serde(default = "default_concurrent_pre_locks")]
+    pub concurrent_pre_locks: usize,
+}
+
+/// Lease lengths per phase, in the TOML `[targets.leases]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseConfig {
+    /// Parent lease of the whole migration.
+    pub pre_lock: HumanDuration,
+    /// Lease of the hard-delete phase.
+    pub hard_delete: HumanDuration,
+    /// Lease of the write phase.
+    pub write: HumanDuration,
+    /// Short write lease used by the lease-lapse negative check.
+    pub short_write: HumanDuration,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        let l = Leases::default();
+        Self {
+            pre_lock: HumanDuration(l.pre_lock),
+            hard_delete: HumanDuration(l.hard_delete),
+            write: HumanDuration(l.write),
+            short_write: HumanDuration(l.short_write),
+        }
+    }
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9464))
+}
+fn default_state_file() -> PathBuf {
+    PathBuf::from("lockprobe-state.json")
+}
+fn default_key_env() -> String {
+    "LOCKPROBE_LOCK_API_KEY".to_string()
+}
+fn default_pool_size() -> usize {
+    RESOURCES_PER_CYCLE * 2
+}
+fn default_locations() -> Vec<String> {
+    vec!["westeurope".to_string(), "northeurope".to_string()]
+}
+fn default_buffer() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+fn default_request_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+fn default_concurrency() -> usize {
+    1
+}
+fn default_poll_interval() -> HumanDuration {
+    HumanDuration(Duration::from_millis(200))
+}
+fn default_concurrent_pre_locks() -> usize {
+    4
+}
+
+impl FromStr for Config {
+    type Err = ConfigError;
+
+    /// Parses and validates a configuration held in a string.
+    fn from_str(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+impl Config {
+    /// Reads, parses and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        text.parse()
+    }
+
+    /// Checks every value that parsed but may still be unusable.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.targets.is_empty() {
+            return Err(ConfigError::invalid(
+                "targets",
+                "at least one target is required",
+            ));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, t) in self.targets.iter().enumerate() {
+            let f = |name: &str| format!("targets[{i}].{name}");
+            if t.name.trim().is_empty() {
+                return Err(ConfigError::invalid(f("name"), "must not be empty"));
+            }
+            if !t
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(ConfigError::invalid(
+                    f("name"),
+                    "only letters, digits, '-' and '_' are allowed",
+                ));
+            }
+            if !names.insert(t.name.as_str()) {
+                return Err(ConfigError::invalid(
+                    f("name"),
+                    format!("duplicate target {:?}", t.name),
+                ));
+            }
+            if t.instances.is_empty() {
+                return Err(ConfigError::invalid(
+                    f("instances"),
+                    "at least one instance URL is required",
+                ));
+            }
+            for (j, url) in t.instances.iter().enumerate() {
+                match reqwest::Url::parse(url) {
+                    Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
+                    Ok(_) => {
+                        return Err(ConfigError::invalid(
+                            format!("targets[{i}].instances[{j}]"),
+                            "must be an http or https URL",
+                        ))
+                    }
+                    Err(e) => {
+                        return Err(ConfigError::invalid(
+                            format!("targets[{i}].instances[{j}]"),
+                            format!("invalid URL {url:?}: {e}"),
+                        ))
+                    }
+                }
+            }
+            if t.api_key_env.trim().is_empty() {
+                return Err(ConfigError::invalid(
+                    f("api_key_env"),
+                    "must name an environment variable",
+                ));
+            }
+            if t.test_prefix.trim().is_empty() {
+                return Err(ConfigError::invalid(
+                    f("test_prefix"),
+                    "must not be empty (the probe only locks resources under it)",
+                ));
+            }
+            if t.concurrency == 0 {
+                return Err(ConfigError::invalid(f("concurrency"), "must be at least 1"));
+            }
+            let needed = RESOURCES_PER_CYCLE * t.concurrency;
+            if t.pool_size < needed {
+                return Err(ConfigError::invalid(
+                    f("pool_size"),
+                    format!(
+                        "must be at least {needed} ({RESOURCES_PER_CYCLE} resources per cycle x concurrency {})",
+                        t.concurrency
+                    ),
+                ));
+            }
+            if t.locations.len() != 2 || t.locations[0] == t.locations[1] {
+                return Err(ConfigError::invalid(
+                    f("locations"),
+                    "must list exactly two distinct locations",
+                ));
+            }
+            if let Err(e) = cron::Schedule::from_str(&t.schedule) {
+                return Err(ConfigError::invalid(
+                    f("schedule"),
+                    format!("invalid cron expression: {e}"),
+                ));
+            }
+            for (name, d) in [
+                ("timeout", t.timeout),
+                ("request_timeout", t.request_timeout),
+                ("poll_interval", t.poll_interval),
+                ("leases.pre_lock", t.leases.pre_lock),
+                ("leases.hard_delete", t.leases.hard_delete),
+                ("leases.write", t.leases.write),
+                ("leases.short_write", t.leases.short_write),
+            ] {
+                if d.0.is_zero() {
+                    return Err(ConfigError::invalid(f(name), "must be longer than zero"));
+                }
+            }
+            if t.leases.short_write.0 >= t.leases.write.0 {
+                return Err(ConfigError::invalid(
+                    f("leases.short_write"),
+                    "must be shorter than leases.write",
+                ));
+            }
+            if t.concurrent_pre_locks < 2 {
+                return Err(ConfigError::invalid(
+                    f("concurrent_pre_locks"),
+                    "must be at least 2",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Settings and schedule of every target, reading each lock API key from its variable.
+    pub fn probe_targets(&self) -> Result<Vec<(ProbeSettings, TargetSchedule)>, ConfigError> {
+        self.targets
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Ok((t.settings(i)?, t.schedule(i)?)))
+            .collect()
+    }
+}
+
+impl TargetConfig {
+    /// The schedule of this target, with its pool `<prefix>0001` ... `<prefix>NNNN`.
+    pub fn schedule(&self, index: usize) -> Result<TargetSchedule, ConfigError> {
+        let schedule = cron::Schedule::from_str(&self.schedule).map_err(|e| {
+            ConfigError::invalid(
+                format!("targets[{index}].schedule"),
+                format!("invalid cron expression: {e}"),
+            )
+        })?;
+        Ok(TargetSchedule {
+            name: self.name.clone(),
+            schedule,
+            jitter: self.jitter.0,
+            concurrency: self.concurrency,
+            timeout: self.timeout.0,
+            pool: (1..=self.pool_size)
+                .map(|i| format!("{}{i:04}", self.test_prefix))
+                .collect(),
+        })
+    }
+
+    /// The probe settings of this target, with the lock API key read from its variable.
+    pub fn settings(&self, index: usize) -> Result<ProbeSettings, ConfigError> {
+        let api_key = std::env::var(&self.api_key_env).map_err(|_| {
+            ConfigError::invalid(
+                format!("targets[{index}].api_key_env"),
+                format!("environment variable {} is not set", self.api_key_env),
+            )
+        })?;
+        Ok(ProbeSettings {
+            name: self.name.clone(),
+            instances: self.instances.clone(),
+            api_key,
+            test_prefix: self.test_prefix.clone(),
+            locations: [self.locations[0].clone(), self.locations[1].clone()],
+            expected_convergence: Some(self.cache_ttl.0 + self.replication_bound.0),
+            replication_bound: self.replication_bound.0,
+            buffer: self.buffer.0,
+            leases: Leases {
+                pre_lock: self.leases.pre_lock.0,
+                hard_delete: self.leases.hard_delete.0,
+                write: self.leases.write.0,
+                short_write: self.leases.short_write.0,
+            },
+            request_timeout: self.request_timeout.0,
+            poll_interval: self.poll_interval.0,
+            concurrent_pre_locks: self.concurrent_pre_locks,
+            owner: format!("lockprobe/{}", self.name),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+listen = "127.0.0.1:9464"
+state_file = "/tmp/lockprobe-state.json"
+
+[[targets]]
+name = "demo"
+instances = ["http://127.0.0.1:8080", "http://127.0.0.1:8081"]
+test_prefix = "probe-"
+pool_size = 14
+cache_ttl = "1h"
+replication_bound = "5m"
+buffer = "10m"
+schedule = "0 0 */6 * * *"
+timeout = "60h"
+concurrency = 2
+
+[targets.leases]
+pre_lock = "48h"
+hard_delete = "6h"
+write = "5m"
+short_write = "30s"
+"#;
+
+    fn err_of(text: &str) -> String {
+        text.parse::<Config>().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn good_config_parses_with_human_durations() {
+        let c: Config = GOOD.parse().unwrap();
+        assert_eq!(c.targets[0].cache_ttl.0, Duration::from_secs(3600));
+        assert_eq!(
+            c.targets[0].leases.pre_lock.0,
+            Duration::from_secs(48 * 3600)
+        );
+        assert_eq!(c.targets[0].locations, vec!["westeurope", "northeurope"]);
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let e = err_of(&GOOD.replace("concurrency = 2", "concurrency = 2\nconcurency = 3"));
+        assert!(e.contains("concurency"), "{e}");
+    }
+
+    #[test]
+    fn bad_cron_names_the_field() {
+        let e = err_of(&GOOD.replace("0 0 */6 * * *", "every six hours"));
+        assert!(e.starts_with("targets[0].schedule:"), "{e}");
+    }
+
+    #[test]
+    fn bad_duration_names_the_key() {
+        let e = err_of(&GOOD.replace("\"1h\"", "\"an hour\""));
+        assert!(
+            e.contains("cache_ttl") && e.contains("invalid duration"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn pool_too_small_for_concurrency() {
+        let e = err_of(&GOOD.replace("pool_size = 14", "pool_size = 9"));
+        assert!(e.starts_with("targets[0].pool_size:"), "{e}");
+    }
+
+    #[test]
+    fn bad_instance_url_names_index() {
+        let e = err_of(&GOOD.replace("http://127.0.0.1:8081", "127.0.0.1:8081"));
+        assert!(e.starts_with("targets[0].instances[1]:"), "{e}");
+    }
+
+    #[test]
+    fn empty_prefix_refused() {
+        let e = err_of(&GOOD.replace("test_prefix = \"probe-\"", "test_prefix = \"\""));
+        assert!(e.starts_with("targets[0].test_prefix:"), "{e}");
+    }
+
+    #[test]
+    fn missing_key_variable_names_field() {
+        let c: Config = GOOD
+            .replace(
+                "name = \"demo\"",
+                "name = \"demo\"\napi_key_env = \"LOCKPROBE_TEST_SURELY_UNSET_VAR\"",
+            )
+            .parse()
+            .unwrap();
+        let e = c.targets[0].settings(0).unwrap_err().to_string();
+        assert!(e.starts_with("targets[0].api_key_env:"), "{e}");
+    }
+}

@@ -1,0 +1,159 @@
+//! `lockprobe demo`: the embedded default. In one process: the in-memory store, the
+//! reference service with two instances on loopback, and the probe on a compressed
+//! schedule, printing each step and serving its metrics on a local port.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Clock, SystemClock};
+use crate::probe::observer::PrintObserver;
+use crate::probe::runtime::Probe;
+use crate::probe::scheduler::TargetSchedule;
+use crate::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use crate::probe::state::StateFile;
+use crate::service::{self, ServiceConfig};
+use crate::store::memory::{MemoryStore, MemoryStoreConfig};
+use crate::store::LocationStore;
+use crate::usage::UsageError;
+
+/// Flags of `lockprobe demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Stop after this many cycles; exit 0 only if every assertion passed.
+    #[arg(long)]
+    pub cycles: Option<usize>,
+    /// Address of the probe's HTTP server (`/metrics`, `/api/v1/status`, `/`).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Cron schedule of the demo target (seconds first).
+    #[arg(long, default_value = "*/10 * * * * *")]
+    pub schedule: String,
+    /// Cache TTL of the service's single cache tier.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub cache_ttl: Duration,
+    /// Replication bound of the in-memory store (its replicas lag by this much).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+    pub replication_bound: Duration,
+    /// Probe buffer on top of the declared convergence delay.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+    pub buffer: Duration,
+}
+
+/// Runs the demo; returns the exit code.
+pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
+    let schedule = cron::Schedule::from_str(&args.schedule)
+        .map_err(|e| UsageError::new(format!("--schedule: invalid cron expression: {e}")))?;
+    if args.cycles == Some(0) {
+        return Err(UsageError::new("--cycles: must be at least 1").into());
+    }
+    let api_key = hex::encode(rand::random::<[u8; 16]>());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
+        clock.clone(),
+        MemoryStoreConfig {
+            replica_lag: args.replication_bound,
+            ..MemoryStoreConfig::default()
+        },
+    ));
+    let service_config = ServiceConfig {
+        cache_ttls: vec![args.cache_ttl],
+        replication_bound: args.replication_bound,
+        test_prefix: Some("probe-".into()),
+        ..ServiceConfig::new(api_key.clone())
+    };
+    let service_stop = CancellationToken::new();
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let running = service::start(
+        service_config,
+        store,
+        clock,
+        vec![loopback, loopback],
+        service_stop.clone(),
+    )
+    .await
+    .context("starting the reference service")?;
+    let instances: Vec<String> = running
+        .addrs
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect();
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let probe_addr = listener.local_addr()?;
+    println!("lockprobe demo");
+    println!("  reference service instances: {}", instances.join(", "));
+    println!("  probe metrics:  http://{probe_addr}/metrics");
+    println!("  probe status:   http://{probe_addr}/  (JSON at /api/v1/status)");
+    println!(
+        "  schedule {:?}, cache TTL {}, replication bound {}, buffer {}{}",
+        args.schedule,
+        humantime::format_duration(args.cache_ttl),
+        humantime::format_duration(args.replication_bound),
+        humantime::format_duration(args.buffer),
+        args.cycles
+            .map(|n| format!(", stopping after {n} cycle(s)"))
+            .unwrap_or_default()
+    );
+    println!();
+
+    let settings = ProbeSettings {
+        name: "demo".into(),
+        instances,
+        api_key,
+        test_prefix: "probe-".into(),
+        locations: ["westeurope".into(), "northeurope".into()],
+        expected_convergence: Some(args.cache_ttl + args.replication_bound),
+        replication_bound: args.replication_bound,
+        buffer: args.buffer,
+        leases: Leases {
+            pre_lock: Duration::from_secs(600),
+            hard_delete: Duration::from_secs(300),
+            write: Duration::from_secs(120),
+            short_write: Duration::from_secs(1),
+        },
+        request_timeout: Duration::from_secs(5),
+        poll_interval: Duration::from_millis(100),
+        concurrent_pre_locks: 4,
+        owner: "lockprobe demo".into(),
+    };
+    let target = TargetSchedule {
+        name: "demo".into(),
+        schedule,
+        jitter: Duration::ZERO,
+        concurrency: 1,
+        timeout: Duration::from_secs(120),
+        pool: (1..=RESOURCES_PER_CYCLE * 2)
+            .map(|i| format!("probe-{i:04}"))
+            .collect(),
+    };
+    let probe = Probe::new()?;
+    let summary = probe
+        .run(
+            vec![(settings, target)],
+            Arc::new(StateFile::in_memory()),
+            Arc::new(PrintObserver),
+            listener,
+            args.cycles,
+            shutdown,
+        )
+        .await?;
+    service_stop.cancel();
+    running.wait().await;
+    println!();
+    println!(
+        "lockprobe demo: {} cycle(s), {} not passed",
+        summary.cycles, summary.unsuccessful
+    );
+    Ok(if summary.unsuccessful == 0 && summary.cycles > 0 {
+        0
+    } else {
+        1
+    })
+}

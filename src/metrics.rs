@@ -1,0 +1,496 @@
+//! The probe's metrics: an explicit Prometheus [`Registry`] owned by [`Metrics`] (no global
+//! statics), names and labels as in DESIGN.md §Metrics, and every histogram mirrored in an
+//! HDR histogram so the status API can report exact p50 / p75 / p99 / max.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use hdrhistogram::Histogram as Hdr;
+use prometheus::{
+    CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry,
+    TextEncoder,
+};
+use serde_json::{json, Value};
+
+use crate::probe::report::{CycleReport, CycleResult};
+
+/// Metric registration failed (a programming error: duplicate or invalid names).
+#[derive(Debug, thiserror::Error)]
+#[error("metrics registration: {0}")]
+pub struct MetricsError(#[from] prometheus::Error);
+
+/// Lock phases reported in phase-duration percentiles, in lifecycle order.
+pub const PHASES: [&str; 3] = ["preLock", "hardDelete", "write"];
+
+/// Buckets for lock phase durations: seconds-long test phases up to 48 h pre-locks, with
+/// the paper's 19 s production write-lock p99 as an edge.
+const PHASE_BUCKETS: &[f64] = &[
+    0.5, 1.0, 2.5, 5.0, 10.0, 19.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
+    14400.0, 21600.0, 43200.0, 86400.0, 172800.0, 259200.0,
+];
+/// Buckets for read-through latency: sub-millisecond to a few seconds.
+const READ_THROUGH_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+/// Buckets for a whole probe cycle: seconds in tests, days in production.
+const CYCLE_BUCKETS: &[f64] = &[
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0,
+    86400.0, 172800.0, 259200.0,
+];
+
+/// HDR histograms per (target, series), values in microseconds.
+#[derive(Default)]
+struct HdrSet {
+    by_key: HashMap<(String, String), Hdr<u64>>,
+}
+
+impl HdrSet {
+    fn record(&mut self, target: &str, series: &str, seconds: f64) {
+        let h = self
+            .by_key
+            .entry((target.to_string(), series.to_string()))
+            // 3 significant digits, auto-resizing: covers microseconds to days.
+            .or_insert_with(|| {
+                Hdr::new(3).expect("3 significant figures is a valid HDR precision")
+            });
+        let micros = (seconds.max(0.0) * 1e6).round() as u64;
+        // `record` grows the auto-resizing histogram; `saturating_record` would clamp to
+        // its current (initially tiny) range instead.
+        if h.record(micros).is_err() {
+            h.saturating_record(micros);
+        }
+    }
+
+    fn summary(&self, target: &str, series: &str) -> Value {
+        match self.by_key.get(&(target.to_string(), series.to_string())) {
+            Some(h) if !h.is_empty() => {
+                let q = |x: f64| h.value_at_quantile(x) as f64 / 1e6;
+                json!({
+                    "count": h.len(),
+                    "p50": q(0.50),
+                    "p75": q(0.75),
+                    "p99": q(0.99),
+                    "max": h.max() as f64 / 1e6,
+                })
+            }
+            _ => json!({"count": 0, "p50": null, "p75": null, "p99": null, "max": null}),
+        }
+    }
+}
+
+/// Every metric the probe exports.
+pub struct Metrics {
+    registry: Registry,
+    runs: IntCounterVec,
+    missed: IntCounterVec,
+    duration: HistogramVec,
+    assertions: IntCounterVec,
+    violations: IntCounterVec,
+    phase_duration: HistogramVec,
+    read_through: HistogramVec,
+    declared: GaugeVec,
+    expected: GaugeVec,
+    observed: GaugeVec,
+    last_success: GaugeVec,
+    convergence_violations: CounterVec,
+    hdr: Mutex<HdrSet>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Creates the metrics on a fresh registry.
+    pub fn new() -> Result<Self, MetricsError> {
+        let registry = Registry::new();
+        let runs = IntCounterVec::new(
+            Opts::new("lockprobe_probe_runs_total", "Probe cycles run, by result."),
+            &["target", "result"],
+        )?;
+        let missed = IntCounterVec::new(
+            Opts::new(
+                "lockprobe_probe_missed_schedules_total",
+                "Scheduled cycles that did not start (concurrency limit, empty pool or late wake-up).",
+            ),
+            &["target"],
+        )?;
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "lockprobe_probe_duration_seconds",
+                "Wall time of a probe cycle.",
+            )
+            .buckets(CYCLE_BUCKETS.to_vec()),
+            &["target"],
+        )?;
+        let assertions = IntCounterVec::new(
+            Opts::new(
+                "lockprobe_assertions_total",
+                "Probe assertions, by phase, operation, expected outcome and result.",
+            ),
+            &["target", "phase", "op", "expected", "result"],
+        )?;
+        let violations = IntCounterVec::new(
+            Opts::new(
+                "lockprobe_enforcement_violations_total",
+                "User operations whose allow / block / tombstone outcome was wrong for the lock phase.",
+            ),
+            &["target", "phase", "op", "expected", "observed"],
+        )?;
+        let phase_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "lockprobe_lock_phase_duration_seconds",
+                "Time a probe lock spent in each phase.",
+            )
+            .buckets(PHASE_BUCKETS.to_vec()),
+            &["target", "phase"],
+        )?;
+        let read_through = HistogramVec::new(
+            HistogramOpts::new(
+                "lockprobe_read_through_latency_seconds",
+                "Read-through latency reported by the service in Server-Timing.",
+            )
+            .buckets(READ_THROUGH_BUCKETS.to_vec()),
+            &["target"],
+        )?;
+        let declared = GaugeVec::new(
+            Opts::new(
+                "lockprobe_convergence_declared_seconds",
+                "Convergence delay the service declared with the last pre-lock.",
+            ),
+            &["target"],
+        )?;
+        let expected = GaugeVec::new(
+            Opts::new(
+                "lockprobe_convergence_expected_seconds",
+                "Convergence delay the operator configured for the target.",
+            ),
+            &["target"],
+        )?;
+        let observed = GaugeVec::new(
+            Opts::new(
+                "lockprobe_convergence_observed_seconds",
+                "Slowest instance's time to show the last pre-lock on its routing path.",
+            ),
+            &["target"],
+        )?;
+        let last_success = GaugeVec::new(
+            Opts::new(
+                "lockprobe_last_success_timestamp_seconds",
+                "Unix time of the last passed cycle.",
+            ),
+            &["target"],
+        )?;
+        let convergence_violations = CounterVec::new(
+            Opts::new(
+                "lockprobe_convergence_violations_total",
+                "Instances that did not show the pre-lock within the declared delay plus buffer.",
+            ),
+            &["target"],
+        )?;
+        for c in [
+            Box::new(runs.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(missed.clone()),
+            Box::new(duration.clone()),
+            Box::new(assertions.clone()),
+            Box::new(violations.clone()),
+            Box::new(phase_duration.clone()),
+            Box::new(read_through.clone()),
+            Box::new(declared.clone()),
+            Box::new(expected.clone()),
+            Box::new(observed.clone()),
+            Box::new(last_success.clone()),
+            Box::new(convergence_violations.clone()),
+        ] {
+            registry.register(c)?;
+        }
+        Ok(Self {
+            registry,
+            runs,
+            missed,
+            duration,
+            assertions,
+            violations,
+            phase_duration,
+            read_through,
+            declared,
+            expected,
+            observed,
+            last_success,
+            convergence_violations,
+            hdr: Mutex::new(HdrSet::default()),
+        })
+    }
+
+    /// The registry, for callers that add their own collectors.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Makes the target's series exist (at zero) before its first cycle, so dashboards and
+    /// absence alerts see it at once.
+    pub fn register_target(&self, target: &str, expected_convergence: Option<f64>) {
+        for result in ["passed", "failed", "error"] {
+            self.runs.with_label_values(&[target, result]);
+        }
+        self.missed.with_label_values(&[target]);
+        self.convergence_violations.with_label_values(&[target]);
+        if let Some(e) = expected_convergence {
+            self.expected.with_label_values(&[target]).set(e);
+        }
+    }
+
+    /// Counts a scheduled cycle that did not start.
+    pub fn record_missed(&self, target: &str, n: u64) {
+        self.missed.with_label_values(&[target]).inc_by(n);
+    }
+
+    /// Records everything one cycle found.
+    pub fn record_cycle(&self, r: &CycleReport) {
+        let t = r.target.as_str();
+        self.runs.with_label_values(&[t, r.result.as_str()]).inc();
+        let wall = (r.finished_at - r.started_at)
+            .to_std()
+            .unwrap_or_default()
+            .as_secs_f64();
+        self.duration.with_label_values(&[t]).observe(wall);
+        for a in &r.assertions {
+            let result = if a.passed { "passed" } else { "failed" };
+            self.assertions
+                .with_label_values(&[t, &a.phase, &a.op, &a.expected, result])
+                .inc();
+            if a.is_enforcement_violation() {
+                self.violations
+                    .with_label_values(&[t, &a.phase, &a.op, &a.expected, &a.observed])
+                    .inc();
+            }
+        }
+        let mut hdr = self.hdr.lock().unwrap_or_else(|e| e.into_inner());
+        for (phase, secs) in &r.phase_durations {
+            self.phase_duration
+                .with_label_values(&[t, phase])
+                .observe(*secs);
+            hdr.record(t, &format!("phase:{phase}"), *secs);
+        }
+        for secs in &r.read_through_seconds {
+            self.read_through.with_label_values(&[t]).observe(*secs);
+            hdr.record(t, "readThrough", *secs);
+        }
+        if let Some(d) = r.declared_convergence_seconds {
+            self.declared.with_label_values(&[t]).set(d);
+        }
+        if let Some(e) = r.expected_convergence_seconds {
+            self.expected.with_label_values(&[t]).set(e);
+        }
+        for c in &r.observed_convergence {
+            if let Some(s) = c.observed_seconds {
+                hdr.record(t, "convergence", s);
+            } else {
+                self.convergence_violations.with_label_values(&[t]).inc();
+            }
+        }
+        if let Some(max) = r.max_observed_convergence() {
+            self.observed.with_label_values(&[t]).set(max);
+        }
+        if r.result == CycleResult::Passed {
+            self.last_success
+                .with_label_values(&[t])
+                .set(r.finished_at.timestamp_millis() as f64 / 1000.0);
+        }
+    }
+
+    /// The `percentiles` object of the status API for `target`.
+    pub fn percentiles(&self, target: &str) -> Value {
+        let hdr = self.hdr.lock().unwrap_or_else(|e| e.into_inner());
+        let mut phases = serde_json::Map::new();
+        for p in PHASES {
+            phases.insert(p.to_string(), hdr.summary(target, &format!("phase:{p}")));
+        }
+        json!({
+            "lockPhaseDurationSeconds": phases,
+            "readThroughLatencySeconds": hdr.summary(target, "readThrough"),
+            "observedConvergenceSeconds": hdr.summary(target, "convergence"),
+        })
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into a Vec only fails on invalid metric families, which `new` rules out.
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::report::{Assertion, InstanceConvergence};
+    use chrono::Utc;
+    use std::time::Duration;
+
+    fn a(op: &str, expected: &str, observed: &str) -> Assertion {
+        Assertion {
+            check: "cycle".into(),
+            phase: "write".into(),
+            op: op.into(),
+            instance: None,
+            expected: expected.into(),
+            observed: observed.into(),
+            passed: expected == observed,
+            at: Utc::now(),
+            duration: Duration::from_millis(1),
+            detail: None,
+        }
+    }
+
+    fn report() -> CycleReport {
+        CycleReport {
+            target: "demo".into(),
+            resource: "probe-0001".into(),
+            started_at: Utc::now(),
+            finished_at: Utc::now(),
+            result: CycleResult::Failed,
+            error: None,
+            assertions: vec![a("write", "block", "allow"), a("read", "allow", "allow")],
+            phase_durations: vec![("preLock".into(), 3.0), ("write".into(), 1.0)],
+            read_through_seconds: vec![0.001, 0.0015, 0.002],
+            declared_convergence_seconds: Some(1.5),
+            expected_convergence_seconds: Some(1.5),
+            observed_convergence: vec![
+                InstanceConvergence {
+                    instance: "a".into(),
+                    observed_seconds: Some(0.9),
+                },
+                InstanceConvergence {
+                    instance: "b".into(),
+                    observed_seconds: None,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn renders_design_names_and_labels() {
+        let m = Metrics::new().unwrap();
+        m.register_target("demo", Some(1.5));
+        m.record_cycle(&report());
+        let text = m.render();
+        for needle in [
+            r#"lockprobe_probe_runs_total{result="failed",target="demo"} 1"#,
+            r#"lockprobe_enforcement_violations_total{expected="block",observed="allow",op="write",phase="write",target="demo"} 1"#,
+            r#"lockprobe_assertions_total{expected="allow",op="read",phase="write",result="passed",target="demo"} 1"#,
+            r#"lockprobe_lock_phase_duration_seconds_count{phase="preLock",target="demo"} 1"#,
+            r#"lockprobe_read_through_latency_seconds_count{target="demo"} 3"#,
+            r#"lockprobe_convergence_declared_seconds{target="demo"} 1.5"#,
+            r#"lockprobe_convergence_observed_seconds{target="demo"} 0.9"#,
+            r#"lockprobe_convergence_violations_total{target="demo"} 1"#,
+            "lockprobe_probe_duration_seconds_bucket",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+        // A failed cycle is not a success.
+        assert!(
+            !text.contains("lockprobe_last_success_timestamp_seconds{"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn hdr_percentiles_are_exact_and_empty_is_null() {
+        let m = Metrics::new().unwrap();
+        m.record_cycle(&report());
+        let p = m.percentiles("demo");
+        assert_eq!(p["readThroughLatencySeconds"]["count"], 3);
+        assert_eq!(p["readThroughLatencySeconds"]["p50"], 0.0015);
+        assert_eq!(p["readThroughLatencySeconds"]["max"], 0.002);
+        assert_eq!(p["lockPhaseDurationSeconds"]["preLock"]["count"], 1);
+        assert_eq!(p["lockPhaseDurationSeconds"]["hardDelete"]["count"], 0);
+        assert!(p["lockPhaseDurationSeconds"]["hardDelete"]["p50"].is_null());
+        assert_eq!(p["observedConvergenceSeconds"]["count"], 1);
+    }
+
+    /// `(upper bound, cumulative count)` of the buckets of the series of histogram `name`
+    /// whose label set contains `label`, read from the text format.
+    fn buckets(text: &str, name: &str, label: &str) -> Vec<(f64, u64)> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}_bucket{{")) && l.contains(label))
+            .map(|l| {
+                let le = l.split("le=\"").nth(1).unwrap().split('"').next().unwrap();
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap()
+                };
+                (le, l.rsplit(' ').next().unwrap().parse().unwrap())
+            })
+            .collect()
+    }
+
+    /// Records `values` as read-through latencies or as preLock durations; returns the
+    /// Prometheus buckets and the status API summary of that series.
+    fn recorded(values: &[f64], phase: bool) -> (Vec<(f64, u64)>, Value) {
+        let m = Metrics::new().unwrap();
+        let mut r = report();
+        if phase {
+            r.phase_durations = values.iter().map(|v| ("preLock".to_string(), *v)).collect();
+        } else {
+            r.read_through_seconds = values.to_vec();
+        }
+        m.record_cycle(&r);
+        let text = m.render();
+        let p = m.percentiles("demo");
+        if phase {
+            (
+                buckets(
+                    &text,
+                    "lockprobe_lock_phase_duration_seconds",
+                    "phase=\"preLock\"",
+                ),
+                p["lockPhaseDurationSeconds"]["preLock"].clone(),
+            )
+        } else {
+            (
+                buckets(
+                    &text,
+                    "lockprobe_read_through_latency_seconds",
+                    "target=\"demo\"",
+                ),
+                p["readThroughLatencySeconds"].clone(),
+            )
+        }
+    }
+
+    proptest::proptest! {
+        /// The status API's exact percentiles fall in the Prometheus bucket that holds the
+        /// same rank: the two views of one histogram agree, from sub-millisecond
+        /// read-throughs to two-day pre-locks.
+        #[test]
+        fn hdr_percentiles_agree_with_prometheus_buckets(
+            values in proptest::collection::vec(0.00005f64..3.0, 1..200),
+            phase_values in proptest::collection::vec(0.1f64..200_000.0, 1..50),
+        ) {
+            for (values, phase) in [(values, false), (phase_values, true)] {
+                let (b, summary) = recorded(&values, phase);
+                proptest::prop_assert_eq!(summary["count"].as_u64(), Some(values.len() as u64));
+                proptest::prop_assert_eq!(b.last().unwrap().1, values.len() as u64);
+                for (key, q) in [("p50", 0.5), ("p75", 0.75), ("p99", 0.99)] {
+                    let rank = ((q * values.len() as f64).ceil() as u64).max(1);
+                    let i = b.iter().position(|(_, c)| *c >= rank).unwrap();
+                    let upper = b[i].0;
+                    let lower = if i == 0 { 0.0 } else { b[i - 1].0 };
+                    let hdr = summary[key].as_f64().unwrap();
+                    // HDR keeps 3 significant digits; allow that much at the bucket edges.
+                    proptest::prop_assert!(
+                        hdr >= lower * 0.999 && hdr <= upper * 1.001,
+                        "{} = {} outside bucket ({}, {}]", key, hdr, lower, upper
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The probe: a black-box client that plays a migration orchestrator against any service
+//! speaking the probe contract (`shared/contract.md`) and asserts that every lock phase is
+//! enforced on the real routing path. It never imports the routing library, the service or
+//! the store: a probe that shares code paths with what it judges can share its bugs.
+
+pub mod cli;
+pub mod observer;
+pub mod report;
+pub mod runtime;
+pub mod scenario;
+pub mod scheduler;
+pub mod settings;
+pub mod state;
+pub mod status;
+pub mod target;
+pub mod validate;

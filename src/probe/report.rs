@@ -1,0 +1,383 @@
+//! Results of a probe cycle: assertions, the cycle report, and their JUnit XML and JSON
+//! renderings for `validate`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
+use quick_xml::Writer;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// User-visible outcomes of the enforcement table in DESIGN.md.
+const ENFORCEMENT_OUTCOMES: [&str; 3] = ["allow", "block", "tombstone"];
+
+/// One check: what was done, what was expected, what was seen.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Assertion {
+    /// Which part of the cycle: `cycle` or `negative/<name>`.
+    pub check: String,
+    /// Lock phase in force (`seed`, `preLock`, `hardDelete`, `write`, `swap`, `cleanup`).
+    pub phase: String,
+    /// Operation (`read`, `write`, `delete`, `escalate`, `converge`, ...).
+    pub op: String,
+    /// Instance base URL, when the check was made on one instance.
+    pub instance: Option<String>,
+    /// Expected outcome (a small, bounded vocabulary; used as a metrics label).
+    pub expected: String,
+    /// Observed outcome.
+    pub observed: String,
+    /// Whether observed matched expected.
+    pub passed: bool,
+    /// When the check finished.
+    pub at: DateTime<Utc>,
+    /// How long the operation took.
+    #[serde(serialize_with = "secs")]
+    pub duration: Duration,
+    /// Free-form context (timings, values); never a token.
+    pub detail: Option<String>,
+}
+
+fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+fn pairs_as_map<S: serde::Serializer>(pairs: &[(String, f64)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(pairs.len()))?;
+    for (k, v) in pairs {
+        m.serialize_entry(k, v)?;
+    }
+    m.end()
+}
+
+impl Assertion {
+    /// `phase/op`, the assertion's short name.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.phase, self.op)
+    }
+
+    /// A wrong allow / block / tombstone outcome on a user operation.
+    pub fn is_enforcement_violation(&self) -> bool {
+        !self.passed
+            && matches!(self.op.as_str(), "read" | "write" | "delete")
+            && ENFORCEMENT_OUTCOMES.contains(&self.expected.as_str())
+            && ENFORCEMENT_OUTCOMES.contains(&self.observed.as_str())
+    }
+
+    /// One line for people: `PASS preLock/write @ http://.. expected allow, observed allow (3ms)`.
+    pub fn line(&self) -> String {
+        let mut s = format!(
+            "{} [{}] {}",
+            if self.passed { "PASS" } else { "FAIL" },
+            self.check,
+            self.name()
+        );
+        if let Some(i) = &self.instance {
+            s.push_str(&format!(" @ {i}"));
+        }
+        s.push_str(&format!(
+            ": expected {}, observed {} ({:.0?})",
+            self.expected, self.observed, self.duration
+        ));
+        if let Some(d) = &self.detail {
+            s.push_str(&format!(" - {d}"));
+        }
+        s
+    }
+}
+
+/// How a cycle ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CycleResult {
+    /// Every assertion passed.
+    Passed,
+    /// At least one assertion failed.
+    Failed,
+    /// The cycle could not complete (unreachable target, timeout, cancellation).
+    Error,
+}
+
+impl CycleResult {
+    /// Lowercase label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Passed => "passed",
+            Self::Failed => "failed",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Convergence seen on one instance.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceConvergence {
+    /// Instance base URL.
+    pub instance: String,
+    /// Seconds from the pre-lock until the route view showed it; `None` if it never did.
+    pub observed_seconds: Option<f64>,
+}
+
+/// Everything one cycle found.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CycleReport {
+    /// Target name.
+    pub target: String,
+    /// Main resource of the cycle.
+    pub resource: String,
+    /// Start time.
+    pub started_at: DateTime<Utc>,
+    /// End time.
+    pub finished_at: DateTime<Utc>,
+    /// Outcome.
+    pub result: CycleResult,
+    /// Why the cycle errored, if it did.
+    pub error: Option<String>,
+    /// Every assertion, in order.
+    pub assertions: Vec<Assertion>,
+    /// Time spent in each lock phase of the main cycle, e.g. `("preLock", 3.1)`; in JSON
+    /// an object `{"preLock": 3.1, ...}`.
+    #[serde(serialize_with = "pairs_as_map")]
+    pub phase_durations: Vec<(String, f64)>,
+    /// Read-through latencies reported by the service, seconds.
+    pub read_through_seconds: Vec<f64>,
+    /// Convergence delay the service declared with the pre-lock.
+    pub declared_convergence_seconds: Option<f64>,
+    /// Convergence delay the operator expects.
+    pub expected_convergence_seconds: Option<f64>,
+    /// Per instance observed convergence.
+    pub observed_convergence: Vec<InstanceConvergence>,
+}
+
+impl CycleReport {
+    /// Number of failed assertions.
+    pub fn failed_assertions(&self) -> usize {
+        self.assertions.iter().filter(|a| !a.passed).count()
+    }
+
+    /// Number of enforcement violations.
+    pub fn enforcement_violations(&self) -> usize {
+        self.assertions
+            .iter()
+            .filter(|a| a.is_enforcement_violation())
+            .count()
+    }
+
+    /// Slowest instance's observed convergence (what alerts compare with the declared value).
+    pub fn max_observed_convergence(&self) -> Option<f64> {
+        self.observed_convergence
+            .iter()
+            .filter_map(|c| c.observed_seconds)
+            .reduce(f64::max)
+    }
+
+    /// The JSON report written by `validate --json`.
+    pub fn to_json(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        v["failedAssertions"] = json!(self.failed_assertions());
+        v["enforcementViolations"] = json!(self.enforcement_violations());
+        v
+    }
+
+    /// The JUnit XML report: one test suite per check, one test case per assertion.
+    pub fn to_junit(&self) -> String {
+        let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
+        // Writing into a Vec cannot fail; the results are ignored for that reason only.
+        let _ = w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)));
+        let total = self.assertions.len().to_string();
+        let failures = self.failed_assertions().to_string();
+        let errors = usize::from(self.result == CycleResult::Error).to_string();
+        let wall = (self.finished_at - self.started_at)
+            .to_std()
+            .unwrap_or_default()
+            .as_secs_f64();
+        let wall = format!("{wall:.3}");
+        let mut root = BytesStart::new("testsuites");
+        root.push_attribute(("name", format!("lockprobe {}", self.target).as_str()));
+        root.push_attribute(("tests", total.as_str()));
+        root.push_attribute(("failures", failures.as_str()));
+        root.push_attribute(("errors", errors.as_str()));
+        root.push_attribute(("time", wall.as_str()));
+        let _ = w.write_event(Event::Start(root));
+
+        let mut checks: Vec<&str> = Vec::new();
+        for a in &self.assertions {
+            if !checks.contains(&a.check.as_str()) {
+                checks.push(&a.check);
+            }
+        }
+        for check in checks {
+            let cases: Vec<&Assertion> = self
+                .assertions
+                .iter()
+                .filter(|a| a.check == check)
+                .collect();
+            let n = cases.len().to_string();
+            let f = cases.iter().filter(|a| !a.passed).count().to_string();
+            let t: f64 = cases.iter().map(|a| a.duration.as_secs_f64()).sum();
+            let t = format!("{t:.3}");
+            let mut suite = BytesStart::new("testsuite");
+            suite.push_attribute(("name", check));
+            suite.push_attribute(("tests", n.as_str()));
+            suite.push_attribute(("failures", f.as_str()));
+            suite.push_attribute(("time", t.as_str()));
+            suite.push_attribute((
+                "timestamp",
+                self.started_at
+                    .to_rfc3339_opts(SecondsFormat::Secs, true)
+                    .as_str(),
+            ));
+            let _ = w.write_event(Event::Start(suite));
+            for (i, a) in cases.iter().enumerate() {
+                let name = match &a.instance {
+                    Some(inst) => format!("{:03} {} @ {}", i + 1, a.name(), inst),
+                    None => format!("{:03} {}", i + 1, a.name()),
+                };
+                let classname = format!("lockprobe.{}.{}", self.target, check.replace('/', "."));
+                let time = format!("{:.3}", a.duration.as_secs_f64());
+                let mut case = BytesStart::new("testcase");
+                case.push_attribute(("name", name.as_str()));
+                case.push_attribute(("classname", classname.as_str()));
+                case.push_attribute(("time", time.as_str()));
+                let _ = w.write_event(Event::Start(case));
+                if !a.passed {
+                    let msg = format!(
+                        "{}: expected {}, observed {}",
+                        a.name(),
+                        a.expected,
+                        a.observed
+                    );
+                    let mut failure = BytesStart::new("failure");
+                    failure.push_attribute(("message", msg.as_str()));
+                    failure.push_attribute(("type", a.op.as_str()));
+                    let _ = w.write_event(Event::Start(failure));
+                    let body = a.line();
+                    let _ = w.write_event(Event::Text(BytesText::new(&body)));
+                    let _ = w.write_event(Event::End(BytesEnd::new("failure")));
+                }
+                let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
+            }
+            let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+        }
+        if let Some(err) = &self.error {
+            let mut suite = BytesStart::new("testsuite");
+            suite.push_attribute(("name", "cycle-error"));
+            suite.push_attribute(("tests", "1"));
+            suite.push_attribute(("errors", "1"));
+            let _ = w.write_event(Event::Start(suite));
+            let mut case = BytesStart::new("testcase");
+            case.push_attribute(("name", "cycle completed"));
+            case.push_attribute(("classname", format!("lockprobe.{}", self.target).as_str()));
+            let _ = w.write_event(Event::Start(case));
+            let mut e = BytesStart::new("error");
+            e.push_attribute(("message", err.as_str()));
+            let _ = w.write_event(Event::Empty(e));
+            let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
+            let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+        }
+        let _ = w.write_event(Event::End(BytesEnd::new("testsuites")));
+        String::from_utf8(w.into_inner()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assertion(check: &str, op: &str, expected: &str, observed: &str) -> Assertion {
+        Assertion {
+            check: check.into(),
+            phase: "write".into(),
+            op: op.into(),
+            instance: Some("http://127.0.0.1:1".into()),
+            expected: expected.into(),
+            observed: observed.into(),
+            passed: expected == observed,
+            at: Utc::now(),
+            duration: Duration::from_millis(3),
+            detail: None,
+        }
+    }
+
+    fn report(assertions: Vec<Assertion>) -> CycleReport {
+        let failed = assertions.iter().any(|a| !a.passed);
+        CycleReport {
+            target: "demo".into(),
+            resource: "probe-0001".into(),
+            started_at: Utc::now(),
+            finished_at: Utc::now(),
+            result: if failed {
+                CycleResult::Failed
+            } else {
+                CycleResult::Passed
+            },
+            error: None,
+            assertions,
+            phase_durations: vec![("preLock".into(), 2.0)],
+            read_through_seconds: vec![],
+            declared_convergence_seconds: Some(1.5),
+            expected_convergence_seconds: None,
+            observed_convergence: vec![],
+        }
+    }
+
+    #[test]
+    fn enforcement_violation_only_for_wrong_allow_block_tombstone() {
+        assert!(assertion("cycle", "write", "block", "allow").is_enforcement_violation());
+        assert!(assertion("cycle", "delete", "tombstone", "allow").is_enforcement_violation());
+        assert!(!assertion("cycle", "write", "block", "block").is_enforcement_violation());
+        assert!(!assertion("cycle", "write", "block", "500 internal").is_enforcement_violation());
+        assert!(
+            !assertion("cycle", "escalate", "200", "409 invalid-transition")
+                .is_enforcement_violation()
+        );
+    }
+
+    #[test]
+    fn junit_has_one_testcase_per_assertion_and_names_the_failure() {
+        let r = report(vec![
+            assertion("cycle", "read", "allow", "allow"),
+            assertion("cycle", "write", "block", "allow"),
+            assertion(
+                "negative/wrong-token",
+                "renew",
+                "409 token-mismatch",
+                "409 token-mismatch",
+            ),
+        ]);
+        let xml = r.to_junit();
+        assert_eq!(xml.matches("<testcase ").count(), 3, "{xml}");
+        assert_eq!(xml.matches("<testsuite ").count(), 2, "{xml}");
+        assert!(xml.contains(r#"failures="1""#), "{xml}");
+        assert!(
+            xml.contains("write/write: expected block, observed allow"),
+            "{xml}"
+        );
+        // Parses back as XML.
+        let mut reader = quick_xml::Reader::from_str(&xml);
+        loop {
+            match reader.read_event().unwrap() {
+                Event::Eof => break,
+                _ => continue,
+            }
+        }
+    }
+
+    #[test]
+    fn json_counts_failures_and_violations() {
+        let r = report(vec![
+            assertion("cycle", "write", "block", "allow"),
+            assertion("cycle", "converge", "lock-visible", "not-visible"),
+        ]);
+        let j = r.to_json();
+        assert_eq!(j["failedAssertions"], 2);
+        assert_eq!(j["enforcementViolations"], 1);
+        assert_eq!(j["result"], "failed");
+        assert_eq!(j["assertions"][0]["expected"], "block");
+        assert_eq!(j["phaseDurations"]["preLock"], 2.0);
+    }
+}

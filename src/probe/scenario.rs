@@ -1,0 +1,244 @@
+//! One probe cycle: the main migration walk (seed, pre-lock and convergence, hardDelete,
+//! write lock, swap) on one test resource, and every negative check on its own resource.
+//! Every check is an [`Assertion`]; a deviation fails that assertion and never panics the
+//! probe; every path out of a check releases the lock it holds.
+//!
+//! `check` holds the per-resource helpers (assertions, lock bookkeeping, release),
+//! `walk` the main migration walk, `negative` the refusals the service must make.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use chrono::Utc;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use check::Check;
+
+use super::observer::Observer;
+use super::report::{Assertion, CycleReport, CycleResult, InstanceConvergence};
+use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
+use super::state::StateFile;
+use super::target::{TargetClient, TargetError};
+
+/// Why a check stopped early.
+#[derive(Debug)]
+enum Abort {
+    /// A lock operation did not give what the rest of the check needs (already asserted).
+    Stop,
+    /// The target could not be reached (already asserted).
+    Transport(String),
+    /// Timeout or shutdown.
+    Cancelled,
+}
+
+/// Runs cycles against one target.
+pub struct Scenario {
+    settings: ProbeSettings,
+    client: TargetClient,
+    state: Arc<StateFile>,
+    observer: Arc<dyn Observer>,
+}
+
+/// What a cycle collected while running, shared by its concurrent checks.
+#[derive(Default)]
+struct Recorder {
+    assertions: Mutex<Vec<Assertion>>,
+    read_through: Mutex<Vec<f64>>,
+    phases: Mutex<Vec<(String, f64)>>,
+    declared: Mutex<Option<f64>>,
+    convergence: Mutex<Vec<InstanceConvergence>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Expected state of an item, updated only from outcomes the service reported.
+#[derive(Debug, Clone, PartialEq)]
+enum Item {
+    Present(Value),
+    Tombstone,
+    Absent,
+}
+
+impl Scenario {
+    /// A scenario for the target described by `settings`.
+    pub fn new(
+        settings: ProbeSettings,
+        state: Arc<StateFile>,
+        observer: Arc<dyn Observer>,
+    ) -> Result<Self, TargetError> {
+        let client = TargetClient::new(
+            &settings.instances,
+            &settings.api_key,
+            &settings.test_prefix,
+            settings.request_timeout,
+        )?;
+        Ok(Self {
+            settings,
+            client,
+            state,
+            observer,
+        })
+    }
+
+    /// The target's settings.
+    pub fn settings(&self) -> &ProbeSettings {
+        &self.settings
+    }
+
+    /// Releases locks a previous run recorded for this target and did not release.
+    /// Returns how many entries were cleared.
+    pub async fn recover(&self) -> usize {
+        self.recover_where(|_| true).await
+    }
+
+    /// Releases left-over locks on `resources` only (a cycle's own resources: other
+    /// running cycles' entries must not be touched).
+    async fn recover_resources(&self, resources: &[String]) -> usize {
+        self.recover_where(|r| resources.iter().any(|x| x == r))
+            .await
+    }
+
+    async fn recover_where(&self, wanted: impl Fn(&str) -> bool) -> usize {
+        let mut cleared = 0;
+        for held in self.state.entries() {
+            if held.target != self.settings.name || !wanted(&held.resource) {
+                continue;
+            }
+            let Some(token) = held.token.as_deref() else {
+                // The service never answered that pre-lock (or we died first): without a
+                // token nothing can be released; its lease ends it.
+                tracing::warn!(target_name = %held.target, resource = %held.resource, "left-over pre-lock intent without token, lease will expire");
+                let _ = self.state.forget(&held.target, &held.resource);
+                cleared += 1;
+                continue;
+            };
+            match self.client.release(0, &held.resource, token).await {
+                Ok(r) if matches!(r.status, 204 | 404 | 409 | 410) => {
+                    tracing::info!(target_name = %held.target, resource = %held.resource, status = r.status, "released lock left by a previous run");
+                    if let Err(e) = self.state.forget(&held.target, &held.resource) {
+                        tracing::warn!(error = %e, "cannot update state file");
+                    }
+                    cleared += 1;
+                }
+                Ok(r) => {
+                    tracing::warn!(target_name = %held.target, resource = %held.resource, status = r.status, "could not release left-over lock");
+                }
+                Err(e) => {
+                    tracing::warn!(target_name = %held.target, resource = %held.resource, error = %e, "could not release left-over lock");
+                }
+            }
+        }
+        cleared
+    }
+
+    /// Runs one full cycle on `resources` (the main resource first, then one per negative
+    /// check; [`RESOURCES_PER_CYCLE`] in all). Never panics on a deviation: failures are in
+    /// the report. `cancel` stops the cycle (timeout, shutdown); locks are still released.
+    ///
+    /// # Panics
+    ///
+    /// If fewer than [`RESOURCES_PER_CYCLE`] resources are given (a caller bug: the
+    /// scheduler and `validate` always hand out that many).
+    pub async fn run_cycle(&self, resources: &[String], cancel: CancellationToken) -> CycleReport {
+        assert!(
+            resources.len() >= RESOURCES_PER_CYCLE,
+            "a cycle needs {RESOURCES_PER_CYCLE} resources"
+        );
+        let started_at = Utc::now();
+        // A release that failed last time (target unreachable) is retried before reuse.
+        self.recover_resources(resources).await;
+        let rec = Recorder::default();
+        let main = Check::new(self, &rec, "cycle", &resources[0]);
+        let main_out = main.guarded(&cancel, main.walk()).await;
+
+        let negatives = [
+            ("negative/second-pre-lock", 1),
+            ("negative/wrong-token", 2),
+            ("negative/escalate-early", 3),
+            ("negative/write-before-hard-delete", 4),
+            ("negative/write-lease-lapse", 5),
+            ("negative/concurrent-pre-locks", 6),
+        ];
+        let checks: Vec<Check<'_>> = negatives
+            .iter()
+            .map(|(name, i)| Check::new(self, &rec, name, &resources[*i]))
+            .collect();
+        let outs = if matches!(main_out, Err(Abort::Cancelled) | Err(Abort::Transport(_))) {
+            Vec::new()
+        } else {
+            futures::future::join_all(checks.iter().map(|c| {
+                let fut: std::pin::Pin<Box<dyn Future<Output = Result<(), Abort>> + Send + '_>> =
+                    match c.name.as_str() {
+                        "negative/second-pre-lock" => Box::pin(c.second_pre_lock()),
+                        "negative/wrong-token" => Box::pin(c.wrong_token()),
+                        "negative/escalate-early" => Box::pin(c.escalate_early()),
+                        "negative/write-before-hard-delete" => {
+                            Box::pin(c.write_before_hard_delete())
+                        }
+                        "negative/write-lease-lapse" => Box::pin(c.write_lease_lapse()),
+                        _ => Box::pin(c.concurrent_pre_locks()),
+                    };
+                c.guarded(&cancel, fut)
+            }))
+            .await
+        };
+
+        let mut error = None;
+        for out in std::iter::once(&main_out).chain(outs.iter()) {
+            match out {
+                Err(Abort::Transport(m)) => error = Some(format!("target unreachable: {m}")),
+                Err(Abort::Cancelled) => {
+                    error = Some("cycle cancelled (timeout or shutdown)".into())
+                }
+                _ => {}
+            }
+        }
+        let assertions = std::mem::take(&mut *lock(&rec.assertions));
+        let result = if error.is_some() {
+            CycleResult::Error
+        } else if assertions.iter().any(|a| !a.passed) {
+            CycleResult::Failed
+        } else {
+            CycleResult::Passed
+        };
+        let report = CycleReport {
+            target: self.settings.name.clone(),
+            resource: resources[0].clone(),
+            started_at,
+            finished_at: Utc::now(),
+            result,
+            error,
+            assertions,
+            phase_durations: std::mem::take(&mut *lock(&rec.phases)),
+            read_through_seconds: std::mem::take(&mut *lock(&rec.read_through)),
+            declared_convergence_seconds: *lock(&rec.declared),
+            expected_convergence_seconds: self
+                .settings
+                .expected_convergence
+                .map(|d| d.as_secs_f64()),
+            observed_convergence: std::mem::take(&mut *lock(&rec.convergence)),
+        };
+        self.observer.step(
+            &self.settings.name,
+            "cycle",
+            &format!(
+                "{} ({} assertions, {} failed, {} enforcement violations)",
+                result.as_str(),
+                report.assertions.len(),
+                report.failed_assertions(),
+                report.enforcement_violations()
+            ),
+        );
+        report
+    }
+}
+
+mod check;
+mod negative;
+mod walk;
+
+#[cfg(test)]
+mod tests;

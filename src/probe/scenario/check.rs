@@ -1,0 +1,364 @@
+//! One check on one resource: the assertion helpers every part of a cycle uses, the
+//! lock it holds, and its release on every way out.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::{lock, Abort, Item, Recorder, Scenario};
+use crate::probe::report::Assertion;
+use crate::probe::target::{Reply, TargetError};
+
+/// One check on one resource, with the lock it holds (if any).
+pub(super) struct Check<'a> {
+    pub(super) sc: &'a Scenario,
+    pub(super) rec: &'a Recorder,
+    pub(super) name: String,
+    pub(super) resource: String,
+    pub(super) token: Mutex<Option<String>>,
+    pub(super) items: Mutex<BTreeMap<String, Item>>,
+}
+
+/// Observed outcome of a user operation, in the vocabulary of the enforcement table.
+pub(super) fn classify(op: &str, r: &Reply) -> String {
+    match (op, r.status) {
+        (_, 423) if r.retry_after.is_some() => "block".into(),
+        (_, 423) => "423 without Retry-After".into(),
+        ("read", 200) if r.body.get("tombstone") == Some(&Value::Bool(true)) => "tombstone".into(),
+        ("read", 200) => "allow".into(),
+        ("read", 404) => "absent".into(),
+        ("write", 200 | 201) => "allow".into(),
+        ("delete", 204) => "allow".into(),
+        ("delete", 202) if r.body.get("tombstone") == Some(&Value::Bool(true)) => {
+            "tombstone".into()
+        }
+        ("delete", 404) => "absent".into(),
+        _ => r.outcome(),
+    }
+}
+
+impl<'a> Check<'a> {
+    pub(super) fn new(sc: &'a Scenario, rec: &'a Recorder, name: &str, resource: &str) -> Self {
+        Self {
+            sc,
+            rec,
+            name: name.to_string(),
+            resource: resource.to_string(),
+            token: Mutex::new(None),
+            items: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub(super) fn target(&self) -> &str {
+        &self.sc.settings.name
+    }
+
+    pub(super) fn instances(&self) -> usize {
+        self.sc.settings.instances.len()
+    }
+
+    pub(super) fn step(&self, message: &str) {
+        self.sc.observer.step(self.target(), &self.name, message);
+    }
+
+    /// Runs `body`, stopping it on cancellation, then releases whatever lock is still held.
+    pub(super) async fn guarded<F>(&self, cancel: &CancellationToken, body: F) -> Result<(), Abort>
+    where
+        F: Future<Output = Result<(), Abort>>,
+    {
+        let out = tokio::select! {
+            out = body => out,
+            _ = cancel.cancelled() => Err(Abort::Cancelled),
+        };
+        self.release_if_held().await;
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn assert(
+        &self,
+        phase: &str,
+        op: &str,
+        instance: Option<usize>,
+        expected: &str,
+        observed: &str,
+        duration: Duration,
+        detail: Option<String>,
+    ) -> bool {
+        let a = Assertion {
+            check: self.name.clone(),
+            phase: phase.into(),
+            op: op.into(),
+            instance: instance.map(|i| self.sc.settings.instances[i].clone()),
+            expected: expected.into(),
+            observed: observed.into(),
+            passed: expected == observed,
+            at: Utc::now(),
+            duration,
+            detail,
+        };
+        let passed = a.passed;
+        self.sc.observer.assertion(self.target(), &a);
+        lock(&self.rec.assertions).push(a);
+        passed
+    }
+
+    /// Awaits a request; a transport failure becomes a failed assertion and aborts.
+    pub(super) async fn call(
+        &self,
+        phase: &str,
+        op: &str,
+        instance: Option<usize>,
+        expected: &str,
+        fut: impl Future<Output = Result<Reply, TargetError>>,
+    ) -> Result<Reply, Abort> {
+        let started = Instant::now();
+        match fut.await {
+            Ok(r) => {
+                if let Some(t) = &r.timing {
+                    if t.source == "read-through" {
+                        lock(&self.rec.read_through).push(t.duration.as_secs_f64());
+                    }
+                }
+                Ok(r)
+            }
+            Err(e) => {
+                let observed = match &e {
+                    TargetError::OutsidePrefix { .. } => "refused-outside-prefix",
+                    TargetError::Transport(_) => "unreachable",
+                };
+                self.assert(
+                    phase,
+                    op,
+                    instance,
+                    expected,
+                    observed,
+                    started.elapsed(),
+                    Some(e.to_string()),
+                );
+                match e {
+                    TargetError::OutsidePrefix { .. } => Err(Abort::Stop),
+                    TargetError::Transport(m) => Err(Abort::Transport(m)),
+                }
+            }
+        }
+    }
+
+    /// A lock call whose outcome must be `expected` (`"200"`, `"423 lock-held"`, ...).
+    pub(super) async fn lock_op(
+        &self,
+        phase: &str,
+        op: &str,
+        expected: &str,
+        fut: impl Future<Output = Result<Reply, TargetError>>,
+    ) -> Result<(Reply, bool), Abort> {
+        let r = self.call(phase, op, None, expected, fut).await?;
+        let ok = self.assert(phase, op, None, expected, &r.outcome(), r.elapsed, None);
+        Ok((r, ok))
+    }
+
+    /// A user operation on `instance` whose enforcement outcome must be `expected`.
+    pub(super) async fn user_op(
+        &self,
+        phase: &str,
+        op: &str,
+        instance: usize,
+        key: &str,
+        expected: &str,
+    ) -> Result<Reply, Abort> {
+        let c = &self.sc.client;
+        let res = &self.resource;
+        let value = json!({"probe": self.target(), "key": key, "phase": phase, "at": Utc::now().to_rfc3339()});
+        let r = match op {
+            "read" => {
+                self.call(
+                    phase,
+                    op,
+                    Some(instance),
+                    expected,
+                    c.read(instance, res, key),
+                )
+                .await?
+            }
+            "write" => {
+                self.call(
+                    phase,
+                    op,
+                    Some(instance),
+                    expected,
+                    c.write(instance, res, key, &value),
+                )
+                .await?
+            }
+            _ => {
+                self.call(
+                    phase,
+                    op,
+                    Some(instance),
+                    expected,
+                    c.delete(instance, res, key),
+                )
+                .await?
+            }
+        };
+        let observed = classify(op, &r);
+        // Keep the model of what must exist after the swap in line with what the service did.
+        {
+            let mut items = lock(&self.items);
+            match (op, observed.as_str()) {
+                ("write", "allow") => {
+                    items.insert(key.to_string(), Item::Present(value));
+                }
+                ("delete", "allow") => {
+                    items.insert(key.to_string(), Item::Absent);
+                }
+                ("delete", "tombstone") => {
+                    items.insert(key.to_string(), Item::Tombstone);
+                }
+                _ => {}
+            }
+        }
+        let detail = (r.status == 423).then(|| {
+            format!(
+                "Retry-After: {}",
+                r.retry_after.as_deref().unwrap_or("missing")
+            )
+        });
+        self.assert(
+            phase,
+            op,
+            Some(instance),
+            expected,
+            &observed,
+            r.elapsed,
+            detail,
+        );
+        Ok(r)
+    }
+
+    pub(super) async fn pre_lock(
+        &self,
+        phase: &str,
+        target_location: Option<&str>,
+    ) -> Result<(Reply, bool), Abort> {
+        let s = &self.sc.settings;
+        if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource) {
+            tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
+        }
+        let out = self
+            .lock_op(
+                phase,
+                "pre-lock",
+                "201",
+                self.sc.client.pre_lock(
+                    0,
+                    &self.resource,
+                    &s.owner,
+                    s.leases.pre_lock,
+                    target_location,
+                ),
+            )
+            .await;
+        match &out {
+            Ok((r, true)) => match r.str_field("token") {
+                Some(token) => self.hold(token),
+                None => {
+                    self.assert(
+                        phase,
+                        "pre-lock",
+                        None,
+                        "token",
+                        "no token in lock view",
+                        r.elapsed,
+                        None,
+                    );
+                    let _ = self.sc.state.forget(&s.name, &self.resource);
+                    return Err(Abort::Stop);
+                }
+            },
+            _ => {
+                let _ = self.sc.state.forget(&s.name, &self.resource);
+            }
+        }
+        out
+    }
+
+    pub(super) fn hold(&self, token: &str) {
+        *lock(&self.token) = Some(token.to_string());
+        if let Err(e) = self
+            .sc
+            .state
+            .record_token(self.target(), &self.resource, token)
+        {
+            tracing::warn!(error = %e, "cannot record lock token in state file");
+        }
+    }
+
+    pub(super) fn token(&self) -> String {
+        lock(&self.token).clone().unwrap_or_default()
+    }
+
+    pub(super) fn dropped(&self) {
+        *lock(&self.token) = None;
+        if let Err(e) = self.sc.state.forget(self.target(), &self.resource) {
+            tracing::warn!(error = %e, "cannot update state file");
+        }
+    }
+
+    pub(super) async fn release_if_held(&self) {
+        let Some(token) = lock(&self.token).clone() else {
+            return;
+        };
+        self.step("releasing the lock");
+        let started = Instant::now();
+        match self.sc.client.release(0, &self.resource, &token).await {
+            Ok(r) => {
+                // 410: the lease already ended, nothing is held any more.
+                let observed = if matches!(r.status, 204 | 410) {
+                    "released".to_string()
+                } else {
+                    r.outcome()
+                };
+                self.assert(
+                    "cleanup", "release", None, "released", &observed, r.elapsed, None,
+                );
+                if matches!(r.status, 204 | 409 | 410) {
+                    self.dropped();
+                }
+            }
+            Err(e) => {
+                // Keep the state entry: the next start retries the release.
+                self.assert(
+                    "cleanup",
+                    "release",
+                    None,
+                    "released",
+                    "unreachable",
+                    started.elapsed(),
+                    Some(e.to_string()),
+                );
+            }
+        }
+    }
+
+    pub(super) fn declared(&self, r: &Reply) -> Duration {
+        let secs = r
+            .body
+            .get("convergenceDelaySeconds")
+            .and_then(Value::as_f64)
+            .filter(|d| d.is_finite() && *d >= 0.0)
+            .unwrap_or(0.0);
+        Duration::from_secs_f64(secs)
+    }
+
+    /// How long to wait after a pre-lock before escalating: declared delay plus buffer,
+    /// never less than the replication bound.
+    pub(super) fn escalation_wait(&self, declared: Duration) -> Duration {
+        (declared + self.sc.settings.buffer).max(self.sc.settings.replication_bound)
+    }
+}

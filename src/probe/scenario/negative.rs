@@ -1,0 +1,266 @@
+//! The negative checks, each on its own test resource: what the service must refuse.
+
+use std::time::{Duration, Instant};
+
+use super::check::Check;
+use super::Abort;
+
+impl Check<'_> {
+    /// Pre-locks and waits until the lock is effective everywhere.
+    pub(super) async fn pre_lock_and_wait(&self) -> Result<(), Abort> {
+        let (r, ok) = self.pre_lock("preLock", None).await?;
+        if !ok {
+            return Err(Abort::Stop);
+        }
+        let wait = self.escalation_wait(self.declared(&r));
+        self.step(&format!(
+            "waiting {:.3}s for the pre-lock to take effect",
+            wait.as_secs_f64()
+        ));
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
+    pub(super) async fn second_pre_lock(&self) -> Result<(), Abort> {
+        self.step(&format!(
+            "a second pre-lock on {} must be refused",
+            self.resource
+        ));
+        let (_, ok) = self.pre_lock("preLock", None).await?;
+        if !ok {
+            return Err(Abort::Stop);
+        }
+        let s = &self.sc.settings;
+        self.lock_op(
+            "preLock",
+            "pre-lock-again",
+            "423 lock-held",
+            self.sc
+                .client
+                .pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn wrong_token(&self) -> Result<(), Abort> {
+        self.step(&format!(
+            "a wrong token on {} must be refused",
+            self.resource
+        ));
+        let (_, ok) = self.pre_lock("preLock", None).await?;
+        if !ok {
+            return Err(Abort::Stop);
+        }
+        let wrong = hex::encode(rand::random::<[u8; 16]>());
+        let c = &self.sc.client;
+        self.lock_op(
+            "preLock",
+            "renew",
+            "409 token-mismatch",
+            c.renew(0, &self.resource, &wrong, self.sc.settings.leases.pre_lock),
+        )
+        .await?;
+        self.lock_op(
+            "preLock",
+            "release",
+            "409 token-mismatch",
+            c.release(0, &self.resource, &wrong),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn escalate_early(&self) -> Result<(), Abort> {
+        self.step(&format!(
+            "escalating {} before effectiveAt must be refused",
+            self.resource
+        ));
+        let (_, ok) = self.pre_lock("preLock", None).await?;
+        if !ok {
+            return Err(Abort::Stop);
+        }
+        let s = &self.sc.settings;
+        self.lock_op(
+            "preLock",
+            "escalate-early",
+            "409 invalid-transition",
+            self.sc.client.escalate(
+                0,
+                &self.resource,
+                &self.token(),
+                "hardDelete",
+                s.leases.hard_delete,
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn write_before_hard_delete(&self) -> Result<(), Abort> {
+        self.step(&format!(
+            "escalating {} to write before hardDelete must be refused",
+            self.resource
+        ));
+        self.pre_lock_and_wait().await?;
+        let s = &self.sc.settings;
+        self.lock_op(
+            "preLock",
+            "escalate-write",
+            "409 invalid-transition",
+            self.sc
+                .client
+                .escalate(0, &self.resource, &self.token(), "write", s.leases.write),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn write_lease_lapse(&self) -> Result<(), Abort> {
+        self.step(&format!(
+            "a short write lease on {} must lapse by itself",
+            self.resource
+        ));
+        self.pre_lock_and_wait().await?;
+        let s = &self.sc.settings;
+        let c = &self.sc.client;
+        let (_, ok) = self
+            .lock_op(
+                "hardDelete",
+                "escalate",
+                "200",
+                c.escalate(
+                    0,
+                    &self.resource,
+                    &self.token(),
+                    "hardDelete",
+                    s.leases.hard_delete,
+                ),
+            )
+            .await?;
+        if !ok {
+            return Err(Abort::Stop);
+        }
+        let (_, ok) = self
+            .lock_op(
+                "write",
+                "escalate",
+                "200",
+                c.escalate(
+                    0,
+                    &self.resource,
+                    &self.token(),
+                    "write",
+                    s.leases.short_write,
+                ),
+            )
+            .await?;
+        if !ok {
+            return Err(Abort::Stop);
+        }
+        let lapse = s.leases.short_write + s.buffer.max(Duration::from_millis(200));
+        self.step(&format!(
+            "waiting {:.3}s for the write lease to lapse",
+            lapse.as_secs_f64()
+        ));
+        tokio::time::sleep(lapse).await;
+        self.user_op("write", "write", 0, "after-lapse", "allow")
+            .await?;
+        // Swap towards the other location, so only the lapsed lease can be the refusal.
+        let route = self
+            .call("write", "route", Some(0), "200", c.route(0, &self.resource))
+            .await?;
+        let to = if route.str_field("location") == Some(s.locations[0].as_str()) {
+            &s.locations[1]
+        } else {
+            &s.locations[0]
+        };
+        let (r, _) = self
+            .lock_op(
+                "write",
+                "swap-after-lapse",
+                "410 lock-expired",
+                c.swap(0, &self.resource, &self.token(), to),
+            )
+            .await?;
+        if r.status == 200 {
+            // The service swapped on a dead token: nothing is held any more.
+            self.dropped();
+        }
+        Ok(())
+    }
+
+    pub(super) async fn concurrent_pre_locks(&self) -> Result<(), Abort> {
+        let s = &self.sc.settings;
+        let n = s.concurrent_pre_locks;
+        self.step(&format!(
+            "{n} concurrent pre-locks on {} must give exactly one winner",
+            self.resource
+        ));
+        if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource) {
+            tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
+        }
+        let started = Instant::now();
+        let replies = futures::future::join_all((0..n).map(|k| {
+            let owner = format!("{}#{k}", s.owner);
+            let inst = k % self.instances();
+            async move {
+                self.sc
+                    .client
+                    .pre_lock(inst, &self.resource, &owner, s.leases.pre_lock, None)
+                    .await
+            }
+        }))
+        .await;
+        let mut winners = Vec::new();
+        let mut losers_ok = 0;
+        let mut others = Vec::new();
+        for r in replies {
+            match r {
+                Ok(r) if r.status == 201 => {
+                    winners.push(r.str_field("token").unwrap_or_default().to_string())
+                }
+                Ok(r) if r.outcome() == "423 lock-held" => losers_ok += 1,
+                Ok(r) => others.push(r.outcome()),
+                Err(e) => others.push(e.to_string()),
+            }
+        }
+        let observed = format!("{} winner(s)", winners.len());
+        self.assert(
+            "preLock",
+            "pre-lock-race",
+            None,
+            "1 winner(s)",
+            &observed,
+            started.elapsed(),
+            Some(format!(
+                "{losers_ok} refused with 423 lock-held, other outcomes: {others:?}"
+            )),
+        );
+        self.assert(
+            "preLock",
+            "pre-lock-race-losers",
+            None,
+            "423 lock-held",
+            if losers_ok + winners.len() == n {
+                "423 lock-held"
+            } else {
+                "other outcome"
+            },
+            started.elapsed(),
+            None,
+        );
+        let mut winners = winners.into_iter();
+        match winners.next() {
+            Some(first) => self.hold(&first),
+            None => {
+                let _ = self.sc.state.forget(&s.name, &self.resource);
+            }
+        }
+        // More than one winner is a bug in the service; do not leave its extra locks behind.
+        for extra in winners {
+            let _ = self.sc.client.release(0, &self.resource, &extra).await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,244 @@
+//! The probe's state file: every lock it is about to take or holds, written before it acts
+//! on the lock, so a probe that was killed releases what it left behind on its next start.
+//! Written atomically (temp file + rename) with mode 0600, since it holds lock tokens.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// State file failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Reading or writing the file failed.
+    #[error("state file {path}: {source}")]
+    Io {
+        /// The state file.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The file exists but is not ours.
+    #[error("state file {path} is not valid: {message}")]
+    Corrupt {
+        /// The state file.
+        path: PathBuf,
+        /// Parser message.
+        message: String,
+    },
+}
+
+/// One lock the probe holds or is about to take.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldLock {
+    /// Target name.
+    pub target: String,
+    /// Resource id.
+    pub resource: String,
+    /// Lock token; `None` between recording the intent and the service's answer.
+    pub token: Option<String>,
+    /// When the entry was recorded.
+    pub recorded_at: DateTime<Utc>,
+}
+
+impl std::fmt::Debug for HeldLock {
+    // Hand-written so a token never reaches a log line through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldLock")
+            .field("target", &self.target)
+            .field("resource", &self.resource)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("recorded_at", &self.recorded_at)
+            .finish()
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct StateDoc {
+    locks: Vec<HeldLock>,
+}
+
+/// The state file, or an in-memory stand-in when none is configured.
+#[derive(Debug)]
+pub struct StateFile {
+    path: Option<PathBuf>,
+    locks: Mutex<Vec<HeldLock>>,
+}
+
+impl StateFile {
+    /// Opens (or starts) the state file at `path`, keeping entries a previous run left.
+    pub fn open(path: &Path) -> Result<Self, StateError> {
+        let locks = match std::fs::read(path) {
+            Ok(bytes) if bytes.is_empty() => Vec::new(),
+            Ok(bytes) => {
+                serde_json::from_slice::<StateDoc>(&bytes)
+                    .map_err(|e| StateError::Corrupt {
+                        path: path.to_path_buf(),
+                        message: e.to_string(),
+                    })?
+                    .locks
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => {
+                return Err(StateError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        Ok(Self {
+            path: Some(path.to_path_buf()),
+            locks: Mutex::new(locks),
+        })
+    }
+
+    /// A state that lives only in memory (nothing survives a kill).
+    pub fn in_memory() -> Self {
+        Self {
+            path: None,
+            locks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Entries currently recorded.
+    pub fn entries(&self) -> Vec<HeldLock> {
+        self.locks.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Records that the probe is about to pre-lock `resource` of `target`.
+    pub fn record_intent(&self, target: &str, resource: &str) -> Result<(), StateError> {
+        self.update(|locks| {
+            locks.retain(|l| !(l.target == target && l.resource == resource));
+            locks.push(HeldLock {
+                target: target.to_string(),
+                resource: resource.to_string(),
+                token: None,
+                recorded_at: Utc::now(),
+            });
+        })
+    }
+
+    /// Records the token the service issued for `resource` of `target`.
+    pub fn record_token(
+        &self,
+        target: &str,
+        resource: &str,
+        token: &str,
+    ) -> Result<(), StateError> {
+        self.update(|locks| {
+            locks.retain(|l| !(l.target == target && l.resource == resource));
+            locks.push(HeldLock {
+                target: target.to_string(),
+                resource: resource.to_string(),
+                token: Some(token.to_string()),
+                recorded_at: Utc::now(),
+            });
+        })
+    }
+
+    /// Forgets `resource` of `target` (lock released, swapped or never taken).
+    pub fn forget(&self, target: &str, resource: &str) -> Result<(), StateError> {
+        self.update(|locks| locks.retain(|l| !(l.target == target && l.resource == resource)))
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Vec<HeldLock>)) -> Result<(), StateError> {
+        // The mutex is held across the write so concurrent cycles never interleave files.
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut locks);
+        if let Some(path) = &self.path {
+            write_atomically(
+                path,
+                &StateDoc {
+                    locks: locks.clone(),
+                },
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn write_atomically(path: &Path, doc: &StateDoc) -> Result<(), StateError> {
+    let io = |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = serde_json::to_vec_pretty(doc).map_err(|e| io(std::io::Error::other(e)))?;
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(".tmp");
+    let tmp = PathBuf::from(tmp_name);
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut file = opts.open(&tmp).map_err(io)?;
+    file.write_all(&bytes).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    drop(file);
+    std::fs::rename(&tmp, path).map_err(io)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intent_then_token_then_forget_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let s = StateFile::open(&path).unwrap();
+        s.record_intent("demo", "probe-0001").unwrap();
+        assert_eq!(StateFile::open(&path).unwrap().entries()[0].token, None);
+        s.record_token("demo", "probe-0001", "secret").unwrap();
+        s.record_intent("demo", "probe-0002").unwrap();
+        let reopened = StateFile::open(&path).unwrap().entries();
+        assert_eq!(reopened.len(), 2);
+        assert_eq!(reopened[0].token.as_deref(), Some("secret"));
+        s.forget("demo", "probe-0001").unwrap();
+        let reopened = StateFile::open(&path).unwrap().entries();
+        assert_eq!(reopened.len(), 1);
+        assert_eq!(reopened[0].resource, "probe-0002");
+        assert!(!dir.path().join("state.json.tmp").exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn file_mode_is_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let s = StateFile::open(&path).unwrap();
+        s.record_token("demo", "probe-0001", "secret").unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_token() {
+        let s = StateFile::in_memory();
+        s.record_token("demo", "probe-0001", "secret-token")
+            .unwrap();
+        let shown = format!("{s:?}");
+        assert!(
+            !shown.contains("secret-token") && shown.contains("redacted"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn corrupt_file_is_an_error_not_a_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        std::fs::write(&path, "not json").unwrap();
+        assert!(matches!(
+            StateFile::open(&path),
+            Err(StateError::Corrupt { .. })
+        ));
+    }
+}

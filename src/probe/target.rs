@@ -1,0 +1,397 @@
+//! HTTP client for the probe contract (`shared/contract.md`). The probe's only way to
+//! reach a service: it shares no code with the routing library it judges.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// A request that never produced an HTTP status, or one the probe refused to send.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// Connection refused, timeout, unreadable body.
+    #[error("transport error: {0}")]
+    Transport(String),
+    /// The probe refuses to lock anything outside the target's test prefix.
+    #[error("refusing to lock {resource:?}: outside the test prefix {prefix:?}")]
+    OutsidePrefix {
+        /// The resource that was asked for.
+        resource: String,
+        /// The configured prefix.
+        prefix: String,
+    },
+}
+
+/// Which way the routing path went and what it cost, from `Server-Timing`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerTiming {
+    /// `cache`, `read-through` or `store`.
+    pub source: String,
+    /// Duration the service reported.
+    pub duration: Duration,
+}
+
+/// Parses `Server-Timing: route;desc="read-through";dur=1.25` (other metrics ignored).
+pub fn parse_server_timing(header: &str) -> Option<ServerTiming> {
+    for metric in header.split(',') {
+        let mut parts = metric.split(';').map(str::trim);
+        if parts.next() != Some("route") {
+            continue;
+        }
+        let mut source = None;
+        let mut dur = None;
+        for param in parts {
+            let Some((k, v)) = param.split_once('=') else {
+                continue;
+            };
+            let v = v.trim().trim_matches('"');
+            match k.trim() {
+                "desc" => source = Some(v.to_string()),
+                "dur" => dur = v.parse::<f64>().ok().filter(|d| d.is_finite() && *d >= 0.0),
+                _ => {}
+            }
+        }
+        return Some(ServerTiming {
+            source: source?,
+            duration: Duration::from_secs_f64(dur? / 1000.0),
+        });
+    }
+    None
+}
+
+/// One HTTP answer, reduced to what assertions look at.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// HTTP status code.
+    pub status: u16,
+    /// Parsed JSON body (`Null` when empty or not JSON).
+    pub body: Value,
+    /// Problem type without the `urn:lockprobe:error:` prefix.
+    pub problem: Option<String>,
+    /// `Retry-After` header, if present.
+    pub retry_after: Option<String>,
+    /// `Server-Timing` route metric, if present.
+    pub timing: Option<ServerTiming>,
+    /// Wall time the request took.
+    pub elapsed: Duration,
+}
+
+impl Reply {
+    /// `"201"` for success, `"423 lock-held"` for a problem: the observed outcome of a lock call.
+    pub fn outcome(&self) -> String {
+        match &self.problem {
+            Some(p) => format!("{} {}", self.status, p),
+            None => self.status.to_string(),
+        }
+    }
+
+    /// A string field of the body.
+    pub fn str_field(&self, name: &str) -> Option<&str> {
+        self.body.get(name).and_then(Value::as_str)
+    }
+}
+
+/// Contract client for all instances of one target.
+#[derive(Clone)]
+pub struct TargetClient {
+    http: reqwest::Client,
+    instances: Vec<String>,
+    api_key: String,
+    prefix: String,
+}
+
+const PROBLEM_PREFIX: &str = "urn:lockprobe:error:";
+
+impl TargetClient {
+    /// A client for `instances` (base URLs) whose lock calls carry `api_key`.
+    pub fn new(
+        instances: &[String],
+        api_key: &str,
+        prefix: &str,
+        request_timeout: Duration,
+    ) -> Result<Self, TargetError> {
+        let http = reqwest::Client::builder()
+            .timeout(request_timeout)
+            .build()
+            .map_err(|e| TargetError::Transport(e.to_string()))?;
+        Ok(Self {
+            http,
+            instances: instances
+                .iter()
+                .map(|s| s.trim_end_matches('/').to_string())
+                .collect(),
+            api_key: api_key.to_string(),
+            prefix: prefix.to_string(),
+        })
+    }
+
+    /// Base URLs of the instances.
+    pub fn instances(&self) -> &[String] {
+        &self.instances
+    }
+
+    fn url(&self, instance: usize, resource: &str, tail: &str) -> String {
+        format!(
+            "{}/v1/resources/{}{}",
+            self.instances[instance], resource, tail
+        )
+    }
+
+    fn guard(&self, resource: &str) -> Result<(), TargetError> {
+        if resource.starts_with(&self.prefix) {
+            Ok(())
+        } else {
+            Err(TargetError::OutsidePrefix {
+                resource: resource.to_string(),
+                prefix: self.prefix.clone(),
+            })
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<Reply, TargetError> {
+        let started = Instant::now();
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| TargetError::Transport(error_chain(&e)))?;
+        let status = resp.status().as_u16();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = header("retry-after");
+        let timing = header("server-timing").and_then(|h| parse_server_timing(&h));
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| TargetError::Transport(error_chain(&e)))?;
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let problem = if status >= 400 {
+            Some(
+                body.get("type")
+                    .and_then(Value::as_str)
+                    .map(|t| t.strip_prefix(PROBLEM_PREFIX).unwrap_or(t).to_string())
+                    .unwrap_or_else(|| "no-problem-type".to_string()),
+            )
+        } else {
+            None
+        };
+        Ok(Reply {
+            status,
+            body,
+            problem,
+            retry_after,
+            timing,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    fn lock_call(&self, method: reqwest::Method, url: String) -> reqwest::RequestBuilder {
+        self.http.request(method, url).bearer_auth(&self.api_key)
+    }
+
+    /// `POST /lock`: pre-lock.
+    pub async fn pre_lock(
+        &self,
+        instance: usize,
+        resource: &str,
+        owner: &str,
+        lease: Duration,
+        target_location: Option<&str>,
+    ) -> Result<Reply, TargetError> {
+        self.guard(resource)?;
+        let mut body = json!({"owner": owner, "durationSeconds": lease.as_secs_f64()});
+        if let Some(t) = target_location {
+            body["targetLocation"] = json!(t);
+        }
+        let req = self
+            .lock_call(reqwest::Method::POST, self.url(instance, resource, "/lock"))
+            .json(&body);
+        self.send(req).await
+    }
+
+    /// `POST /lock/escalate` to `hardDelete` or `write`.
+    pub async fn escalate(
+        &self,
+        instance: usize,
+        resource: &str,
+        token: &str,
+        phase: &str,
+        lease: Duration,
+    ) -> Result<Reply, TargetError> {
+        self.guard(resource)?;
+        let body = json!({"token": token, "phase": phase, "durationSeconds": lease.as_secs_f64()});
+        let req = self
+            .lock_call(
+                reqwest::Method::POST,
+                self.url(instance, resource, "/lock/escalate"),
+            )
+            .json(&body);
+        self.send(req).await
+    }
+
+    /// `POST /lock/renew`.
+    pub async fn renew(
+        &self,
+        instance: usize,
+        resource: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<Reply, TargetError> {
+        self.guard(resource)?;
+        let body = json!({"token": token, "durationSeconds": lease.as_secs_f64()});
+        let req = self
+            .lock_call(
+                reqwest::Method::POST,
+                self.url(instance, resource, "/lock/renew"),
+            )
+            .json(&body);
+        self.send(req).await
+    }
+
+    /// `POST /lock/swap` to `target_location`.
+    pub async fn swap(
+        &self,
+        instance: usize,
+        resource: &str,
+        token: &str,
+        target_location: &str,
+    ) -> Result<Reply, TargetError> {
+        self.guard(resource)?;
+        let body = json!({"token": token, "targetLocation": target_location});
+        let req = self
+            .lock_call(
+                reqwest::Method::POST,
+                self.url(instance, resource, "/lock/swap"),
+            )
+            .json(&body);
+        self.send(req).await
+    }
+
+    /// `DELETE /lock` with the `Lock-Token` header.
+    pub async fn release(
+        &self,
+        instance: usize,
+        resource: &str,
+        token: &str,
+    ) -> Result<Reply, TargetError> {
+        self.guard(resource)?;
+        let req = self
+            .lock_call(
+                reqwest::Method::DELETE,
+                self.url(instance, resource, "/lock"),
+            )
+            .header("Lock-Token", token);
+        self.send(req).await
+    }
+
+    /// `GET /route`: what the routing path of `instance` resolves now.
+    pub async fn route(&self, instance: usize, resource: &str) -> Result<Reply, TargetError> {
+        self.send(self.http.get(self.url(instance, resource, "/route")))
+            .await
+    }
+
+    /// `GET /items/{key}`.
+    pub async fn read(
+        &self,
+        instance: usize,
+        resource: &str,
+        key: &str,
+    ) -> Result<Reply, TargetError> {
+        self.send(
+            self.http
+                .get(self.url(instance, resource, &format!("/items/{key}"))),
+        )
+        .await
+    }
+
+    /// `PUT /items/{key}`.
+    pub async fn write(
+        &self,
+        instance: usize,
+        resource: &str,
+        key: &str,
+        value: &Value,
+    ) -> Result<Reply, TargetError> {
+        let req = self
+            .http
+            .put(self.url(instance, resource, &format!("/items/{key}")))
+            .json(&json!({ "value": value }));
+        self.send(req).await
+    }
+
+    /// `DELETE /items/{key}`.
+    pub async fn delete(
+        &self,
+        instance: usize,
+        resource: &str,
+        key: &str,
+    ) -> Result<Reply, TargetError> {
+        self.send(
+            self.http
+                .delete(self.url(instance, resource, &format!("/items/{key}"))),
+        )
+        .await
+    }
+}
+
+/// reqwest hides the useful part (e.g. "connection refused") in the source chain.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_timing_read_through() {
+        let t = parse_server_timing(r#"route;desc="read-through";dur=1.5"#).unwrap();
+        assert_eq!(t.source, "read-through");
+        assert_eq!(t.duration, Duration::from_micros(1500));
+    }
+
+    #[test]
+    fn server_timing_among_other_metrics_and_unquoted() {
+        let t = parse_server_timing("db;dur=3, route;dur=0.25;desc=cache").unwrap();
+        assert_eq!(t.source, "cache");
+        assert_eq!(t.duration, Duration::from_micros(250));
+    }
+
+    #[test]
+    fn server_timing_rejects_garbage() {
+        assert!(parse_server_timing("route;desc=\"cache\"").is_none());
+        assert!(parse_server_timing("route;desc=\"cache\";dur=-1").is_none());
+        assert!(parse_server_timing("other;desc=x;dur=1").is_none());
+        assert!(parse_server_timing("").is_none());
+    }
+
+    #[tokio::test]
+    async fn lock_outside_prefix_is_refused_without_a_request() {
+        // Port 9 (discard) is never contacted: the guard fires first.
+        let c = TargetClient::new(
+            &["http://127.0.0.1:9".into()],
+            "k",
+            "probe-",
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        let e = c
+            .pre_lock(0, "customer-42", "me", Duration::from_secs(1), None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, TargetError::OutsidePrefix { .. }), "{e}");
+        assert!(matches!(
+            c.release(0, "prod-1", "t").await.unwrap_err(),
+            TargetError::OutsidePrefix { .. }
+        ));
+    }
+}

@@ -1,0 +1,142 @@
+//! The probe's own HTTP server: `/metrics` (Prometheus text), `/healthz`, `/readyz`,
+//! `/api/v1/status` (JSON, shape agreed with the status page) and `/` (the status page).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::probe::status::ProbeStatus;
+
+/// What the handlers read.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// The probe's metrics.
+    pub metrics: Arc<Metrics>,
+    /// The probe's status (cycles, readiness).
+    pub status: Arc<ProbeStatus>,
+}
+
+/// The router, separate from binding so tests can drive it with `oneshot`.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/api/v1/status", get(status))
+        .with_state(state)
+}
+
+/// Serves `router(state)` on `listener` until `shutdown` fires.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn readyz(State(s): State<AppState>) -> Response {
+    if s.status.ready() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+async fn status(State(s): State<AppState>) -> Json<serde_json::Value> {
+    Json(s.status.to_json(&s.metrics))
+}
+
+async fn page(State(s): State<AppState>) -> Html<String> {
+    Html(crate::status_page::render(&s.status.to_json(&s.metrics)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    fn state() -> AppState {
+        let metrics = Arc::new(Metrics::new().unwrap());
+        metrics.register_target("demo", Some(1.5));
+        let status = Arc::new(ProbeStatus::new());
+        status.add_target("demo", &["http://127.0.0.1:1".into()], Some(1.5));
+        AppState { metrics, status }
+    }
+
+    async fn get(app: Router, path: &str) -> (StatusCode, String, String) {
+        let r = app
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = r.status();
+        let ct = r
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+        (status, ct, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn readiness_follows_config_and_scheduler() {
+        let s = state();
+        assert_eq!(get(router(s.clone()), "/healthz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(router(s.clone()), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        s.status.set_config_loaded(true);
+        assert_eq!(
+            get(router(s.clone()), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        s.status.set_scheduler_running(true);
+        assert_eq!(get(router(s), "/readyz").await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn metrics_status_and_page() {
+        let s = state();
+        let (code, ct, body) = get(router(s.clone()), "/metrics").await;
+        assert_eq!(code, StatusCode::OK);
+        assert!(ct.starts_with("text/plain"), "{ct}");
+        assert!(
+            body.contains(r#"lockprobe_probe_runs_total{result="passed",target="demo"} 0"#),
+            "{body}"
+        );
+        let (code, ct, body) = get(router(s.clone()), "/api/v1/status").await;
+        assert_eq!(code, StatusCode::OK);
+        assert!(ct.starts_with("application/json"), "{ct}");
+        let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(j["targets"][0]["name"], "demo");
+        let (code, ct, body) = get(router(s), "/").await;
+        assert_eq!(code, StatusCode::OK);
+        assert!(ct.starts_with("text/html"), "{ct}");
+        assert!(body.contains("demo"), "{body}");
+    }
+}

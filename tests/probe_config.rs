@@ -1,0 +1,99 @@
+//! `lockprobe check-config FILE`: exit 0 on a valid file, 64 with the bad field named.
+
+use std::process::Command;
+
+const GOOD: &str = r#"
+listen = "127.0.0.1:9464"
+state_file = "/var/lib/lockprobe/state.json"
+
+[[targets]]
+name = "orders"
+instances = ["https://orders-weu.example.net", "https://orders-neu.example.net"]
+api_key_env = "ORDERS_LOCK_API_KEY"
+test_prefix = "probe-"
+pool_size = 14
+locations = ["westeurope", "northeurope"]
+cache_ttl = "1h"
+replication_bound = "5m"
+buffer = "15m"
+schedule = "0 0 */6 * * *"
+jitter = "5m"
+timeout = "60h"
+concurrency = 2
+
+[targets.leases]
+pre_lock = "48h"
+hard_delete = "6h"
+write = "5m"
+short_write = "30s"
+"#;
+
+fn check(text: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("probe.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn good_config_exits_0() {
+    let (code, stdout, stderr) = check(GOOD);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("ok (1 target)"), "{stdout}");
+}
+
+#[test]
+fn bad_fields_exit_64_naming_the_field() {
+    for (from, to, field) in [
+        (
+            "schedule = \"0 0 */6 * * *\"",
+            "schedule = \"six-hourly\"",
+            "targets[0].schedule",
+        ),
+        (
+            "concurrency = 2",
+            "concurrency = 0",
+            "targets[0].concurrency",
+        ),
+        ("pool_size = 14", "pool_size = 13", "targets[0].pool_size"),
+        ("buffer = \"15m\"", "buffer = \"a while\"", "buffer"),
+        (
+            "jitter = \"5m\"",
+            "jitter = \"5m\"\njiter = \"1m\"",
+            "jiter",
+        ),
+        (
+            "short_write = \"30s\"",
+            "short_write = \"10m\"",
+            "targets[0].leases.short_write",
+        ),
+        (
+            "listen = \"127.0.0.1:9464\"",
+            "listen = \"localhost\"",
+            "listen",
+        ),
+    ] {
+        let (code, stdout, stderr) = check(&GOOD.replace(from, to));
+        assert_eq!(code, Some(64), "{to}: {stdout}{stderr}");
+        assert!(stderr.contains(field), "{to}: expected {field} in {stderr}");
+    }
+}
+
+#[test]
+fn missing_file_exits_64() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["check-config", "/nonexistent/probe.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/probe.toml"));
+}

@@ -1,0 +1,142 @@
+//! `lockprobe demo --cycles 2` on a fresh machine: store, service and probe in one
+//! process; exits 0 when every assertion passed, and its metrics endpoint shows the
+//! cycle's figures while it runs.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn metric(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn demo_two_cycles_pass_and_export_metrics() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["demo", "--cycles", "2", "--schedule", "*/3 * * * * *"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut metrics_url = None;
+    let mut lines = Vec::new();
+    let mut checked_metrics = false;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        if let Some(url) = line.trim().strip_prefix("probe metrics:") {
+            metrics_url = Some(url.trim().to_string());
+        }
+        let first_cycle_done = line.contains("[demo] cycle: passed");
+        lines.push(line);
+        if first_cycle_done && !checked_metrics {
+            checked_metrics = true;
+            let url = metrics_url
+                .clone()
+                .expect("demo prints its metrics URL first");
+            let text = rt.block_on(async {
+                // The cycle is recorded right after its last line is printed.
+                for _ in 0..50 {
+                    let t = reqwest::get(&url).await.unwrap().text().await.unwrap();
+                    if metric(
+                        &t,
+                        r#"lockprobe_probe_runs_total{result="passed",target="demo"}"#,
+                    ) >= Some(1.0)
+                    {
+                        return t;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                panic!("metrics never showed the first cycle");
+            });
+            assert_eq!(
+                metric(
+                    &text,
+                    r#"lockprobe_convergence_declared_seconds{target="demo"}"#
+                ),
+                Some(1.5),
+                "{text}"
+            );
+            assert!(
+                metric(
+                    &text,
+                    r#"lockprobe_convergence_observed_seconds{target="demo"}"#
+                )
+                .unwrap()
+                    <= 2.0,
+                "{text}"
+            );
+            assert_eq!(
+                metric(
+                    &text,
+                    r#"lockprobe_lock_phase_duration_seconds_count{phase="write",target="demo"}"#
+                ),
+                Some(1.0),
+                "{text}"
+            );
+            assert!(
+                metric(
+                    &text,
+                    r#"lockprobe_read_through_latency_seconds_count{target="demo"}"#
+                )
+                .unwrap()
+                    > 0.0,
+                "{text}"
+            );
+            assert!(
+                metric(
+                    &text,
+                    r#"lockprobe_last_success_timestamp_seconds{target="demo"}"#
+                )
+                .unwrap()
+                    > 1.7e9,
+                "{text}"
+            );
+            assert!(
+                !text.contains("lockprobe_enforcement_violations_total{"),
+                "{text}"
+            );
+            let status: serde_json::Value = rt.block_on(async {
+                reqwest::get(url.replace("/metrics", "/api/v1/status"))
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap()
+            });
+            assert_eq!(status["ready"], true);
+            assert_eq!(
+                status["targets"][0]["lastCycles"][0]["result"], "passed",
+                "{status}"
+            );
+            assert_eq!(
+                status["targets"][0]["percentiles"]["lockPhaseDurationSeconds"]["write"]["count"],
+                1,
+                "{status}"
+            );
+        }
+    }
+    let status = child.wait().unwrap();
+    let out = lines.join("\n");
+    assert!(checked_metrics, "no cycle passed:\n{out}");
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert_eq!(out.matches("[demo] cycle: passed").count(), 2, "{out}");
+    assert!(
+        out.contains("lockprobe demo: 2 cycle(s), 0 not passed"),
+        "{out}"
+    );
+    assert!(!out.contains("FAIL"), "{out}");
+}

@@ -1,0 +1,169 @@
+//! A probe killed mid-cycle leaves its lock recorded in the state file; the restarted
+//! probe releases it before doing anything else, so no lock is left behind.
+
+#[path = "support/service.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{route, start_service};
+
+const KEY_ENV: &str = "LOCKPROBE_TEST_KILL_RESTART_KEY";
+
+fn config(dir: &Path, urls: &[String], schedule: &str) -> std::path::PathBuf {
+    let instances: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
+    let text = format!(
+        r#"
+listen = "127.0.0.1:0"
+state_file = {state:?}
+
+[[targets]]
+name = "kill"
+instances = [{instances}]
+api_key_env = "{KEY_ENV}"
+test_prefix = "probe-"
+pool_size = 7
+cache_ttl = "1s"
+replication_bound = "500ms"
+# A long buffer keeps the cycle waiting for convergence with its lock held.
+buffer = "60s"
+schedule = "{schedule}"
+timeout = "5m"
+
+[targets.leases]
+pre_lock = "10m"
+hard_delete = "5m"
+write = "2m"
+short_write = "1s"
+"#,
+        state = dir.join("state.json").display().to_string(),
+        instances = instances.join(", "),
+    );
+    let path = dir.join(format!("probe-{}.toml", schedule.len()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn serve(config: &Path, key: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .env(KEY_ENV, key)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+fn state_tokens(dir: &Path) -> Vec<(String, bool)> {
+    let Ok(text) = std::fs::read_to_string(dir.join("state.json")) else {
+        return vec![];
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["resource"].as_str().unwrap().to_string(),
+                l["token"].is_string(),
+            )
+        })
+        .collect()
+}
+
+async fn wait_for(what: &str, timeout: Duration, mut cond: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_probe_leaves_no_lock_after_restart() {
+    let svc = start_service(vec![], Duration::from_secs(1), Duration::from_millis(500)).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    // First run: every second; it pre-locks probe-0001 and sits in the convergence wait.
+    let mut first = serve(&config(dir.path(), &svc.urls, "* * * * * *"), &svc.key);
+    wait_for(
+        "the token in the state file",
+        Duration::from_secs(20),
+        async || {
+            state_tokens(dir.path())
+                .iter()
+                .any(|(r, has_token)| r == "probe-0001" && *has_token)
+        },
+    )
+    .await;
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    // The kill left the lock behind.
+    let view = route(&svc.urls[0], "probe-0001").await;
+    assert_eq!(view["lock"]["phase"], "preLock", "{view}");
+    assert!(
+        view["lock"].get("token").is_none(),
+        "route views never show tokens: {view}"
+    );
+
+    // Second run never fires a cycle (year 2099), so only recovery can touch the lock.
+    let mut second = serve(&config(dir.path(), &svc.urls, "0 0 0 1 1 * 2099"), &svc.key);
+    wait_for(
+        "the left-over lock to be released",
+        Duration::from_secs(15),
+        async || route(&svc.urls[0], "probe-0001").await["lock"].is_null(),
+    )
+    .await;
+    wait_for(
+        "the state file to be emptied",
+        Duration::from_secs(5),
+        async || state_tokens(dir.path()).is_empty(),
+    )
+    .await;
+    // Every instance agrees.
+    for url in &svc.urls {
+        wait_for(
+            "every instance to show no lock",
+            Duration::from_secs(5),
+            async || route(url, "probe-0001").await["lock"].is_null(),
+        )
+        .await;
+    }
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_cycle_releases_the_lock_before_exit() {
+    let svc = start_service(vec![], Duration::from_secs(1), Duration::from_millis(500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut probe = serve(&config(dir.path(), &svc.urls, "* * * * * *"), &svc.key);
+    wait_for(
+        "the token in the state file",
+        Duration::from_secs(20),
+        async || {
+            state_tokens(dir.path())
+                .iter()
+                .any(|(r, has_token)| r == "probe-0001" && *has_token)
+        },
+    )
+    .await;
+    let status = Command::new("kill")
+        .args(["-TERM", &probe.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || probe.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    // Released on the way out: nothing held, nothing left in the state file.
+    assert!(route(&svc.urls[0], "probe-0001").await["lock"].is_null());
+    assert!(state_tokens(dir.path()).is_empty());
+}

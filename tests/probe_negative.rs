@@ -1,0 +1,279 @@
+//! Probe logic against a small fake service that says yes to everything: every negative
+//! check must fail (a check that cannot fail proves nothing), the probe must not crash,
+//! and every lock it took must be released, including when the cycle is cancelled.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lockprobe::probe::observer::TracingObserver;
+use lockprobe::probe::report::{CycleReport, CycleResult};
+use lockprobe::probe::scenario::Scenario;
+use lockprobe::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use lockprobe::probe::state::StateFile;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Default)]
+struct Fake {
+    items: Mutex<HashMap<String, Value>>,
+    released: Mutex<Vec<String>>,
+    declared: f64,
+}
+
+type S = State<Arc<Fake>>;
+
+async fn pre_lock(State(f): S, Path(id): Path<String>) -> impl IntoResponse {
+    let token = format!("tok-{id}-{}", rand_suffix());
+    (
+        StatusCode::CREATED,
+        Json(
+            json!({"token": token, "phase": "preLock", "convergenceDelaySeconds": f.declared, "location": "westeurope"}),
+        ),
+    )
+}
+
+fn rand_suffix() -> u32 {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    N.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+}
+
+async fn ok() -> Json<Value> {
+    Json(json!({"phase": "write"}))
+}
+
+async fn swap(Json(body): Json<Value>) -> Json<Value> {
+    Json(json!({"location": body["targetLocation"], "lock": null, "source": "store"}))
+}
+
+async fn release(State(f): S, Path(id): Path<String>) -> StatusCode {
+    f.released.lock().unwrap().push(id);
+    StatusCode::NO_CONTENT
+}
+
+async fn route() -> Json<Value> {
+    Json(json!({"location": "westeurope", "lock": {"phase": "preLock"}, "source": "store"}))
+}
+
+async fn read(State(f): S, Path((id, key)): Path<(String, String)>) -> axum::response::Response {
+    match f.items.lock().unwrap().get(&format!("{id}/{key}")) {
+        Some(v) => Json(json!({"key": key, "value": v, "tombstone": false})).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn write(
+    State(f): S,
+    Path((id, key)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> StatusCode {
+    f.items
+        .lock()
+        .unwrap()
+        .insert(format!("{id}/{key}"), body["value"].clone());
+    StatusCode::OK
+}
+
+async fn delete(State(f): S, Path((id, key)): Path<(String, String)>) -> StatusCode {
+    f.items.lock().unwrap().remove(&format!("{id}/{key}"));
+    StatusCode::NO_CONTENT
+}
+
+async fn start_fake(declared: f64) -> (String, Arc<Fake>) {
+    let fake = Arc::new(Fake {
+        declared,
+        ..Fake::default()
+    });
+    let app = Router::new()
+        .route("/v1/resources/{id}/lock", post(pre_lock).delete(release))
+        .route("/v1/resources/{id}/lock/escalate", post(ok))
+        .route("/v1/resources/{id}/lock/renew", post(ok))
+        .route("/v1/resources/{id}/lock/swap", post(swap))
+        .route("/v1/resources/{id}/route", get(route))
+        .route(
+            "/v1/resources/{id}/items/{key}",
+            get(read).put(write).delete(delete),
+        )
+        .with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), fake)
+}
+
+fn scenario(url: &str, state: Arc<StateFile>) -> Scenario {
+    let settings = ProbeSettings {
+        name: "fake".into(),
+        instances: vec![url.to_string()],
+        api_key: "k".into(),
+        test_prefix: "probe-".into(),
+        locations: ["westeurope".into(), "northeurope".into()],
+        expected_convergence: None,
+        replication_bound: Duration::from_millis(50),
+        buffer: Duration::from_millis(50),
+        leases: Leases {
+            pre_lock: Duration::from_secs(60),
+            hard_delete: Duration::from_secs(60),
+            write: Duration::from_secs(60),
+            short_write: Duration::from_millis(100),
+        },
+        request_timeout: Duration::from_secs(5),
+        poll_interval: Duration::from_millis(20),
+        concurrent_pre_locks: 4,
+        owner: "test".into(),
+    };
+    Scenario::new(settings, state, Arc::new(TracingObserver)).unwrap()
+}
+
+fn resources() -> Vec<String> {
+    (1..=RESOURCES_PER_CYCLE)
+        .map(|i| format!("probe-{i:04}"))
+        .collect()
+}
+
+fn failed_ops(r: &CycleReport, check: &str) -> Vec<(String, String, String)> {
+    r.assertions
+        .iter()
+        .filter(|a| a.check == check && !a.passed)
+        .map(|a| (a.op.clone(), a.expected.clone(), a.observed.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
+    let (url, fake) = start_fake(0.1).await;
+    let state = Arc::new(StateFile::in_memory());
+    let report = scenario(&url, state.clone())
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
+    assert_eq!(report.result, CycleResult::Failed);
+    let has = |check: &str, op: &str, observed: &str| {
+        failed_ops(&report, check)
+            .iter()
+            .any(|(o, _, obs)| o == op && obs == observed)
+    };
+    assert!(
+        has("negative/second-pre-lock", "pre-lock-again", "201"),
+        "{report:#?}"
+    );
+    assert!(has("negative/wrong-token", "renew", "200"));
+    assert!(has("negative/wrong-token", "release", "204"));
+    assert!(has("negative/escalate-early", "escalate-early", "200"));
+    assert!(has(
+        "negative/write-before-hard-delete",
+        "escalate-write",
+        "200"
+    ));
+    assert!(has("negative/write-lease-lapse", "swap-after-lapse", "200"));
+    assert!(has(
+        "negative/concurrent-pre-locks",
+        "pre-lock-race",
+        "4 winner(s)"
+    ));
+    // The main walk sees no enforcement at all.
+    assert!(has("cycle", "write", "allow"));
+    assert!(has("cycle", "delete", "allow"));
+    assert!(report.enforcement_violations() >= 2);
+
+    // Every lock still held at the end of a check was released, the race's extra winners too.
+    let released = fake.released.lock().unwrap().clone();
+    for r in ["probe-0002", "probe-0004", "probe-0005"] {
+        assert!(
+            released.iter().any(|x| x == r),
+            "{r} not released: {released:?}"
+        );
+    }
+    assert_eq!(
+        released.iter().filter(|x| *x == "probe-0007").count(),
+        4,
+        "{released:?}"
+    );
+    // The main resource swapped (the lock ended with it) and the lapsed lease swapped too.
+    assert!(!released.iter().any(|x| x == "probe-0001"), "{released:?}");
+    assert!(state.entries().is_empty(), "{:?}", state.entries());
+}
+
+#[tokio::test]
+async fn a_cancelled_cycle_releases_its_lock_and_reports_an_error() {
+    // A long declared delay keeps the cycle waiting with its lock held.
+    let (url, fake) = start_fake(30.0).await;
+    let state = Arc::new(StateFile::in_memory());
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        c2.cancel();
+    });
+    let report = tokio::time::timeout(
+        Duration::from_secs(10),
+        scenario(&url, state.clone()).run_cycle(&resources(), cancel),
+    )
+    .await
+    .expect("cancellation stops the cycle promptly");
+    assert_eq!(report.result, CycleResult::Error);
+    assert!(report.error.as_deref().unwrap().contains("cancelled"));
+    assert_eq!(fake.released.lock().unwrap().as_slice(), ["probe-0001"]);
+    assert!(state.entries().is_empty());
+}
+
+#[tokio::test]
+async fn an_unreachable_target_is_an_error_not_a_crash() {
+    // Bind and drop a listener to get a port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let report = scenario(
+        &format!("http://127.0.0.1:{port}"),
+        Arc::new(StateFile::in_memory()),
+    )
+    .run_cycle(&resources(), CancellationToken::new())
+    .await;
+    assert_eq!(report.result, CycleResult::Error);
+    assert!(
+        report.error.as_deref().unwrap().contains("unreachable"),
+        "{:?}",
+        report.error
+    );
+    assert_eq!(report.assertions.len(), 1);
+    assert_eq!(report.assertions[0].observed, "unreachable");
+}
+
+#[tokio::test]
+async fn a_release_that_failed_earlier_is_retried_before_the_resource_is_reused() {
+    let (url, fake) = start_fake(0.1).await;
+    let state = Arc::new(StateFile::in_memory());
+    state
+        .record_token("fake", "probe-0001", "tok-left-over")
+        .unwrap();
+    // Another target's entry, and one outside this cycle's resources, stay untouched.
+    state
+        .record_token("other", "probe-0001", "tok-other")
+        .unwrap();
+    state
+        .record_token("fake", "probe-0099", "tok-busy")
+        .unwrap();
+    scenario(&url, state.clone())
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
+    let released = fake.released.lock().unwrap().clone();
+    assert_eq!(released.first().map(String::as_str), Some("probe-0001"));
+    let left: Vec<(String, String)> = state
+        .entries()
+        .into_iter()
+        .map(|e| (e.target, e.resource))
+        .collect();
+    assert_eq!(
+        left,
+        vec![
+            ("other".to_string(), "probe-0001".to_string()),
+            ("fake".to_string(), "probe-0099".to_string())
+        ]
+    );
+}

@@ -1,0 +1,149 @@
+//! The long-running probe against the real reference service: readiness, overlapping
+//! cycles on distinct pool resources, and enforcement violations on `/metrics`.
+
+#[path = "support/service.rs"]
+mod support;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockprobe::probe::observer::TracingObserver;
+use lockprobe::probe::report::CycleResult;
+use lockprobe::probe::runtime::{Probe, RunSummary};
+use lockprobe::probe::scheduler::TargetSchedule;
+use lockprobe::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use lockprobe::probe::state::StateFile;
+use lockprobe::service::Fault;
+use support::{start_service, TestService};
+use tokio_util::sync::CancellationToken;
+
+fn target(svc: &TestService, concurrency: usize) -> (ProbeSettings, TargetSchedule) {
+    let settings = ProbeSettings {
+        name: "serve-test".into(),
+        instances: svc.urls.clone(),
+        api_key: svc.key.clone(),
+        test_prefix: "probe-".into(),
+        locations: ["westeurope".into(), "northeurope".into()],
+        expected_convergence: Some(Duration::from_millis(1500)),
+        replication_bound: Duration::from_millis(500),
+        buffer: Duration::from_millis(300),
+        leases: Leases {
+            pre_lock: Duration::from_secs(120),
+            hard_delete: Duration::from_secs(60),
+            write: Duration::from_secs(60),
+            short_write: Duration::from_secs(1),
+        },
+        request_timeout: Duration::from_secs(5),
+        poll_interval: Duration::from_millis(50),
+        concurrent_pre_locks: 3,
+        owner: "serve-test".into(),
+    };
+    let schedule = TargetSchedule {
+        name: "serve-test".into(),
+        schedule: cron::Schedule::from_str("* * * * * *").unwrap(),
+        jitter: Duration::ZERO,
+        concurrency,
+        timeout: Duration::from_secs(60),
+        pool: (1..=RESOURCES_PER_CYCLE * concurrency)
+            .map(|i| format!("probe-s{i:03}"))
+            .collect(),
+    };
+    (settings, schedule)
+}
+
+async fn run(svc: &TestService, concurrency: usize, cycles: usize) -> (Probe, RunSummary, String) {
+    let probe = Probe::new().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let p = probe.clone();
+    let targets = vec![target(svc, concurrency)];
+    let task = tokio::spawn(async move {
+        p.run(
+            targets,
+            Arc::new(StateFile::in_memory()),
+            Arc::new(TracingObserver),
+            listener,
+            Some(cycles),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap()
+    });
+    // Ready while the scheduler runs.
+    let mut ready = false;
+    for _ in 0..50 {
+        if let Ok(r) = reqwest::get(format!("{base}/readyz")).await {
+            if r.status() == 200 {
+                ready = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "/readyz never became ready");
+    let summary = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("run stops after its cycles")
+        .unwrap();
+    (probe, summary, base)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_cycles_pass_on_distinct_resources() {
+    let svc = start_service(vec![], Duration::from_secs(1), Duration::from_millis(500)).await;
+    let (probe, summary, _) = run(&svc, 2, 2).await;
+    assert!(summary.cycles >= 2, "{summary:?}");
+    let cycles = probe.status.cycles("serve-test");
+    let passed: Vec<_> = cycles
+        .iter()
+        .filter(|c| c.result == CycleResult::Passed)
+        .collect();
+    assert!(passed.len() >= 2, "{cycles:#?}");
+    // The two cycles overlapped in time and used different resources.
+    let (a, b) = (passed[0], passed[1]);
+    assert!(
+        a.started_at < b.finished_at && b.started_at < a.finished_at,
+        "no overlap"
+    );
+    assert_ne!(a.resource, b.resource);
+    // With both slots busy, schedules every second were missed and counted.
+    assert!(probe.status.missed("serve-test") >= 1);
+    assert!(probe
+        .metrics
+        .render()
+        .contains("lockprobe_probe_missed_schedules_total{target=\"serve-test\"}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enforcement_violations_reach_metrics_and_status() {
+    let svc = start_service(
+        vec![Fault::IgnoreWriteLock],
+        Duration::from_secs(1),
+        Duration::from_millis(500),
+    )
+    .await;
+    let (probe, summary, base) = run(&svc, 1, 1).await;
+    assert_eq!(
+        summary,
+        RunSummary {
+            cycles: 1,
+            unsuccessful: 1
+        }
+    );
+    let text = probe.metrics.render();
+    for needle in [
+        r#"lockprobe_enforcement_violations_total{expected="block",observed="allow",op="write",phase="write",target="serve-test"} 2"#,
+        r#"lockprobe_enforcement_violations_total{expected="block",observed="allow",op="delete",phase="write",target="serve-test"} 2"#,
+        r#"lockprobe_probe_runs_total{result="failed",target="serve-test"} 1"#,
+        r#"lockprobe_assertions_total{expected="block",op="write",phase="write",result="failed",target="serve-test"} 2"#,
+    ] {
+        assert!(text.contains(needle), "missing {needle}:\n{text}");
+    }
+    let status = probe.status.to_json(&probe.metrics);
+    let cycle = &status["targets"][0]["lastCycles"][0];
+    assert_eq!(cycle["result"], "failed");
+    assert_eq!(cycle["failedAssertions"], 4);
+    // The server has stopped with the run; its state is what the status API served.
+    assert!(reqwest::get(format!("{base}/healthz")).await.is_err());
+}

@@ -1,0 +1,269 @@
+//! `lockprobe validate` against the real reference service: it passes on a correct
+//! service and fails, naming phase, operation, expected and observed outcome, against each
+//! deliberately broken one. A probe that cannot fail is worthless: these are the proof.
+
+#[path = "support/service.rs"]
+mod support;
+
+use std::process::Output;
+use std::time::Duration;
+
+use lockprobe::service::Fault;
+use serde_json::Value;
+use support::{start_service, TestService};
+
+const TTL: Duration = Duration::from_secs(1);
+const BOUND: Duration = Duration::from_millis(500);
+
+struct Run {
+    code: i32,
+    stdout: String,
+    json: Value,
+    junit: String,
+}
+
+async fn validate(svc: &TestService, extra: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("report.json");
+    let junit_path = dir.path().join("report.xml");
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"));
+    cmd.arg("validate");
+    for u in &svc.urls {
+        cmd.args(["--endpoint", u]);
+    }
+    cmd.args(["--test-prefix", "probe-"])
+        .arg("--json")
+        .arg(&json_path)
+        .arg("--junit")
+        .arg(&junit_path)
+        .args(extra)
+        .env("LOCKPROBE_LOCK_API_KEY", &svc.key)
+        .env("RUST_LOG", "warn")
+        .env_remove("LOCKPROBE_STATE_FILE");
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("validate finishes")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&stdout).to_string();
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&stderr));
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout,
+        json: serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap(),
+        junit: std::fs::read_to_string(&junit_path).unwrap(),
+    }
+}
+
+fn failed(run: &Run) -> Vec<&Value> {
+    run.json["assertions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["passed"] == false)
+        .collect()
+}
+
+fn has_failure(run: &Run, phase: &str, op: &str, expected: &str, observed: &str) -> bool {
+    failed(run).iter().any(|a| {
+        a["phase"] == phase
+            && a["op"] == op
+            && a["expected"] == expected
+            && a["observed"] == observed
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_against_the_reference_service() {
+    let svc = start_service(vec![], TTL, BOUND).await;
+    let run = validate(
+        &svc,
+        &["--buffer", "500ms", "--expect-convergence", "1500ms"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(run.stdout.contains("validate: PASSED"), "{}", run.stdout);
+    assert_eq!(run.json["result"], "passed");
+    assert_eq!(run.json["enforcementViolations"], 0);
+    let n = run.json["assertions"].as_array().unwrap().len();
+    assert!(n > 50, "a full cycle makes many assertions, got {n}");
+    assert_eq!(run.junit.matches("<testcase ").count(), n);
+    // Every negative check ran.
+    for check in [
+        "negative/second-pre-lock",
+        "negative/wrong-token",
+        "negative/escalate-early",
+        "negative/write-before-hard-delete",
+        "negative/write-lease-lapse",
+        "negative/concurrent-pre-locks",
+    ] {
+        assert!(
+            run.json["assertions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["check"] == check),
+            "{check} missing"
+        );
+    }
+    // Both instances showed the lock within the bound and converged.
+    let conv = run.json["observedConvergence"].as_array().unwrap();
+    assert_eq!(conv.len(), 2);
+    assert!(
+        conv.iter()
+            .all(|c| c["observedSeconds"].as_f64().unwrap() <= 2.0),
+        "{conv:?}"
+    );
+    // Read-throughs happened while the lock was live and were measured from Server-Timing.
+    assert!(!run.json["readThroughSeconds"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_when_the_write_lock_is_ignored() {
+    let svc = start_service(vec![Fault::IgnoreWriteLock], TTL, BOUND).await;
+    let run = validate(&svc, &["--buffer", "500ms"]).await;
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        has_failure(&run, "write", "write", "block", "allow"),
+        "{:#?}",
+        failed(&run)
+    );
+    assert!(run.json["enforcementViolations"].as_u64().unwrap() >= 1);
+    assert!(
+        run.stdout.contains("write/write") && run.stdout.contains("expected block, observed allow"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.junit
+            .contains("write/write: expected block, observed allow"),
+        "{}",
+        run.junit
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_when_the_hard_delete_lock_is_ignored() {
+    let svc = start_service(vec![Fault::IgnoreHardDeleteLock], TTL, BOUND).await;
+    let run = validate(&svc, &["--buffer", "500ms"]).await;
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        has_failure(&run, "hardDelete", "delete", "tombstone", "allow"),
+        "{:#?}",
+        failed(&run)
+    );
+    assert!(run.json["enforcementViolations"].as_u64().unwrap() >= 1);
+    // The tombstone read-back fails too: the item is gone, not tombstoned.
+    assert!(
+        has_failure(&run, "hardDelete", "read-back", "tombstone", "absent"),
+        "{:#?}",
+        failed(&run)
+    );
+    assert!(
+        run.stdout.contains("expected tombstone, observed allow"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_when_convergence_is_under_declared() {
+    // A longer TTL than the other tests, so the stale cache outlives the (too short)
+    // declared delay by a wide margin on a busy machine.
+    let svc = start_service(
+        vec![Fault::UnderDeclareConvergence],
+        Duration::from_secs(2),
+        BOUND,
+    )
+    .await;
+    let run = validate(
+        &svc,
+        &["--buffer", "200ms", "--expect-convergence", "2500ms"],
+    )
+    .await;
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    // The declaration itself differs from what the operator expects.
+    assert!(
+        has_failure(
+            &run,
+            "preLock",
+            "declared-convergence",
+            "as-configured",
+            "mismatch"
+        ),
+        "{:#?}",
+        failed(&run)
+    );
+    // The convergence violation names the instance that did not show the lock: instance 1
+    // (instance 0 took the lock call and knows at once).
+    let violation = failed(&run)
+        .into_iter()
+        .find(|a| a["op"] == "converge")
+        .cloned()
+        .unwrap_or_else(|| panic!("no convergence violation in {}", run.stdout));
+    assert_eq!(violation["instance"], svc.urls[1]);
+    assert_eq!(violation["observed"], "not-visible");
+    assert!(violation["detail"]
+        .as_str()
+        .unwrap()
+        .contains("convergence violation"));
+    // Escalating on the short declared delay lets the stale instance delete physically.
+    assert!(
+        run.json["enforcementViolations"].as_u64().unwrap() >= 1,
+        "{:#?}",
+        failed(&run)
+    );
+    assert!(
+        run.stdout.contains("convergence violation") && run.stdout.contains(&svc.urls[1]),
+        "{}",
+        run.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_usage_exits_64_naming_the_flag() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["validate", "--endpoint", "not-a-url"])
+        .env("LOCKPROBE_LOCK_API_KEY", "k")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--endpoint"),
+        "{out:?}"
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["validate", "--endpoint", "http://127.0.0.1:9"])
+        .env_remove("LOCKPROBE_LOCK_API_KEY")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("LOCKPROBE_LOCK_API_KEY"),
+        "{out:?}"
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args([
+            "validate",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--buffer",
+            "soon",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--buffer"),
+        "{out:?}"
+    );
+}

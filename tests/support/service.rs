@@ -1,0 +1,76 @@
+//! Starts the real reference service in-process on loopback for probe tests.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockprobe::clock::{Clock, SystemClock};
+use lockprobe::service::{start, Fault, ServiceConfig};
+use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
+use lockprobe::store::LocationStore;
+use tokio_util::sync::CancellationToken;
+
+/// A running two-instance reference service; stops when dropped.
+pub struct TestService {
+    /// Base URLs of the instances.
+    pub urls: Vec<String>,
+    /// Lock API key.
+    pub key: String,
+    stop: CancellationToken,
+}
+
+impl Drop for TestService {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Starts the service with `faults`, one cache tier of `cache_ttl` and a store whose
+/// replicas lag by `replication_bound`.
+pub async fn start_service(
+    faults: Vec<Fault>,
+    cache_ttl: Duration,
+    replication_bound: Duration,
+) -> TestService {
+    let key = format!("test-key-{}", std::process::id());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
+        clock.clone(),
+        MemoryStoreConfig {
+            replica_lag: replication_bound,
+            ..MemoryStoreConfig::default()
+        },
+    ));
+    let config = ServiceConfig {
+        cache_ttls: vec![cache_ttl],
+        replication_bound,
+        test_prefix: Some("probe-".into()),
+        faults,
+        ..ServiceConfig::new(key.clone())
+    };
+    let stop = CancellationToken::new();
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let running = start(config, store, clock, vec![any, any], stop.clone())
+        .await
+        .expect("service starts");
+    let urls = running
+        .addrs
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect();
+    // The service tasks stop when `stop` fires; nothing needs to wait for them here.
+    std::mem::forget(running);
+    TestService { urls, key, stop }
+}
+
+/// The route view of `resource` on `url`.
+pub async fn route(url: &str, resource: &str) -> serde_json::Value {
+    reqwest::get(format!("{url}/v1/resources/{resource}/route"))
+        .await
+        .expect("route view reachable")
+        .json()
+        .await
+        .expect("route view is JSON")
+}
