@@ -16,11 +16,13 @@
 //! - [`server`]: the probe's HTTP server: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`, `/`.
 //! - [`demo`]: `lockprobe demo`: store, reference service and probe wired in one process.
 //! - [`status_page`]: the human status page at `/`, rendered from the status API's JSON.
+//! - [`monitor`]: the convergence monitor over the store's change stream.
 
 pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod metrics;
+pub mod monitor;
 pub mod probe;
 pub mod routing;
 pub mod server;

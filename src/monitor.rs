@@ -1,0 +1,482 @@
+//! The convergence monitor: every migration's lock timeline, read from the store.
+//!
+//! The monitor follows the store's change stream and keeps a compact timeline per
+//! in-flight migration (see [`timeline`]); from those it measures phase holds and the
+//! pre-lock -> hardDelete interval against the declared delay + buffer, counts
+//! outcomes, and flags early escalations, orphaned locks and partial cutovers
+//! ([`tracker`]). A periodic scan of the write region finds what the stream missed
+//! (a restart, a change log that dropped entries), and a sweep ends timelines whose
+//! lease ran out with no event. It reads the store, never the probe.
+//!
+//! - [`config`]: [`MonitorConfig`]; [`args`]: the monitor's flags; [`cli`]: the
+//!   `lockprobe monitor` command; [`http`]: the `/api/v1/monitor` route.
+//! - [`tracker`]: the pure inference from observed versions to events.
+//! - [`metrics`]: `lockprobe_monitor_*` and the HDR percentiles of the status API.
+
+pub mod args;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod timeline;
+pub mod tracker;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+pub use args::MonitorArgs;
+pub use config::{MonitorConfig, MonitorConfigError};
+pub use metrics::{MetricsError, MonitorMetrics};
+pub use tracker::{Event, Outcome, Rules, Seen, Tracker};
+
+use crate::clock::Clock;
+use crate::routing::document::LocationDocument;
+use crate::store::{ChangeCursor, LocationStore, StoreError};
+
+/// How many orphan ids the status API lists.
+const STATUS_ORPHAN_IDS: usize = 20;
+
+/// Why the monitor could not start or a store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MonitorError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] MonitorConfigError),
+    /// The metrics could not be registered.
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    /// A store call failed; the monitor retries on its next tick.
+    #[error("store {op} failed: {source}")]
+    Store {
+        /// `read_changes` or `scan`.
+        op: &'static str,
+        /// The store's error.
+        source: StoreError,
+    },
+}
+
+/// What one full scan found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanReport {
+    /// Documents read.
+    pub documents: usize,
+    /// Orphaned locks known after the scan.
+    pub orphaned_locks: usize,
+}
+
+/// A recent anomaly, for operators reading the status API.
+#[derive(Debug, Clone)]
+struct Anomaly {
+    kind: &'static str,
+    id: String,
+    at: DateTime<Utc>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    tracker: Tracker,
+    percentiles: metrics::Percentiles,
+    anomalies: VecDeque<Anomaly>,
+    last_scan_at: Option<DateTime<Utc>>,
+    events: Vec<Event>,
+}
+
+/// The convergence monitor over one store.
+#[derive(Debug)]
+pub struct Monitor {
+    store: Arc<dyn LocationStore>,
+    clock: Arc<dyn Clock>,
+    config: MonitorConfig,
+    metrics: MonitorMetrics,
+    inner: Mutex<Inner>,
+    /// Serialises polls so the cursor advances exactly once per batch.
+    cursor: tokio::sync::Mutex<ChangeCursor>,
+}
+
+impl Monitor {
+    /// A monitor over `store`, registering its metrics on `registry`. It starts reading
+    /// the change stream from the beginning of what the store retains.
+    pub fn new(
+        store: Arc<dyn LocationStore>,
+        clock: Arc<dyn Clock>,
+        config: MonitorConfig,
+        registry: &prometheus::Registry,
+    ) -> Result<Self, MonitorError> {
+        config.validate()?;
+        let metrics = MonitorMetrics::register(registry)?;
+        let rules = Rules {
+            escalation_buffer: config.escalation_buffer,
+            declared_delay: config.declared_delay,
+        };
+        Ok(Self {
+            store,
+            clock,
+            metrics,
+            inner: Mutex::new(Inner {
+                tracker: Tracker::new(rules),
+                percentiles: metrics::Percentiles::new(),
+                anomalies: VecDeque::with_capacity(config.recent_anomalies),
+                last_scan_at: None,
+                events: Vec::new(),
+            }),
+            cursor: tokio::sync::Mutex::new(ChangeCursor::beginning()),
+            config,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &MonitorConfig {
+        &self.config
+    }
+
+    /// Reads one batch of the change stream and applies it; returns how many versions
+    /// were applied.
+    pub async fn poll_once(&self) -> Result<usize, MonitorError> {
+        let mut cursor = self.cursor.lock().await;
+        let batch = match self
+            .store
+            .read_changes(&cursor, self.config.poll_batch)
+            .await
+        {
+            Ok(b) => b,
+            Err(source) => {
+                self.metrics
+                    .store_errors
+                    .with_label_values(&["read_changes"])
+                    .inc();
+                return Err(MonitorError::Store {
+                    op: "read_changes",
+                    source,
+                });
+            }
+        };
+        let n = batch.changes.len();
+        {
+            // A commit time comes from the store's clock (Cosmos DB: `_ts`, whole
+            // seconds, server time); lock times come from the service's. A commit time
+            // ahead of the monitor's own clock would make live locks look lapsed, so it
+            // is capped at now: replays keep their real times, a skewed store cannot.
+            let now = self.clock.now();
+            let mut inner = self.inner.lock().expect("monitor mutex poisoned");
+            for change in &batch.changes {
+                let at = change.committed_at.min(now);
+                self.apply(&mut inner, &change.doc.doc, at, Seen::Stream);
+            }
+        }
+        self.metrics.changes.inc_by(n as u64);
+        *cursor = batch.next;
+        Ok(n)
+    }
+
+    /// Polls until the stream has nothing more; returns how many versions were applied.
+    pub async fn drain(&self) -> Result<usize, MonitorError> {
+        let mut total = 0;
+        loop {
+            let n = self.poll_once().await?;
+            total += n;
+            if n < self.config.poll_batch {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Reads every document from the write region and applies it as of now: orphaned
+    /// locks and partial cutovers the stream missed are found here.
+    pub async fn scan_once(&self) -> Result<ScanReport, MonitorError> {
+        let mut after: Option<String> = None;
+        let mut documents = 0;
+        loop {
+            let page = match self
+                .store
+                .scan(after.as_deref(), self.config.scan_page)
+                .await
+            {
+                Ok(p) => p,
+                Err(source) => {
+                    self.metrics.store_errors.with_label_values(&["scan"]).inc();
+                    return Err(MonitorError::Store { op: "scan", source });
+                }
+            };
+            let now = self.clock.now();
+            {
+                let mut inner = self.inner.lock().expect("monitor mutex poisoned");
+                for v in &page {
+                    self.apply(&mut inner, &v.doc, now, Seen::Scan);
+                }
+            }
+            documents += page.len();
+            match page.last() {
+                Some(last) if page.len() == self.config.scan_page => {
+                    after = Some(last.doc.id.clone())
+                }
+                _ => break,
+            }
+        }
+        let now = self.clock.now();
+        let mut inner = self.inner.lock().expect("monitor mutex poisoned");
+        inner.last_scan_at = Some(now);
+        self.metrics.scans.inc();
+        self.metrics.last_scan.set(now.timestamp());
+        let report = ScanReport {
+            documents,
+            orphaned_locks: inner.tracker.orphans(),
+        };
+        debug!(
+            documents,
+            orphaned_locks = report.orphaned_locks,
+            "scan complete"
+        );
+        Ok(report)
+    }
+
+    /// Ends timelines whose lease ran out more than `lapse_grace` ago with no event.
+    /// Drain the stream first, or a late change may be mistaken for a lapse.
+    pub fn sweep(&self) {
+        let now = self.clock.now();
+        let mut inner = self.inner.lock().expect("monitor mutex poisoned");
+        let mut found = Vec::new();
+        inner
+            .tracker
+            .sweep(now, self.config.lapse_grace, &mut found);
+        for (id, event) in found {
+            self.record(&mut inner, &id, event, now);
+        }
+        self.refresh_gauges(&inner);
+    }
+
+    /// Applies one observed version of a document, as the stream or a scan would. Public
+    /// so benches and embedders can feed observations directly.
+    pub fn observe(&self, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen) {
+        let mut inner = self.inner.lock().expect("monitor mutex poisoned");
+        self.apply(&mut inner, doc, at, seen);
+    }
+
+    /// Reserves room for `n` more in-flight timelines (bulk loads, benches).
+    pub fn reserve(&self, n: usize) {
+        self.inner
+            .lock()
+            .expect("monitor mutex poisoned")
+            .tracker
+            .reserve(n);
+    }
+
+    /// Migrations currently holding a live lock.
+    pub fn in_flight(&self) -> usize {
+        self.inner
+            .lock()
+            .expect("monitor mutex poisoned")
+            .tracker
+            .in_flight()
+    }
+
+    /// Orphaned locks currently known.
+    pub fn orphaned_locks(&self) -> usize {
+        self.inner
+            .lock()
+            .expect("monitor mutex poisoned")
+            .tracker
+            .orphans()
+    }
+
+    /// Ids of orphaned locks (at most `limit`), sorted.
+    pub fn orphan_ids(&self, limit: usize) -> Vec<String> {
+        let mut ids = self
+            .inner
+            .lock()
+            .expect("monitor mutex poisoned")
+            .tracker
+            .orphan_ids(limit);
+        ids.sort();
+        ids
+    }
+
+    /// Migrations ended with `outcome` so far.
+    pub fn outcomes(&self, outcome: Outcome) -> u64 {
+        self.metrics
+            .migrations
+            .with_label_values(&[outcome.as_str()])
+            .get()
+    }
+
+    /// Early escalations counted so far.
+    pub fn early_escalations(&self) -> u64 {
+        self.metrics.early_escalations.get()
+    }
+
+    /// Partial cutovers counted so far.
+    pub fn partial_cutovers(&self) -> u64 {
+        self.metrics.partial_cutovers.get()
+    }
+
+    /// The status document for `/api/v1/monitor`: counts, exact percentiles (p50, p75,
+    /// p99, max) and recent anomalies. Resource ids appear; lock tokens never do.
+    pub fn status(&self) -> Value {
+        let inner = self.inner.lock().expect("monitor mutex poisoned");
+        let m = &self.metrics;
+        let mut orphan_ids = inner.tracker.orphan_ids(STATUS_ORPHAN_IDS);
+        orphan_ids.sort();
+        let outcomes: serde_json::Map<String, Value> = Outcome::ALL
+            .iter()
+            .map(|o| {
+                (
+                    o.as_str().to_owned(),
+                    json!(m.migrations.with_label_values(&[o.as_str()]).get()),
+                )
+            })
+            .collect();
+        let anomalies: Vec<Value> = inner
+            .anomalies
+            .iter()
+            .rev()
+            .map(|a| json!({ "kind": a.kind, "resource": a.id, "at": a.at.to_rfc3339() }))
+            .collect();
+        let mut status = json!({
+            "in_flight": inner.tracker.in_flight(),
+            "orphaned_locks": inner.tracker.orphans(),
+            "orphan_ids": orphan_ids,
+            "migrations": outcomes,
+            "early_escalations": m.early_escalations.get(),
+            "partial_cutovers": m.partial_cutovers.get(),
+            "renewals": m.renewals.get(),
+            "changes": m.changes.get(),
+            "scans": m.scans.get(),
+            "last_scan_at": inner.last_scan_at.map(|t| t.to_rfc3339()),
+            "escalation_buffer_seconds": self.config.escalation_buffer.as_secs_f64(),
+            "declared_delay_seconds": self.config.declared_delay.map(|d| d.as_secs_f64()),
+            "recent_anomalies": anomalies,
+        });
+        if let (Value::Object(s), Value::Object(p)) = (&mut status, inner.percentiles.to_json()) {
+            s.extend(p);
+        }
+        status
+    }
+
+    /// Follows the stream, sweeps and scans until `shutdown` is cancelled. The first
+    /// scan runs at once, so a restarted monitor finds existing orphans immediately.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut scan = tokio::time::interval(self.config.scan_interval);
+        scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sweep = tokio::time::interval(self.config.sweep_interval);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        info!(scan_interval = ?self.config.scan_interval, "monitor started");
+        loop {
+            let full = match self.poll_once().await {
+                Ok(n) => n == self.config.poll_batch,
+                Err(e) => {
+                    warn!(error = %e, "change stream poll failed");
+                    false
+                }
+            };
+            let pause = if full {
+                std::time::Duration::ZERO
+            } else {
+                self.config.poll_interval
+            };
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                _ = scan.tick() => {
+                    // Catch up first so the scan's view is not older than the stream's.
+                    if let Err(e) = self.drain().await {
+                        warn!(error = %e, "change stream poll failed");
+                    }
+                    if let Err(e) = self.scan_once().await {
+                        warn!(error = %e, "scan failed");
+                    }
+                    self.sweep();
+                }
+                _ = sweep.tick() => {
+                    if let Err(e) = self.drain().await {
+                        warn!(error = %e, "change stream poll failed");
+                    }
+                    self.sweep();
+                }
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+        info!("monitor stopped");
+    }
+
+    fn apply(&self, inner: &mut Inner, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen) {
+        let mut events = std::mem::take(&mut inner.events);
+        inner.tracker.observe(doc, at, seen, &mut events);
+        for event in events.drain(..) {
+            self.record(inner, &doc.id, event, at);
+        }
+        inner.events = events;
+        self.refresh_gauges(inner);
+    }
+
+    fn refresh_gauges(&self, inner: &Inner) {
+        self.metrics
+            .in_flight
+            .set(i64::try_from(inner.tracker.in_flight()).unwrap_or(i64::MAX));
+        self.metrics
+            .orphaned_locks
+            .set(i64::try_from(inner.tracker.orphans()).unwrap_or(i64::MAX));
+    }
+
+    fn record(&self, inner: &mut Inner, id: &str, event: Event, at: DateTime<Utc>) {
+        let m = &self.metrics;
+        match event {
+            Event::Started | Event::OrphanCleared => {}
+            Event::PhaseHeld { phase, held } => {
+                m.phase_duration
+                    .with_label_values(&[phase.as_str()])
+                    .observe(held.as_secs_f64());
+                inner.percentiles.phase(phase, held);
+            }
+            Event::Escalation {
+                interval,
+                required,
+                early,
+            } => {
+                if let Some(i) = interval {
+                    m.escalation_interval.observe(i.as_secs_f64());
+                    inner.percentiles.escalation(i);
+                }
+                if early {
+                    m.early_escalations.inc();
+                    warn!(resource = id, interval = ?interval, required = ?required, "early escalation to hardDelete");
+                    self.anomaly(inner, "early_escalation", id, at);
+                }
+            }
+            Event::Renewed(n) => m.renewals.inc_by(u64::from(n)),
+            Event::Ended(outcome) => {
+                m.migrations.with_label_values(&[outcome.as_str()]).inc();
+                debug!(resource = id, outcome = outcome.as_str(), "migration ended");
+            }
+            Event::PartialCutover => {
+                m.partial_cutovers.inc();
+                error!(resource = id, "partial cutover: location and lock disagree");
+                self.anomaly(inner, "partial_cutover", id, at);
+            }
+            Event::OrphanFound => {
+                warn!(
+                    resource = id,
+                    "orphaned lock: lease expired, never released or swapped"
+                );
+                self.anomaly(inner, "orphaned_lock", id, at);
+            }
+        }
+    }
+
+    fn anomaly(&self, inner: &mut Inner, kind: &'static str, id: &str, at: DateTime<Utc>) {
+        if self.config.recent_anomalies == 0 {
+            return;
+        }
+        if inner.anomalies.len() == self.config.recent_anomalies {
+            inner.anomalies.pop_front();
+        }
+        inner.anomalies.push_back(Anomaly {
+            kind,
+            id: id.to_owned(),
+            at,
+        });
+    }
+}

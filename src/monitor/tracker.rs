@@ -1,0 +1,371 @@
+//! Infers migration timelines from observed document versions.
+//!
+//! Observations come from the change stream (at the version's commit time) and from
+//! scans of the write region (at the scan's time). A backend may deliver only the
+//! latest version of a document, so consecutive observations can skip states: a
+//! pre-lock and its escalation may arrive as one version, a swap may arrive together
+//! with the next pre-lock. Every rule here therefore compares the previous observed
+//! state with the current one, and where a time is not observed exactly it uses a
+//! bound that can only make a judgement more lenient (never a false alarm).
+//!
+//! Pure and synchronous: the caller supplies time and turns [`Event`]s into metrics.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::timeline::{ms, Timeline, EARLY_JUDGED, ENDED, LAPSED, PARTIAL_COUNTED};
+use crate::routing::document::{LocationDocument, LockInfo, Phase};
+
+/// How a migration ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Location switched and lock cleared in one write.
+    Swapped,
+    /// Lock released by its holder; location unchanged.
+    Released,
+    /// The lease ran out first.
+    Lapsed,
+}
+
+impl Outcome {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Swapped => "swapped",
+            Outcome::Released => "released",
+            Outcome::Lapsed => "lapsed",
+        }
+    }
+
+    /// Every outcome, for pre-registering label values.
+    pub const ALL: [Outcome; 3] = [Outcome::Swapped, Outcome::Released, Outcome::Lapsed];
+}
+
+/// Where an observation came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// The change stream; `at` is the version's commit time, so transitions seen on it
+    /// are timed (exactly with a full log, as an upper bound with latest-only delivery).
+    Stream,
+    /// A scan of the write region; `at` is the scan time, which times nothing exactly.
+    Scan,
+}
+
+/// Something the monitor learned from one observation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A migration the monitor had not seen before is in flight.
+    Started,
+    /// A phase was held this long (from its start to the next phase or the end).
+    PhaseHeld {
+        /// The phase.
+        phase: Phase,
+        /// How long.
+        held: Duration,
+    },
+    /// The escalation to hardDelete was judged against declared delay + buffer.
+    Escalation {
+        /// pre-lock -> hardDelete, when timed (`None` when only bounded).
+        interval: Option<Duration>,
+        /// declared delay + buffer.
+        required: Duration,
+        /// It came before `required`: a safety risk.
+        early: bool,
+    },
+    /// This many lease renewals were observed.
+    Renewed(u32),
+    /// The migration ended.
+    Ended(Outcome),
+    /// Location and lock disagree: the lock remains although the location changed, or
+    /// the location already is the declared target.
+    PartialCutover,
+    /// An expired lock sits in the document, never released or swapped.
+    OrphanFound,
+    /// A previously orphaned lock is gone (replaced or cleared).
+    OrphanCleared,
+}
+
+/// What the tracker needs to judge escalations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// The orchestrator's buffer after the convergence delay.
+    pub escalation_buffer: Duration,
+    /// The service's declared delay, when the monitor is told one (a floor under each
+    /// lock's own declaration).
+    pub declared_delay: Option<Duration>,
+}
+
+/// The timelines of every in-flight (or orphaned) migration, by resource id.
+#[derive(Debug)]
+pub struct Tracker {
+    timelines: HashMap<Box<str>, Timeline>,
+    rules: Rules,
+    /// Keyed with a per-process random key, so a token hash says nothing outside it.
+    hasher: std::collections::hash_map::RandomState,
+    orphans: usize,
+    /// Ended migrations remembered briefly (see [`Tracker::observe`]).
+    ended: usize,
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn dur(from_ms: i64, to_ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(to_ms - from_ms).unwrap_or(0))
+}
+
+impl Tracker {
+    /// An empty tracker judging escalations by `rules`.
+    pub fn new(rules: Rules) -> Self {
+        Self {
+            timelines: HashMap::new(),
+            rules,
+            hasher: Default::default(),
+            orphans: 0,
+            ended: 0,
+        }
+    }
+
+    /// Migrations in flight (tracked and not lapsed).
+    pub fn in_flight(&self) -> usize {
+        self.timelines.len() - self.orphans - self.ended
+    }
+
+    /// Documents holding an expired lock that was never released or swapped.
+    pub fn orphans(&self) -> usize {
+        self.orphans
+    }
+
+    /// Ids of orphaned locks, at most `limit`, in no particular order.
+    pub fn orphan_ids(&self, limit: usize) -> Vec<String> {
+        self.timelines
+            .iter()
+            .filter(|(_, t)| t.has(LAPSED))
+            .take(limit)
+            .map(|(id, _)| id.to_string())
+            .collect()
+    }
+
+    /// Reserves room for `n` more timelines (for bulk loads).
+    pub fn reserve(&mut self, n: usize) {
+        self.timelines.reserve(n);
+    }
+
+    fn hash32(&self, s: &str) -> u32 {
+        // Truncation is the point: a short hash tells two migrations apart and no more.
+        self.hasher.hash_one(s) as u32
+    }
+
+    /// Applies one observed version of `doc`, seen at `at`, pushing what was learned.
+    pub fn observe(
+        &mut self,
+        doc: &LocationDocument,
+        at: DateTime<Utc>,
+        seen: Seen,
+        out: &mut Vec<Event>,
+    ) {
+        let at_ms = ms(at);
+        let location_hash = self.hash32(&doc.primary.location);
+        let current = doc
+            .primary
+            .lock
+            .as_ref()
+            .map(|l| (l, ms(l.acquired_at), self.hash32(l.token.expose())));
+
+        if let Some(prev) = self.timelines.get(doc.id.as_str()) {
+            if at_ms < prev.last_seen_ms {
+                return; // an older version than one already applied
+            }
+            let same = current.is_some_and(|(_, acq, th)| prev.is(acq, th));
+            if prev.has(ENDED) {
+                if same || current.is_none() {
+                    return; // the ended migration's own late versions, or still unlocked
+                }
+                self.timelines.remove(doc.id.as_str());
+                self.ended -= 1;
+            } else if !same {
+                let mut prev = self.timelines.remove(doc.id.as_str()).expect("just looked up");
+                self.end_previous(&prev, location_hash, current.map(|(l, _, _)| l), at_ms, out);
+                if current.is_none() {
+                    // Remember the end for a while: a lagging stream may still deliver
+                    // this migration's older versions after a scan saw it end, and they
+                    // must not start it again.
+                    prev.flags = ENDED;
+                    prev.last_seen_ms = at_ms;
+                    self.timelines.insert(Box::from(doc.id.as_str()), prev);
+                    self.ended += 1;
+                }
+            }
+        }
+
+        let Some((lock, acquired_ms, token_hash)) = current else {
+            return;
+        };
+        let rules = self.rules;
+        let created = !self.timelines.contains_key(doc.id.as_str());
+        let tl = self
+            .timelines
+            .entry(Box::from(doc.id.as_str()))
+            .or_insert_with(|| {
+                Timeline::new(
+                    acquired_ms,
+                    ms(lock.effective_at),
+                    ms(lock.expires_at),
+                    token_hash,
+                    location_hash,
+                    Phase::PreLock,
+                    lock.renewals,
+                )
+            });
+        if created {
+            out.push(Event::Started);
+        }
+        if tl.has(LAPSED) {
+            tl.last_seen_ms = at_ms;
+            return; // outcome already counted; the orphan stays until the lock goes
+        }
+
+        // Escalations since the last observation (a timeline starts at preLock, so a
+        // lock first seen escalated lands here too), timed at `at` on the stream.
+        if lock.phase > tl.phase {
+            let timed = seen == Seen::Stream;
+            // A two-step jump (preLock straight to write) times neither step.
+            let one_step = matches!(
+                (tl.phase, lock.phase),
+                (Phase::PreLock, Phase::HardDelete) | (Phase::HardDelete, Phase::Write)
+            );
+            if timed && one_step {
+                if let Some(start) = tl.phase_start_ms(tl.phase) {
+                    out.push(Event::PhaseHeld {
+                        phase: tl.phase,
+                        held: dur(start, at_ms),
+                    });
+                }
+            }
+            if tl.phase == Phase::PreLock && !tl.has(EARLY_JUDGED) {
+                tl.set(EARLY_JUDGED);
+                let declared = Duration::from_millis(u64::from(tl.delay_ms))
+                    .max(rules.declared_delay.unwrap_or_default());
+                let required = declared + rules.escalation_buffer;
+                // hardDelete happened at or before `at`: if even `at` is too early, it was.
+                let bound = dur(tl.acquired_ms, at_ms);
+                let interval = (timed && one_step).then_some(bound);
+                out.push(Event::Escalation {
+                    interval,
+                    required,
+                    early: bound < required,
+                });
+            }
+            if timed {
+                tl.mark_phase_start(lock.phase, at_ms);
+            }
+            tl.phase = lock.phase;
+        }
+
+        if lock.renewals > tl.renewals {
+            out.push(Event::Renewed(lock.renewals - tl.renewals));
+            tl.renewals = lock.renewals;
+        }
+        tl.expires_ms = ms(lock.expires_at);
+
+        let moved_under_lock = tl.location_hash != location_hash;
+        let at_target = doc
+            .secondary
+            .as_ref()
+            .is_some_and(|s| s.location == doc.primary.location);
+        if (moved_under_lock || at_target) && !tl.has(PARTIAL_COUNTED) {
+            tl.set(PARTIAL_COUNTED);
+            out.push(Event::PartialCutover);
+        }
+        tl.location_hash = location_hash;
+        tl.last_seen_ms = at_ms;
+
+        if tl.expires_ms <= at_ms {
+            // The version as of `at` still carries a lock whose lease has ended.
+            let tl = self
+                .timelines
+                .get_mut(doc.id.as_str())
+                .expect("inserted above");
+            Self::lapse(tl, out);
+            self.orphans += 1;
+        }
+    }
+
+    /// Ends every timeline whose lease ended more than `grace` before `now` with no
+    /// event since: the lock lapsed in place, an orphan. Forgets ended migrations
+    /// observed more than `grace` ago.
+    pub fn sweep(&mut self, now: DateTime<Utc>, grace: Duration, out: &mut Vec<(String, Event)>) {
+        let cutoff = ms(now).saturating_sub(millis(grace));
+        let before = self.timelines.len();
+        self.timelines.retain(|_, t| !(t.has(ENDED) && t.last_seen_ms <= cutoff));
+        self.ended -= before - self.timelines.len();
+        let mut events = Vec::new();
+        for (id, tl) in self
+            .timelines
+            .iter_mut()
+            .filter(|(_, t)| !t.has(LAPSED) && !t.has(ENDED) && t.expires_ms <= cutoff)
+        {
+            Self::lapse(tl, &mut events);
+            self.orphans += 1;
+            out.extend(events.drain(..).map(|e| (id.to_string(), e)));
+        }
+    }
+
+    fn lapse(tl: &mut Timeline, out: &mut Vec<Event>) {
+        Self::finish(tl, Outcome::Lapsed, tl.expires_ms, out);
+        tl.set(LAPSED);
+        out.push(Event::OrphanFound);
+    }
+
+    fn finish(tl: &Timeline, outcome: Outcome, end_ms: i64, out: &mut Vec<Event>) {
+        if let Some(start) = tl.phase_start_ms(tl.phase) {
+            out.push(Event::PhaseHeld {
+                phase: tl.phase,
+                held: dur(start, end_ms),
+            });
+        }
+        out.push(Event::Ended(outcome));
+    }
+
+    /// The migration `prev` is no longer the document's lock: decide how it ended.
+    fn end_previous(
+        &mut self,
+        prev: &Timeline,
+        location_hash: u32,
+        next: Option<&LockInfo>,
+        at_ms: i64,
+        out: &mut Vec<Event>,
+    ) {
+        if prev.has(LAPSED) {
+            self.orphans -= 1;
+            out.push(Event::OrphanCleared);
+            return;
+        }
+        let (outcome, end_ms) = if location_hash != prev.location_hash {
+            // Only a swap moves the location, and no swap happens after the lease.
+            (Outcome::Swapped, at_ms.min(prev.expires_ms))
+        } else if let Some(next) = next {
+            // A new pre-lock is refused while the old lease is live: if it came before
+            // the old lease's end, the old lock was released.
+            let next_ms = ms(next.acquired_at);
+            if next_ms < prev.expires_ms {
+                (Outcome::Released, next_ms)
+            } else {
+                (Outcome::Lapsed, prev.expires_ms)
+            }
+        } else if at_ms < prev.expires_ms {
+            (Outcome::Released, at_ms)
+        } else {
+            (Outcome::Lapsed, prev.expires_ms)
+        };
+        Self::finish(prev, outcome, end_ms, out);
+    }
+}
+
+#[cfg(test)]
+#[path = "tracker_tests.rs"]
+mod tests;

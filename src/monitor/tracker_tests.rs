@@ -1,0 +1,367 @@
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::*;
+use crate::clock::to_chrono;
+use crate::routing::document::{LocationDocument, LockToken};
+use crate::routing::lifecycle::{self, LockPolicy, PreLockRequest};
+
+const S: Duration = Duration::from_secs(1);
+
+fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+        .unwrap()
+        .to_utc()
+}
+
+fn at(secs: u64) -> DateTime<Utc> {
+    t0() + to_chrono(S * secs as u32)
+}
+
+fn policy() -> LockPolicy {
+    LockPolicy {
+        convergence_delay: 10 * S,
+        max_pre_lock: 600 * S,
+    }
+}
+
+fn rules() -> Rules {
+    Rules {
+        escalation_buffer: 5 * S,
+        declared_delay: None,
+    }
+}
+
+fn req() -> PreLockRequest {
+    PreLockRequest {
+        owner: "t".into(),
+        duration: 300 * S,
+        target_location: Some("northeurope".into()),
+    }
+}
+
+struct Mig {
+    token: LockToken,
+    docs: Vec<(LocationDocument, DateTime<Utc>)>,
+}
+
+/// A full honest migration: pre-lock at 0, hardDelete at `hd`, write at `w`, swap at `sw`.
+fn migration(hd: u64, w: u64, sw: u64) -> Mig {
+    let doc = LocationDocument::new("r1", "westeurope");
+    let token = LockToken::generate();
+    let pre = lifecycle::pre_lock(&doc, &req(), token.clone(), &policy(), at(0)).unwrap();
+    let hard = lifecycle::escalate(&pre, &token, Phase::HardDelete, 100 * S, at(hd)).unwrap();
+    let write = lifecycle::escalate(&hard, &token, Phase::Write, 30 * S, at(w)).unwrap();
+    let swapped = lifecycle::swap(&write, &token, "northeurope", at(sw)).unwrap();
+    Mig {
+        token,
+        docs: vec![
+            (pre, at(0)),
+            (hard, at(hd)),
+            (write, at(w)),
+            (swapped, at(sw)),
+        ],
+    }
+}
+
+fn feed(tracker: &mut Tracker, docs: &[(LocationDocument, DateTime<Utc>)]) -> Vec<Event> {
+    let mut out = Vec::new();
+    for (doc, when) in docs {
+        tracker.observe(doc, *when, Seen::Stream, &mut out);
+    }
+    out
+}
+
+fn held(events: &[Event], phase: Phase) -> Vec<Duration> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::PhaseHeld { phase: p, held } if *p == phase => Some(*held),
+            _ => None,
+        })
+        .collect()
+}
+
+fn count(events: &[Event], wanted: &Event) -> usize {
+    events.iter().filter(|e| *e == wanted).count()
+}
+
+#[test]
+fn an_honest_migration_is_timed_phase_by_phase() {
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    let events = feed(&mut tracker, &mig.docs);
+    assert_eq!(held(&events, Phase::PreLock), [15 * S]);
+    assert_eq!(held(&events, Phase::HardDelete), [25 * S]);
+    assert_eq!(held(&events, Phase::Write), [12 * S]);
+    assert!(events.contains(&Event::Escalation {
+        interval: Some(15 * S),
+        required: 15 * S,
+        early: false
+    }));
+    assert_eq!(count(&events, &Event::Ended(Outcome::Swapped)), 1);
+    assert_eq!(count(&events, &Event::PartialCutover), 0);
+    assert_eq!((tracker.in_flight(), tracker.orphans()), (0, 0));
+}
+
+#[test]
+fn escalating_inside_the_buffer_is_early() {
+    // effectiveAt is at 10 s; the lifecycle allows hardDelete then, but the buffer says 15 s.
+    let mig = migration(12, 40, 52);
+    let events = feed(&mut Tracker::new(rules()), &mig.docs);
+    assert!(events.contains(&Event::Escalation {
+        interval: Some(12 * S),
+        required: 15 * S,
+        early: true
+    }));
+}
+
+#[test]
+fn a_lock_declaring_less_than_the_service_is_judged_by_the_service() {
+    let mig = migration(16, 40, 52);
+    let strict = Rules {
+        escalation_buffer: 5 * S,
+        declared_delay: Some(20 * S),
+    };
+    let events = feed(&mut Tracker::new(strict), &mig.docs);
+    assert!(events.contains(&Event::Escalation {
+        interval: Some(16 * S),
+        required: 25 * S,
+        early: true
+    }));
+}
+
+#[test]
+fn latest_only_delivery_still_sees_the_escalation_and_the_swap() {
+    // Only the write-lock version and the swap arrive: pre-lock and hardDelete collapsed.
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    let events = feed(&mut tracker, &mig.docs[2..]);
+    // Bounded by the write version's time (40 s): late enough, so not early, and untimed.
+    assert!(events.contains(&Event::Escalation {
+        interval: None,
+        required: 15 * S,
+        early: false
+    }));
+    assert!(
+        held(&events, Phase::PreLock).is_empty(),
+        "a two-step jump times neither step"
+    );
+    assert_eq!(held(&events, Phase::Write), [12 * S]);
+    assert_eq!(count(&events, &Event::Ended(Outcome::Swapped)), 1);
+
+    // Collapsed pre-lock + early hardDelete is still caught: the bound itself is early.
+    let early = migration(11, 40, 52);
+    let events = feed(&mut Tracker::new(rules()), &early.docs[1..2]);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::Escalation { early: true, .. })));
+}
+
+#[test]
+fn swap_collapsed_with_the_next_pre_lock_is_still_a_swap() {
+    let mig = migration(15, 40, 52);
+    let swapped = &mig.docs[3].0;
+    let next = lifecycle::pre_lock(
+        swapped,
+        &PreLockRequest {
+            target_location: Some("westeurope".into()),
+            ..req()
+        },
+        LockToken::generate(),
+        &policy(),
+        at(60),
+    )
+    .unwrap();
+    let mut tracker = Tracker::new(rules());
+    let mut docs = mig.docs[..3].to_vec();
+    docs.push((next, at(60)));
+    let events = feed(&mut tracker, &docs);
+    assert_eq!(count(&events, &Event::Ended(Outcome::Swapped)), 1);
+    assert_eq!(count(&events, &Event::Started), 2);
+    assert_eq!(count(&events, &Event::PartialCutover), 0);
+    assert_eq!(tracker.in_flight(), 1);
+}
+
+#[test]
+fn release_and_renewals_are_seen() {
+    let mig = migration(15, 40, 52);
+    let hard = &mig.docs[1].0;
+    let renewed = lifecycle::renew(hard, &mig.token, 100 * S, at(20)).unwrap();
+    let renewed = lifecycle::renew(&renewed, &mig.token, 100 * S, at(25)).unwrap();
+    let released = lifecycle::release(&renewed, &mig.token, at(30)).unwrap();
+    let mut tracker = Tracker::new(rules());
+    let events = feed(
+        &mut tracker,
+        &[
+            mig.docs[0].clone(),
+            mig.docs[1].clone(),
+            (renewed, at(25)),
+            (released, at(30)),
+        ],
+    );
+    assert_eq!(count(&events, &Event::Renewed(2)), 1);
+    assert_eq!(count(&events, &Event::Ended(Outcome::Released)), 1);
+    assert_eq!(held(&events, Phase::HardDelete), [15 * S]);
+}
+
+#[test]
+fn a_lapsed_lease_becomes_an_orphan_once_and_clears_on_the_next_lock() {
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    feed(&mut tracker, &mig.docs[..3]); // write lock until 70 s, never swapped
+    let mut found = Vec::new();
+    tracker.sweep(at(72), 5 * S, &mut found);
+    assert!(found.is_empty(), "inside the grace");
+    tracker.sweep(at(75), 5 * S, &mut found);
+    let events: Vec<Event> = found
+        .into_iter()
+        .map(|(id, e)| {
+            assert_eq!(id, "r1");
+            e
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            Event::PhaseHeld {
+                phase: Phase::Write,
+                held: 30 * S
+            },
+            Event::Ended(Outcome::Lapsed),
+            Event::OrphanFound
+        ]
+    );
+    assert_eq!((tracker.in_flight(), tracker.orphans()), (0, 1));
+
+    // The scan reads the same expired lock: nothing new.
+    let mut out = Vec::new();
+    tracker.observe(&mig.docs[2].0, at(80), Seen::Scan, &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    let mut again = Vec::new();
+    tracker.sweep(at(500), 5 * S, &mut again);
+    assert!(again.is_empty());
+
+    // A fresh pre-lock over the expired one clears the orphan without a second outcome.
+    let retry = lifecycle::pre_lock(
+        &mig.docs[2].0,
+        &req(),
+        LockToken::generate(),
+        &policy(),
+        at(90),
+    )
+    .unwrap();
+    tracker.observe(&retry, at(90), Seen::Stream, &mut out);
+    assert_eq!(out, [Event::OrphanCleared, Event::Started]);
+    assert_eq!((tracker.in_flight(), tracker.orphans()), (1, 0));
+}
+
+#[test]
+fn a_scan_finds_an_orphan_the_stream_never_showed() {
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    let mut out = Vec::new();
+    tracker.observe(&mig.docs[0].0, at(1000), Seen::Scan, &mut out);
+    assert_eq!(
+        out,
+        [
+            Event::Started,
+            Event::PhaseHeld {
+                phase: Phase::PreLock,
+                held: 310 * S
+            },
+            Event::Ended(Outcome::Lapsed),
+            Event::OrphanFound
+        ]
+    );
+    assert_eq!(tracker.orphan_ids(10), ["r1"]);
+}
+
+#[test]
+fn new_pre_lock_over_a_lapsed_unseen_lease_counts_a_lapse() {
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    let mut out = feed(&mut tracker, &mig.docs[..2]); // hardDelete lease ends at 115 s
+    let retry = lifecycle::pre_lock(
+        &mig.docs[1].0,
+        &req(),
+        LockToken::generate(),
+        &policy(),
+        at(200),
+    )
+    .unwrap();
+    tracker.observe(&retry, at(200), Seen::Stream, &mut out);
+    assert_eq!(count(&out, &Event::Ended(Outcome::Lapsed)), 1);
+    assert_eq!(held(&out, Phase::HardDelete), [100 * S]);
+    assert_eq!(tracker.orphans(), 0);
+}
+
+#[test]
+fn partial_cutovers_are_flagged_once_per_migration() {
+    let mig = migration(15, 40, 52);
+    // Location moved to the target while the write lock remains.
+    let mut moved = mig.docs[2].0.clone();
+    moved.primary.location = "northeurope".into();
+    let mut tracker = Tracker::new(rules());
+    let mut out = feed(&mut tracker, &mig.docs[..3]);
+    tracker.observe(&moved, at(45), Seen::Stream, &mut out);
+    tracker.observe(&moved, at(46), Seen::Scan, &mut out);
+    assert_eq!(count(&out, &Event::PartialCutover), 1);
+
+    // First seen already at the target with a lock (e.g. by a scan after a restart).
+    let mut fresh = Tracker::new(rules());
+    let mut out = Vec::new();
+    fresh.observe(&moved, at(46), Seen::Scan, &mut out);
+    assert_eq!(count(&out, &Event::PartialCutover), 1);
+}
+
+#[test]
+fn stale_versions_are_ignored() {
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    let mut out = feed(&mut tracker, &mig.docs[..2]);
+    out.clear();
+    tracker.observe(&mig.docs[0].0, at(0), Seen::Stream, &mut out);
+    assert!(out.is_empty());
+}
+
+#[test]
+fn tokens_are_not_kept() {
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    feed(&mut tracker, &mig.docs[..2]);
+    assert!(!format!("{tracker:?}").contains(mig.token.expose()));
+}
+
+#[test]
+fn a_lagging_stream_cannot_restart_a_migration_a_scan_saw_end() {
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    feed(&mut tracker, &mig.docs[..2]);
+    // The scan reads the write region at 60 s: already swapped.
+    let mut out = Vec::new();
+    tracker.observe(&mig.docs[3].0, at(60), Seen::Scan, &mut out);
+    assert_eq!(count(&out, &Event::Ended(Outcome::Swapped)), 1);
+    // Then the stream catches up with versions committed before the scan.
+    let late = feed(&mut tracker, &mig.docs[2..]);
+    assert!(late.is_empty(), "{late:?}");
+    assert_eq!(tracker.in_flight(), 0);
+    // The memory of the end is dropped after the grace; a new migration starts clean.
+    let mut swept = Vec::new();
+    tracker.sweep(at(70), 5 * S, &mut swept);
+    assert!(swept.is_empty());
+    assert_eq!(tracker.timelines.len(), 0);
+    let next = lifecycle::pre_lock(
+        &mig.docs[3].0,
+        &PreLockRequest { target_location: Some("westeurope".into()), ..req() },
+        LockToken::generate(),
+        &policy(),
+        at(80),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    tracker.observe(&next, at(80), Seen::Stream, &mut out);
+    assert_eq!(out, [Event::Started]);
+    assert_eq!(tracker.in_flight(), 1);
+}

@@ -1,0 +1,159 @@
+//! The monitor over the Cosmos DB store (local test server), watching migrations the
+//! reference service drives over HTTP: through the `_ts` poll and through the
+//! latest-version change feed.
+//!
+//! Lock time runs on a manual clock; Cosmos commit times (`_ts`) are the server's real
+//! time, which the monitor caps at its own clock.
+
+#[path = "support/cosmos_server.rs"]
+mod cosmos_server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockprobe::clock::{Clock, ManualClock};
+use lockprobe::monitor::{Monitor, MonitorConfig, Outcome};
+use lockprobe::service::{start, ServiceConfig};
+use lockprobe::store::LocationStore;
+use prometheus::Registry;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use cosmos_server::CosmosServer;
+
+const KEY: &str = "test-key";
+const S: Duration = Duration::from_secs(1);
+
+async fn post(http: &reqwest::Client, url: &str, body: Value) -> (StatusCode, Value) {
+    let resp = http.post(url).bearer_auth(KEY).json(&body).send().await.unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn watch_a_service_driven_migration(change_stream: &str) {
+    let server = CosmosServer::start();
+    let store: Arc<dyn LocationStore> = Arc::new(
+        cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.change_stream = change_stream.into()).await,
+    );
+    let clock = Arc::new(ManualClock::at_epoch());
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    // 2 s cache + 1 s replication: declared 3 s.
+    let config = ServiceConfig { cache_ttls: vec![2 * S], replication_bound: S, ..ServiceConfig::new(KEY) };
+    let shutdown = CancellationToken::new();
+    let listen = vec!["127.0.0.1:0".parse::<SocketAddr>().unwrap()];
+    let running = start(config, store.clone(), dyn_clock.clone(), listen, shutdown.clone()).await.unwrap();
+    let base = format!("http://{}", running.addrs[0]);
+    let http = reqwest::Client::new();
+
+    let monitor_config = MonitorConfig {
+        escalation_buffer: S,
+        declared_delay: Some(3 * S),
+        lapse_grace: S,
+        ..MonitorConfig::default()
+    };
+    let monitor = Monitor::new(store, dyn_clock, monitor_config, &Registry::new()).unwrap();
+
+    // One migration: pre-lock, wait delay + buffer, hardDelete, write, swap.
+    let lock = format!("{base}/v1/resources/res-1/lock");
+    let (st, pre) = post(&http, &lock, json!({"owner": "orch", "durationSeconds": 60, "targetLocation": "northeurope"})).await;
+    assert_eq!(st, StatusCode::CREATED, "{pre}");
+    let token = pre["token"].as_str().unwrap().to_owned();
+    monitor.drain().await.unwrap();
+    assert_eq!(monitor.in_flight(), 1, "{change_stream}: the pre-lock arrived");
+    clock.advance(4 * S);
+    let esc = format!("{lock}/escalate");
+    assert_eq!(post(&http, &esc, json!({"token": token, "phase": "hardDelete", "durationSeconds": 30})).await.0, StatusCode::OK);
+    monitor.drain().await.unwrap();
+    clock.advance(5 * S);
+    assert_eq!(post(&http, &esc, json!({"token": token, "phase": "write", "durationSeconds": 30})).await.0, StatusCode::OK);
+    monitor.drain().await.unwrap();
+    clock.advance(2 * S);
+    let (st, body) = post(&http, &format!("{lock}/swap"), json!({"token": token, "targetLocation": "northeurope"})).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    monitor.drain().await.unwrap();
+
+    // A second resource: a pre-lock nobody comes back to.
+    let (st, _) = post(&http, &format!("{base}/v1/resources/res-2/lock"), json!({"owner": "gone", "durationSeconds": 5})).await;
+    assert_eq!(st, StatusCode::CREATED);
+    clock.advance(20 * S);
+    monitor.scan_once().await.unwrap();
+
+    assert_eq!(monitor.outcomes(Outcome::Swapped), 1, "{change_stream}");
+    assert_eq!(monitor.early_escalations(), 0, "{change_stream}");
+    assert_eq!(monitor.partial_cutovers(), 0, "{change_stream}");
+    assert_eq!(monitor.orphan_ids(10), ["res-2"], "{change_stream}: found by the scan");
+    let status = monitor.status();
+    assert_eq!(status["escalation_interval"]["max_seconds"], 4.0, "{status}");
+    assert_eq!(status["phase_durations"]["write"]["max_seconds"], 2.0, "{status}");
+    assert!(!status.to_string().contains(&token));
+    shutdown.cancel();
+    running.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_follows_cosmos_through_the_ts_poll() {
+    watch_a_service_driven_migration("poll").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_follows_cosmos_through_the_change_feed() {
+    watch_a_service_driven_migration("change-feed").await;
+}
+
+#[derive(Debug, clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    cmd: lockprobe::monitor::cli::MonitorCommand,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockprobe_monitor_store_cosmos_watches_a_database() {
+    use lockprobe::clock::SystemClock;
+    use lockprobe::routing::lifecycle::{self, LockPolicy, PreLockRequest};
+    use lockprobe::routing::{LocationDocument, LockToken};
+
+    let server = CosmosServer::start();
+    let database = cosmos_server::unique_database("monitor-cli");
+    // The writer: a store on the same database, as a service would hold.
+    let writer = cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.database = Some(database.clone())).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    std::env::set_var("LOCKPROBE_TEST_MONITOR_COSMOS_KEY", "bG9ja3Byb2Jl");
+    let endpoint = server.endpoint();
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "lockprobe", "--store", "cosmos", "--listen", &listen, "--monitor-poll-interval", "50ms",
+        "--cosmos-endpoint", &endpoint, "--cosmos-key-env", "LOCKPROBE_TEST_MONITOR_COSMOS_KEY",
+        "--cosmos-database", &database, "--cosmos-container", "locations",
+        "--cosmos-preferred-region", "South Central US", "--cosmos-write-region", "South Central US",
+        "--cosmos-poll-interval", "100ms",
+    ];
+    let cmd = <Cli as clap::Parser>::try_parse_from(args).unwrap().cmd;
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(lockprobe::monitor::cli::run(cmd, shutdown.clone()));
+
+    let now = SystemClock.now();
+    let policy = LockPolicy { convergence_delay: 60 * S, max_pre_lock: 3600 * S };
+    let req = PreLockRequest { owner: "cli".into(), duration: 600 * S, target_location: None };
+    let doc = lifecycle::pre_lock(&LocationDocument::new("res-cli", "westeurope"), &req, LockToken::generate(), &policy, now).unwrap();
+    writer.create(&doc).await.unwrap();
+
+    let url = format!("http://{listen}/api/v1/monitor");
+    let http = reqwest::Client::new();
+    let mut seen = Value::Null;
+    for _ in 0..100 {
+        if let Ok(resp) = http.get(&url).send().await {
+            seen = resp.json().await.unwrap_or(Value::Null);
+            if seen["in_flight"] == 1 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen["in_flight"], 1, "the monitor saw the pre-lock in cosmos: {seen}");
+    let metrics = http.get(format!("http://{listen}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("lockprobe_monitor_in_flight_migrations 1"), "{metrics}");
+    shutdown.cancel();
+    tokio::time::timeout(10 * S, task).await.expect("stops").unwrap().unwrap();
+}

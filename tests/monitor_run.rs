@@ -1,0 +1,115 @@
+//! The monitor's own loop: it follows the stream, sweeps, scans, survives store
+//! failures and stops on shutdown. Lock time is a manual clock; the loop's own
+//! intervals are tens of milliseconds of real time (tokio's paused clock needs the
+//! `test-util` feature, which the manifest does not enable).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockprobe::clock::{Clock, ManualClock};
+use lockprobe::monitor::{Monitor, MonitorConfig, Outcome};
+use lockprobe::routing::cache::TieredCache;
+use lockprobe::routing::{ClientOptions, LockPolicy, PreLockRequest, RoutingClient};
+use lockprobe::store::memory::{Fault, MemoryStore, MemoryStoreConfig, OpKind};
+use lockprobe::store::{LocationStore, StoreError};
+use prometheus::{Encoder, TextEncoder};
+use tokio_util::sync::CancellationToken;
+
+const S: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store = Arc::new(MemoryStore::new(
+        clock.clone(),
+        MemoryStoreConfig::default(),
+    ));
+    let client = RoutingClient::new(
+        store.clone(),
+        clock.clone(),
+        TieredCache::try_new(&[S]).unwrap(),
+        LockPolicy {
+            convergence_delay: 2 * S,
+            max_pre_lock: 60 * S,
+        },
+        ClientOptions::default(),
+    );
+    let registry = prometheus::Registry::new();
+    let config = MonitorConfig {
+        poll_interval: Duration::from_millis(10),
+        sweep_interval: Duration::from_millis(30),
+        scan_interval: 30 * S,
+        lapse_grace: S,
+        escalation_buffer: S,
+        ..MonitorConfig::default()
+    };
+    let dyn_store: Arc<dyn LocationStore> = store.clone();
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let monitor = Arc::new(Monitor::new(dyn_store, dyn_clock, config, &registry).unwrap());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(monitor.clone().run(shutdown.clone()));
+
+    client.resolve_or_create("r1", "westeurope").await.unwrap();
+    let req = PreLockRequest {
+        owner: "t".into(),
+        duration: 5 * S,
+        target_location: None,
+    };
+    client.pre_lock("r1", &req).await.unwrap();
+    // A failing poll is counted and retried on the next tick.
+    store.inject(
+        OpKind::ReadChanges,
+        Fault::Fail(StoreError::Unavailable("injected".into())),
+        1,
+    );
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(monitor.in_flight(), 1);
+
+    // The lease (2 s delay + 5 s) runs out; no event follows; the sweep notices.
+    clock.advance(10 * S);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(monitor.orphaned_locks(), 1);
+    assert_eq!(monitor.outcomes(Outcome::Lapsed), 1);
+
+    shutdown.cancel();
+    tokio::time::timeout(S, task)
+        .await
+        .expect("run stops on shutdown")
+        .unwrap();
+
+    let mut buf = Vec::new();
+    TextEncoder::new()
+        .encode(&registry.gather(), &mut buf)
+        .unwrap();
+    let text = String::from_utf8(buf).unwrap();
+    assert!(
+        text.contains("lockprobe_monitor_store_errors_total{op=\"read_changes\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lockprobe_monitor_scans_total 1"),
+        "the first scan runs at start: {text}"
+    );
+}
+
+#[test]
+fn registering_twice_on_one_registry_is_an_error_not_a_panic() {
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::at_epoch());
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
+        clock.clone(),
+        MemoryStoreConfig::default(),
+    ));
+    let registry = prometheus::Registry::new();
+    Monitor::new(
+        store.clone(),
+        clock.clone(),
+        MonitorConfig::default(),
+        &registry,
+    )
+    .unwrap();
+    let err = Monitor::new(store, clock, MonitorConfig::default(), &registry).unwrap_err();
+    assert!(
+        err.to_string().contains("cannot register monitor metrics"),
+        "{err}"
+    );
+}

@@ -1,0 +1,153 @@
+//! The monitor over the reference service's store: migrations driven through the HTTP
+//! contract (in process, `oneshot`) appear in its timelines, and a service that
+//! under-declares its convergence delay is caught by a monitor told the real one.
+//! Also the `lockprobe monitor` command's flag handling.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request, StatusCode};
+use axum::Router;
+use lockprobe::clock::{Clock, ManualClock};
+use lockprobe::monitor::cli::{run, MonitorCommand};
+use lockprobe::monitor::{http, Monitor, MonitorConfig, Outcome};
+use lockprobe::service::{self, items::ItemStores, Fault, ServiceConfig};
+use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
+use lockprobe::store::LocationStore;
+use lockprobe::usage::UsageError;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+const KEY: &str = "test-key";
+const S: Duration = Duration::from_secs(1);
+
+struct Setup {
+    clock: Arc<ManualClock>,
+    app: Router,
+    monitor: Arc<Monitor>,
+}
+
+/// One service instance (2 s cache + 1 s replication = 3 s declared) and a monitor told
+/// the real 3 s delay and a 1 s buffer.
+fn setup(faults: Vec<Fault>) -> Setup {
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    let config = ServiceConfig { cache_ttls: vec![2 * S], replication_bound: S, faults, ..ServiceConfig::new(KEY) };
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let instance = service::instance(0, Arc::new(config), store.clone(), dyn_clock.clone(), Arc::new(ItemStores::default())).unwrap();
+    let monitor_config =
+        MonitorConfig { escalation_buffer: S, declared_delay: Some(3 * S), lapse_grace: S, ..MonitorConfig::default() };
+    let monitor = Arc::new(Monitor::new(store, dyn_clock, monitor_config, &prometheus::Registry::new()).unwrap());
+    Setup { clock, app: service::router(instance), monitor }
+}
+
+async fn call(app: &Router, method: Method, path: &str, body: Option<Value>, token: Option<&str>) -> (StatusCode, Value) {
+    let mut req = Request::builder().method(method).uri(path).header(header::AUTHORIZATION, format!("Bearer {KEY}"));
+    if let Some(t) = token {
+        req = req.header("Lock-Token", t);
+    }
+    let req = match body {
+        Some(b) => req.header(header::CONTENT_TYPE, "application/json").body(Body::from(b.to_string())).unwrap(),
+        None => req.body(Body::empty()).unwrap(),
+    };
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// Pre-lock, wait `wait` seconds, hardDelete, write, swap: what an orchestrator does.
+async fn migrate(s: &Setup, id: &str, wait: u64) -> String {
+    let base = format!("/v1/resources/{id}/lock");
+    let (st, lock) =
+        call(&s.app, Method::POST, &base, Some(json!({"owner": "orch", "durationSeconds": 60, "targetLocation": "northeurope"})), None)
+            .await;
+    assert_eq!(st, StatusCode::CREATED, "{lock}");
+    let token = lock["token"].as_str().unwrap().to_owned();
+    s.monitor.drain().await.unwrap();
+    s.clock.advance(S * wait as u32);
+    let esc = format!("{base}/escalate");
+    let (st, body) =
+        call(&s.app, Method::POST, &esc, Some(json!({"token": token, "phase": "hardDelete", "durationSeconds": 30})), None).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    s.monitor.drain().await.unwrap();
+    s.clock.advance(5 * S);
+    let (st, _) = call(&s.app, Method::POST, &esc, Some(json!({"token": token, "phase": "write", "durationSeconds": 30})), None).await;
+    assert_eq!(st, StatusCode::OK);
+    s.monitor.drain().await.unwrap();
+    s.clock.advance(2 * S);
+    let (st, body) =
+        call(&s.app, Method::POST, &format!("{base}/swap"), Some(json!({"token": token, "targetLocation": "northeurope"})), None).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    s.monitor.drain().await.unwrap();
+    token
+}
+
+#[tokio::test]
+async fn a_migration_through_the_service_appears_in_the_monitor() {
+    let s = setup(Vec::new());
+    let token = migrate(&s, "res-1", 4).await;
+    assert_eq!(s.monitor.outcomes(Outcome::Swapped), 1);
+    assert_eq!(s.monitor.early_escalations(), 0);
+
+    // An abandoned pre-lock through the same API lapses into an orphan.
+    let (st, _) = call(&s.app, Method::POST, "/v1/resources/res-2/lock", Some(json!({"owner": "o", "durationSeconds": 5})), None).await;
+    assert_eq!(st, StatusCode::CREATED);
+    s.monitor.drain().await.unwrap();
+    s.clock.advance(20 * S);
+    s.monitor.sweep();
+    assert_eq!(s.monitor.orphan_ids(10), ["res-2"]);
+
+    let resp = http::router(s.monitor.clone())
+        .oneshot(Request::get(http::STATUS_PATH).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+    let status: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status["migrations"]["swapped"], 1);
+    assert_eq!(status["migrations"]["lapsed"], 1);
+    assert_eq!(status["orphan_ids"], json!(["res-2"]));
+    assert_eq!(status["phase_durations"]["write"]["p50_seconds"], 2.0);
+    assert_eq!(status["escalation_interval"]["max_seconds"], 4.0);
+    assert!(!String::from_utf8_lossy(&body).contains(&token), "no token in the status API");
+}
+
+#[tokio::test]
+async fn a_service_that_under_declares_is_caught() {
+    // The faulty service declares only its 1 s replication bound; the orchestrator waits
+    // that + the 1 s buffer, which the service allows, but the real delay is 3 s.
+    let s = setup(vec![Fault::UnderDeclareConvergence]);
+    migrate(&s, "res-1", 2).await;
+    assert_eq!(s.monitor.early_escalations(), 1);
+    assert_eq!(s.monitor.outcomes(Outcome::Swapped), 1);
+}
+
+#[derive(Debug, clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    cmd: MonitorCommand,
+}
+
+fn parse(args: &[&str]) -> MonitorCommand {
+    <Cli as clap::Parser>::try_parse_from(std::iter::once("lockprobe").chain(args.iter().copied())).unwrap().cmd
+}
+
+#[tokio::test]
+async fn the_command_refuses_bad_flags_as_usage_errors() {
+    let err = run(parse(&["--store", "cosmos"]), CancellationToken::new()).await.unwrap_err();
+    assert!(err.downcast_ref::<UsageError>().is_some_and(|e| e.0.contains("--cosmos-endpoint")), "{err}");
+    let err = run(parse(&["--monitor-scan-interval", "0s"]), CancellationToken::new()).await.unwrap_err();
+    assert_eq!(err.downcast_ref::<UsageError>().map(|e| e.0.as_str()), Some("--monitor-scan-interval: must be positive"));
+}
+
+#[tokio::test]
+async fn the_command_runs_on_memory_and_stops_on_shutdown() {
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run(parse(&["--listen", "127.0.0.1:0", "--monitor-poll-interval", "10ms"]), shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    shutdown.cancel();
+    tokio::time::timeout(5 * S, task).await.expect("stops").unwrap().unwrap();
+}
