@@ -76,6 +76,11 @@ pub struct Config {
     pub state_file: PathBuf,
     /// The services to probe.
     pub targets: Vec<TargetConfig>,
+    /// Optional: run the convergence monitor over the routing store this table names.
+    /// Keys are the `lockprobe monitor` flags without their dashes (`store`,
+    /// `cosmos-endpoint`, `monitor-escalation-buffer`, …); see `crate::serve`.
+    #[serde(default)]
+    pub monitor: Option<toml::Table>,
 }
 
 /// One service to probe.

@@ -11,6 +11,7 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
+use crate::monitor::{http as monitor_http, Monitor, MonitorConfig};
 use crate::probe::observer::PrintObserver;
 use crate::probe::runtime::Probe;
 use crate::probe::scheduler::TargetSchedule;
@@ -71,6 +72,24 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     };
     let service_stop = CancellationToken::new();
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    // The convergence monitor watches the same store, so the probe's migrations appear
+    // in it; its metrics join the probe's and its status is served at /api/v1/monitor.
+    let monitor = Arc::new(Monitor::new(
+        store.clone(),
+        clock.clone(),
+        MonitorConfig {
+            escalation_buffer: args.buffer,
+            declared_delay: Some(args.cache_ttl + args.replication_bound),
+            sweep_interval: Duration::from_secs(1),
+            lapse_grace: Duration::from_secs(1),
+            scan_interval: Duration::from_secs(30),
+            ..MonitorConfig::default()
+        },
+        probe.metrics.registry(),
+    )?);
+    let monitor_stop = CancellationToken::new();
+    let monitor_task = tokio::spawn(monitor.clone().run(monitor_stop.clone()));
+    let probe = Probe { extra_routes: Some(monitor_http::router(monitor.clone())), ..probe };
     let running = service::start(
         service_config,
         store,
@@ -94,6 +113,7 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     println!("  reference service instances: {}", instances.join(", "));
     println!("  probe metrics:  http://{probe_addr}/metrics");
     println!("  probe status:   http://{probe_addr}/  (JSON at /api/v1/status)");
+    println!("  monitor:        http://{probe_addr}/api/v1/monitor");
     println!(
         "  schedule {:?}, cache TTL {}, replication bound {}, buffer {}{}",
         args.schedule,
@@ -148,7 +168,12 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         .await?;
     service_stop.cancel();
     running.wait().await;
+    // One last look, so the summary includes the final cycle's migrations.
+    monitor.drain().await.ok();
+    monitor_stop.cancel();
+    let _ = monitor_task.await;
     println!();
+    print_monitor_summary(&monitor.status());
     println!(
         "lockprobe demo: {} cycle(s), {} not passed",
         summary.cycles, summary.unsuccessful
@@ -158,4 +183,19 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     } else {
         1
     })
+}
+
+/// One line a person can read: what the monitor saw of the demo's migrations.
+fn print_monitor_summary(status: &serde_json::Value) {
+    let count = |key: &str| status[key].as_u64().unwrap_or(0);
+    let outcome = |key: &str| status["migrations"][key].as_u64().unwrap_or(0);
+    println!(
+        "monitor: {} swapped, {} released, {} lapsed; early escalations {}, partial cutovers {}, orphaned locks {}",
+        outcome("swapped"),
+        outcome("released"),
+        outcome("lapsed"),
+        count("early_escalations"),
+        count("partial_cutovers"),
+        count("orphaned_locks"),
+    );
 }

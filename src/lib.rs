@@ -17,6 +17,7 @@
 //! - [`demo`]: `lockprobe demo`: store, reference service and probe wired in one process.
 //! - [`status_page`]: the human status page at `/`, rendered from the status API's JSON.
 //! - [`monitor`]: the convergence monitor over the store's change stream.
+//! - [`serve`]: `lockprobe serve`: the probe and, when configured, the monitor in one process.
 
 pub mod clock;
 pub mod config;
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod probe;
 pub mod routing;
+pub mod serve;
 pub mod server;
 pub mod service;
 pub mod status_page;

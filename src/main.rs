@@ -27,6 +27,9 @@ enum Command {
     Validate(ValidateArgs),
     /// Run every configured target on its schedule, with metrics and status over HTTP.
     Serve(ServeArgs),
+    /// Watch every migration in a routing store: lock timelines, early escalations,
+    /// orphaned locks, partial cutovers.
+    Monitor(Box<lockprobe::monitor::cli::MonitorCommand>),
     /// Check a probe configuration file; exit 64 naming the bad field.
     CheckConfig {
         /// The TOML configuration file.
@@ -66,8 +69,9 @@ fn main() -> ExitCode {
             Command::Service(args) => service::cli::run(*args, shutdown).await.map(|()| 0),
             Command::Demo(args) => demo::run(args, shutdown).await,
             Command::Validate(args) => probe_cli::validate(args).await,
-            Command::Serve(args) => probe_cli::serve(args, shutdown).await.map(|()| 0),
-            Command::CheckConfig { file } => probe_cli::check_config(&file).map(|()| 0),
+            Command::Serve(args) => lockprobe::serve::run(args, shutdown).await.map(|()| 0),
+            Command::Monitor(cmd) => lockprobe::monitor::cli::run(*cmd, shutdown).await.map(|()| 0),
+            Command::CheckConfig { file } => lockprobe::serve::check_config(&file).map(|()| 0),
         }
     });
     match result {

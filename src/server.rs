@@ -34,13 +34,19 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves `router(state)` on `listener` until `shutdown` fires.
+/// Serves `router(state)`, plus `extra` routes when given (e.g. the monitor's
+/// `/api/v1/monitor` in `serve` and `demo`), on `listener` until `shutdown` fires.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
+    extra: Option<Router>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    let app = match extra {
+        Some(extra) => router(state).merge(extra),
+        None => router(state),
+    };
+    axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }

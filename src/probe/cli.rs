@@ -65,7 +65,8 @@ pub fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+/// Loads and validates the configuration; problems are usage errors naming the field.
+pub fn load(path: &std::path::Path) -> anyhow::Result<Config> {
     Config::load(path).map_err(|e| match e {
         ConfigError::Read { .. } => anyhow::Error::new(UsageError::new(e.to_string())),
         other => anyhow::Error::new(UsageError::new(format!("{}: {other}", path.display()))),
@@ -113,6 +114,12 @@ pub async fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
 /// `lockprobe serve --config FILE`: runs until `shutdown`.
 pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let config = load(&args.config)?;
+    serve_config(&args, config, Probe::new()?, shutdown).await
+}
+
+/// Runs `probe` on the targets of an already loaded `config` until `shutdown` (the
+/// process may have given `probe` more routes to serve).
+pub async fn serve_config(args: &ServeArgs, config: Config, probe: Probe, shutdown: CancellationToken) -> anyhow::Result<()> {
     let targets = config
         .probe_targets()
         .map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
@@ -121,7 +128,6 @@ pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Resu
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(addr = %listener.local_addr()?, targets = targets.len(), "probe http server listening");
-    let probe = Probe::new()?;
     probe
         .run(
             targets,

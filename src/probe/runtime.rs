@@ -76,6 +76,9 @@ pub struct Probe {
     pub metrics: Arc<Metrics>,
     /// Status of every target.
     pub status: Arc<ProbeStatus>,
+    /// More routes for the probe's HTTP server (the process hosting the probe may run
+    /// other parts, such as the convergence monitor, that the probe knows nothing of).
+    pub extra_routes: Option<axum::Router>,
 }
 
 impl Probe {
@@ -84,6 +87,7 @@ impl Probe {
         Ok(Self {
             metrics: Arc::new(Metrics::new()?),
             status: Arc::new(ProbeStatus::new()),
+            extra_routes: None,
         })
     }
 
@@ -128,6 +132,7 @@ impl Probe {
                 metrics: self.metrics.clone(),
                 status: self.status.clone(),
             },
+            self.extra_routes.clone(),
             server_stop.clone(),
         ));
 

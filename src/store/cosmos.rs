@@ -309,7 +309,11 @@ fn candidate(json: Value) -> Result<Candidate<Change>, StoreError> {
     let etag = take_string(map, "_etag").ok_or_else(|| StoreError::Unavailable("document without _etag".into()))?;
     let ts = map.get("_ts").and_then(Value::as_i64).ok_or_else(|| StoreError::Unavailable("document without _ts".into()))?;
     let id = take_string(map, "id").unwrap_or_default();
-    let committed_at = DateTime::<Utc>::from_timestamp(ts, 0).unwrap_or_default();
+    // `_ts` is whole seconds, truncated: the write happened within the second it names.
+    // Report the end of that second, an upper bound, so a consumer judging "did this
+    // happen too early" (the monitor's early-escalation check) never raises a false
+    // alarm from truncation; durations read this way are off by under a second.
+    let committed_at = DateTime::<Utc>::from_timestamp(ts, 999_999_999).unwrap_or_default();
     let doc = LocationDocument::from_json(strip_system_fields(json))?;
     let item = Change { doc: Versioned { doc, etag: ETag(etag.clone()) }, committed_at };
     Ok(Candidate { id, etag, ts, item })
@@ -581,7 +585,7 @@ mod tests {
         });
         let c = candidate(stored).unwrap();
         assert_eq!((c.id.as_str(), c.etag.as_str(), c.ts), ("r1", "e7", 1_767_225_600));
-        assert_eq!(c.item.committed_at.to_rfc3339(), "2026-01-01T00:00:00+00:00");
+        assert_eq!(c.item.committed_at.to_rfc3339(), "2026-01-01T00:00:00.999999999+00:00", "the end of the second _ts names");
         assert_eq!(c.item.doc.etag, ETag("e7".into()));
     }
 }

@@ -1,0 +1,142 @@
+//! `lockprobe serve` with a `[monitor]` table: the probe drives migrations through the
+//! reference service, which runs on the Cosmos store (local test server), and the monitor
+//! inside the same `serve` process watches that store and sees the probe's migrations.
+
+#[path = "support/cosmos_server.rs"]
+mod cosmos_server;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cosmos_server::CosmosServer;
+use lockprobe::clock::{Clock, SystemClock};
+use lockprobe::service::{start, ServiceConfig};
+use lockprobe::store::LocationStore;
+use prometheus::Registry;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_the_monitor_over_the_store_the_config_names() {
+    let server = CosmosServer::start();
+    let database = cosmos_server::unique_database("serve-monitor");
+    let store: Arc<dyn LocationStore> =
+        Arc::new(cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.database = Some(database.clone())).await);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let key = "serve-monitor-key";
+    let config = ServiceConfig {
+        cache_ttls: vec![Duration::from_millis(500)],
+        replication_bound: Duration::from_millis(200),
+        test_prefix: Some("probe-".into()),
+        ..ServiceConfig::new(key)
+    };
+    let stop = CancellationToken::new();
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let running = start(config, store, clock, vec![any, any], stop.clone()).await.unwrap();
+    let instances: Vec<String> = running.addrs.iter().map(|a| format!("\"http://{a}\"")).collect();
+
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let config_path = dir.path().join("lockprobe.toml");
+    let toml = format!(
+        r#"
+listen = "{listen}"
+state_file = "{state}"
+
+[[targets]]
+name = "cosmos-backed"
+instances = [{instances}]
+api_key_env = "SERVE_MONITOR_LOCK_KEY"
+test_prefix = "probe-"
+pool_size = 7
+cache_ttl = "500ms"
+replication_bound = "200ms"
+buffer = "300ms"
+schedule = "*/2 * * * * *"
+timeout = "60s"
+concurrency = 1
+poll_interval = "50ms"
+
+[targets.leases]
+pre_lock = "10m"
+hard_delete = "5m"
+write = "2m"
+short_write = "1s"
+
+[monitor]
+store = "cosmos"
+cosmos-endpoint = "{endpoint}"
+cosmos-key-env = "SERVE_MONITOR_COSMOS_KEY"
+cosmos-database = "{database}"
+cosmos-container = "locations"
+cosmos-write-region = "South Central US"
+cosmos-preferred-region = ["South Central US"]
+cosmos-poll-interval = "100ms"
+monitor-poll-interval = "50ms"
+monitor-escalation-buffer = "300ms"
+"#,
+        state = dir.path().join("state.json").display(),
+        instances = instances.join(", "),
+        endpoint = server.endpoint(),
+    );
+    std::fs::File::create(&config_path).unwrap().write_all(toml.as_bytes()).unwrap();
+
+    let check = Command::new(env!("CARGO_BIN_EXE_lockprobe")).arg("check-config").arg(&config_path)
+        .env("SERVE_MONITOR_COSMOS_KEY", "bG9ja3Byb2Jl").output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    let no_key = Command::new(env!("CARGO_BIN_EXE_lockprobe")).arg("check-config").arg(&config_path)
+        .env_remove("SERVE_MONITOR_COSMOS_KEY").output().unwrap();
+    assert_eq!(no_key.status.code(), Some(64), "the [monitor] key variable is checked too");
+    assert!(String::from_utf8_lossy(&no_key.stderr).contains("SERVE_MONITOR_COSMOS_KEY"));
+
+    let _serve = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+            .args(["serve", "--config"])
+            .arg(&config_path)
+            .env("SERVE_MONITOR_LOCK_KEY", key)
+            .env("SERVE_MONITOR_COSMOS_KEY", "bG9ja3Byb2Jl")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+
+    let http = reqwest::Client::new();
+    let mut monitor = Value::Null;
+    let mut status = Value::Null;
+    for _ in 0..400 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Ok(resp) = http.get(format!("http://{listen}/api/v1/monitor")).send().await else { continue };
+        monitor = resp.json().await.unwrap_or(Value::Null);
+        status = http.get(format!("http://{listen}/api/v1/status")).send().await.unwrap().json().await.unwrap();
+        let cycle_done = !status["targets"][0]["lastCycles"][0].is_null();
+        if cycle_done && monitor["migrations"]["swapped"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+    }
+    assert!(monitor["migrations"]["swapped"].as_u64().unwrap_or(0) >= 1, "the monitor saw the probe's swap: {monitor}");
+    assert_eq!(monitor["partial_cutovers"], 0);
+    assert_eq!(monitor["early_escalations"], 0, "the probe waited out the declared delay: {monitor}");
+    let cycle = &status["targets"][0]["lastCycles"][0];
+    assert_eq!(cycle["result"], "passed", "{cycle}");
+    let metrics = http.get(format!("http://{listen}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("lockprobe_monitor_migrations_total{outcome=\"swapped\"}"), "one /metrics for both");
+    assert!(metrics.contains("lockprobe_probe_runs_total"));
+    stop.cancel();
+}
