@@ -22,7 +22,7 @@ enum Command {
     /// Run the reference resource-owning service (key in LOCKPROBE_LOCK_API_KEY).
     Service(Box<service::cli::ServiceArgs>),
     /// The embedded default: store, service and probe in one process.
-    Demo(demo::DemoArgs),
+    Demo(Box<demo::DemoArgs>),
     /// One full probe cycle plus every negative check against a service (key in LOCKPROBE_LOCK_API_KEY).
     Validate(ValidateArgs),
     /// Run every configured target on its schedule, with metrics and status over HTTP.
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         match cli.command {
             Command::Service(args) => service::cli::run(*args, shutdown).await.map(|()| 0),
-            Command::Demo(args) => demo::run(args, shutdown).await,
+            Command::Demo(args) => demo::run(*args, shutdown).await,
             Command::Validate(args) => probe_cli::validate(args).await,
             Command::Serve(args) => lockprobe::serve::run(args, shutdown).await.map(|()| 0),
             Command::Monitor(cmd) => lockprobe::monitor::cli::run(*cmd, shutdown).await.map(|()| 0),
