@@ -11,6 +11,17 @@ use chrono::{DateTime, Utc};
 pub trait Clock: Debug + Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> DateTime<Utc>;
+
+    /// The current time as nanoseconds since the Unix epoch: the cache's hit path
+    /// compares integers rather than building a calendar date on every request.
+    fn now_unix_nanos(&self) -> i64 {
+        unix_nanos(self.now())
+    }
+}
+
+/// `t` as nanoseconds since the Unix epoch (saturating far outside 1677..2262).
+pub fn unix_nanos(t: DateTime<Utc>) -> i64 {
+    t.timestamp_nanos_opt().unwrap_or(if t.timestamp() < 0 { i64::MIN } else { i64::MAX })
 }
 
 /// The real clock.
@@ -20,6 +31,11 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
         Utc::now()
+    }
+
+    fn now_unix_nanos(&self) -> i64 {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        i64::try_from(since.as_nanos()).unwrap_or(i64::MAX)
     }
 }
 
@@ -81,6 +97,15 @@ mod tests {
         assert_eq!(span(t0, clock.now()), Duration::from_secs(90));
         clock.set(t0);
         assert_eq!(clock.now(), t0);
+    }
+
+    #[test]
+    fn unix_nanos_agree_between_the_fast_and_the_calendar_path() {
+        let fast = SystemClock.now_unix_nanos();
+        let calendar = unix_nanos(SystemClock.now());
+        assert!((calendar - fast).abs() < 1_000_000_000, "{fast} vs {calendar}");
+        let manual = ManualClock::at_epoch();
+        assert_eq!(manual.now_unix_nanos(), 1_767_225_600 * 1_000_000_000);
     }
 
     #[test]

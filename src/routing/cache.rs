@@ -4,29 +4,42 @@
 //! the store, also when it is copied from a slower tier into a faster one, so no tier
 //! can serve a document older than the largest TTL: that is what lets a service
 //! declare max TTL + replication bound as its convergence delay.
+//!
+//! Whether an entry may be *served* (rather than only telling the client to read
+//! through) is decided once, when it is stored, as an absolute instant: the hit path is
+//! then one hash lookup and two integer compares, with times as Unix nanoseconds.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-
-use crate::clock::to_chrono;
 use crate::store::Versioned;
 
-/// A cached document and when it was fetched from the store.
+/// What the cache knows about a resource right now.
 #[derive(Debug, Clone)]
-pub struct CachedEntry {
-    /// The document and its ETag.
-    pub record: Arc<Versioned>,
-    /// When it was read from the store (not when it entered this tier).
-    pub fetched_at: DateTime<Utc>,
+pub enum Lookup {
+    /// A fresh entry that may be served as is.
+    Serve(Arc<Versioned>),
+    /// A fresh entry that must not be served (it carries a started lock): read the
+    /// write region instead of a replica.
+    ReadThrough,
+    /// Nothing fresh.
+    Miss,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    record: Arc<Versioned>,
+    /// When the document was read from the store.
+    fetched_ns: i64,
+    /// Until when it may be served without a read-through (independent of tier TTLs).
+    serve_until_ns: i64,
 }
 
 #[derive(Debug)]
 struct Tier {
-    ttl: chrono::TimeDelta,
-    entries: RwLock<HashMap<String, CachedEntry>>,
+    ttl_ns: i64,
+    entries: RwLock<HashMap<String, Entry>>,
 }
 
 /// Cache tiers, fastest first.
@@ -41,6 +54,10 @@ pub struct TieredCache {
 #[error("cache: {0}")]
 pub struct CacheConfigError(String);
 
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
 impl TieredCache {
     /// Tiers with these TTLs, fastest first. At least one tier; a zero TTL is allowed
     /// and means that tier never serves.
@@ -48,7 +65,7 @@ impl TieredCache {
         if ttls.is_empty() {
             return Err(CacheConfigError("at least one cache tier is needed".into()));
         }
-        let tiers = ttls.iter().map(|ttl| Tier { ttl: to_chrono(*ttl), entries: RwLock::default() }).collect();
+        let tiers = ttls.iter().map(|ttl| Tier { ttl_ns: nanos(*ttl), entries: RwLock::default() }).collect();
         Ok(Self { tiers, max_ttl: ttls.iter().copied().max().unwrap_or_default() })
     }
 
@@ -59,22 +76,32 @@ impl TieredCache {
 
     /// The first fresh entry, fastest tier first. A hit in a slower tier is copied into
     /// the faster ones, keeping its fetch time.
-    pub fn get(&self, id: &str, now: DateTime<Utc>) -> Option<CachedEntry> {
+    pub fn lookup(&self, id: &str, now_ns: i64) -> Lookup {
         for (depth, tier) in self.tiers.iter().enumerate() {
-            let found = tier.entries.read().expect("cache lock poisoned").get(id).cloned();
-            if let Some(entry) = found.filter(|e| now < e.fetched_at + tier.ttl) {
+            let entries = tier.entries.read().expect("cache lock poisoned");
+            let Some(entry) = entries.get(id) else { continue };
+            let fresh_until = entry.fetched_ns.saturating_add(tier.ttl_ns);
+            if now_ns >= fresh_until {
+                continue;
+            }
+            let answer =
+                if now_ns < entry.serve_until_ns { Lookup::Serve(entry.record.clone()) } else { Lookup::ReadThrough };
+            if depth > 0 {
+                let entry = entry.clone();
+                drop(entries);
                 for faster in &self.tiers[..depth] {
                     faster.entries.write().expect("cache lock poisoned").insert(id.to_owned(), entry.clone());
                 }
-                return Some(entry);
             }
+            return answer;
         }
-        None
+        Lookup::Miss
     }
 
-    /// Stores a document fetched at `fetched_at` in every tier.
-    pub fn put(&self, id: &str, record: Arc<Versioned>, fetched_at: DateTime<Utc>) {
-        let entry = CachedEntry { record, fetched_at };
+    /// Stores a document fetched at `fetched_ns` in every tier; it may be served until
+    /// `serve_until_ns` (or its tier's TTL, whichever comes first).
+    pub fn put(&self, id: &str, record: Arc<Versioned>, fetched_ns: i64, serve_until_ns: i64) {
+        let entry = Entry { record, fetched_ns, serve_until_ns };
         for tier in &self.tiers {
             tier.entries.write().expect("cache lock poisoned").insert(id.to_owned(), entry.clone());
         }
@@ -82,9 +109,9 @@ impl TieredCache {
 
     /// Drops expired entries from every tier, so a long-running service does not keep
     /// documents it no longer serves.
-    pub fn evict_expired(&self, now: DateTime<Utc>) {
+    pub fn evict_expired(&self, now_ns: i64) {
         for tier in &self.tiers {
-            tier.entries.write().expect("cache lock poisoned").retain(|_, e| now < e.fetched_at + tier.ttl);
+            tier.entries.write().expect("cache lock poisoned").retain(|_, e| now_ns < e.fetched_ns.saturating_add(tier.ttl_ns));
         }
     }
 }
@@ -92,27 +119,38 @@ impl TieredCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::{Clock, ManualClock};
     use crate::routing::document::LocationDocument;
     use crate::store::ETag;
+
+    const S: i64 = 1_000_000_000;
 
     fn record(location: &str) -> Arc<Versioned> {
         Arc::new(Versioned { doc: LocationDocument::new("r", location), etag: ETag("e".into()) })
     }
 
+    fn served(l: &Lookup) -> bool {
+        matches!(l, Lookup::Serve(_))
+    }
+
     #[test]
     fn entries_expire_per_tier_and_copies_keep_their_age() {
-        let clock = ManualClock::at_epoch();
         let cache = TieredCache::try_new(&[Duration::from_secs(1), Duration::from_secs(10)]).unwrap();
         assert_eq!(cache.max_ttl(), Duration::from_secs(10));
-        cache.put("r", record("a"), clock.now());
-        clock.advance(Duration::from_secs(2));
-        // The fast tier has expired; the slow one still serves, and refills the fast tier
-        // with the original fetch time.
-        let hit = cache.get("r", clock.now()).unwrap();
-        assert_eq!(hit.fetched_at + chrono::TimeDelta::seconds(2), clock.now());
-        clock.advance(Duration::from_secs(8));
-        assert!(cache.get("r", clock.now()).is_none(), "nothing may outlive the largest TTL");
+        cache.put("r", record("a"), 0, i64::MAX);
+        // The fast tier has expired; the slow one still serves and refills the fast tier
+        // with the original fetch time, so the copy expires with the original.
+        assert!(served(&cache.lookup("r", 2 * S)));
+        assert!(served(&cache.lookup("r", 10 * S - 1)));
+        assert!(matches!(cache.lookup("r", 10 * S), Lookup::Miss), "nothing may outlive the largest TTL");
+    }
+
+    #[test]
+    fn an_entry_past_its_serve_time_asks_for_a_read_through() {
+        let cache = TieredCache::try_new(&[Duration::from_secs(10)]).unwrap();
+        cache.put("r", record("a"), 0, 3 * S);
+        assert!(served(&cache.lookup("r", 3 * S - 1)));
+        assert!(matches!(cache.lookup("r", 3 * S), Lookup::ReadThrough));
+        assert!(matches!(cache.lookup("r", 10 * S), Lookup::Miss));
     }
 
     #[test]
@@ -122,14 +160,11 @@ mod tests {
 
     #[test]
     fn eviction_drops_only_expired_entries() {
-        let clock = ManualClock::at_epoch();
         let cache = TieredCache::try_new(&[Duration::from_secs(5)]).unwrap();
-        cache.put("old", record("a"), clock.now());
-        clock.advance(Duration::from_secs(3));
-        cache.put("new", record("b"), clock.now());
-        clock.advance(Duration::from_secs(3));
-        cache.evict_expired(clock.now());
-        assert!(cache.get("old", clock.now()).is_none());
-        assert!(cache.get("new", clock.now()).is_some());
+        cache.put("old", record("a"), 0, i64::MAX);
+        cache.put("new", record("b"), 3 * S, i64::MAX);
+        cache.evict_expired(6 * S);
+        assert!(matches!(cache.lookup("old", 6 * S), Lookup::Miss));
+        assert!(served(&cache.lookup("new", 6 * S)));
     }
 }

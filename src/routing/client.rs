@@ -6,15 +6,18 @@
 //! it back with If-Match on the ETag read; on 412 they re-read and re-decide, up to a
 //! retry budget. A successful operation makes exactly one write.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::cache::{CachedEntry, TieredCache};
+use futures::future::{ready, Either, FutureExt};
+
+use super::cache::{Lookup, TieredCache};
 use super::document::{DocumentError, LocationDocument, LockInfo, LockToken, Phase};
 use super::lifecycle::{self, LockError, LockPolicy, PreLockRequest};
-use crate::clock::{to_chrono, Clock};
+use crate::clock::{to_chrono, unix_nanos, Clock};
 use crate::store::{LocationStore, ReadFrom, StoreError, Versioned};
 
 /// Which way a resolve went.
@@ -157,18 +160,23 @@ impl RoutingClient {
 
     /// Drops expired cache entries; call periodically.
     pub fn evict_expired(&self) {
-        self.cache.evict_expired(self.clock.now());
+        self.cache.evict_expired(self.clock.now_unix_nanos());
     }
 
-    /// Resolves the routing document of `id`.
-    pub async fn resolve(&self, id: &str) -> Result<Resolved, RoutingError> {
-        let now = self.clock.now();
-        if let Some(entry) = self.cache.get(id, now) {
-            if self.cache_may_serve(&entry, now) {
-                return Ok(Resolved { record: entry.record, source: Source::Cache, store_time: Duration::ZERO });
+    /// Resolves the routing document of `id`. A servable cache hit completes without
+    /// an await point or allocation; misses and read-throughs go to the store.
+    pub fn resolve<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Resolved, RoutingError>> + Send + 'a {
+        match self.cache.lookup(id, self.clock.now_unix_nanos()) {
+            Lookup::Serve(record) => {
+                Either::Left(ready(Ok(Resolved { record, source: Source::Cache, store_time: Duration::ZERO })))
             }
-            return self.read_through(id).await;
+            Lookup::ReadThrough => Either::Right(self.read_through(id).boxed()),
+            Lookup::Miss => Either::Right(self.resolve_from_store(id).boxed()),
         }
+    }
+
+    async fn resolve_from_store(&self, id: &str) -> Result<Resolved, RoutingError> {
+        let now = self.clock.now();
         let started = Instant::now();
         let replica = self.store.read(id, ReadFrom::Replica).await?;
         if replica.doc.primary.lock.as_ref().is_some_and(|l| self.replica_may_lag_on(l, now)) {
@@ -176,7 +184,7 @@ impl RoutingClient {
             return self.read_through(id).await;
         }
         let record = Arc::new(replica);
-        self.cache.put(id, record.clone(), now);
+        self.remember(id, record.clone(), now);
         Ok(Resolved { record, source: Source::Store, store_time: started.elapsed() })
     }
 
@@ -190,7 +198,7 @@ impl RoutingClient {
         match self.store.create(&doc).await {
             Ok(etag) => {
                 let record = Arc::new(Versioned { doc, etag });
-                self.cache.put(id, record.clone(), self.clock.now());
+                self.remember(id, record.clone(), self.clock.now());
                 Ok(Resolved { record, source: Source::Store, store_time: Duration::ZERO })
             }
             // Someone else created it first: theirs is the document.
@@ -253,21 +261,29 @@ impl RoutingClient {
         lock.effective_at <= now + to_chrono(self.options.skew_margin)
     }
 
-    /// A cached document may be served unless it carries a started lock that was still
-    /// live when it was fetched: such a lock may since have been escalated, renewed or
-    /// swapped, so only the write region can say what holds now.
-    fn cache_may_serve(&self, entry: &CachedEntry, now: DateTime<Utc>) -> bool {
-        match &entry.record.doc.primary.lock {
-            None => true,
-            Some(lock) => !self.has_started(lock, now) || lock.expires_at <= entry.fetched_at,
-        }
+    /// Caches `record`, fetched at `fetched`. It may be served until its lock (if any)
+    /// starts; a document carrying a started lock that was live when fetched is never
+    /// served from cache, since that lock may since have been escalated, renewed or
+    /// swapped and only the write region can say what holds now. A lock that had lapsed
+    /// (by more than the skew margin) when the document was fetched is final: an
+    /// expired token can do nothing.
+    fn remember(&self, id: &str, record: Arc<Versioned>, fetched: DateTime<Utc>) {
+        let serve_until = match &record.doc.primary.lock {
+            // Within the skew margin of its end a lease may still be live by another
+            // clock (and be renewed), so only a lock lapsed by more than that is final.
+            Some(lock) if lock.expires_at + to_chrono(self.options.skew_margin) > fetched => {
+                unix_nanos(lock.effective_at - to_chrono(self.options.skew_margin))
+            }
+            _ => i64::MAX,
+        };
+        self.cache.put(id, record, unix_nanos(fetched), serve_until);
     }
 
     async fn read_through(&self, id: &str) -> Result<Resolved, RoutingError> {
         let started = Instant::now();
         let record = Arc::new(self.store.read(id, ReadFrom::WriteRegion).await?);
         let store_time = started.elapsed();
-        self.cache.put(id, record.clone(), self.clock.now());
+        self.remember(id, record.clone(), self.clock.now());
         Ok(Resolved { record, source: Source::ReadThrough, store_time })
     }
 
@@ -282,7 +298,7 @@ impl RoutingClient {
             match self.store.replace(&next, &current.etag).await {
                 Ok(etag) => {
                     let written = Versioned { doc: next, etag };
-                    self.cache.put(id, Arc::new(written.clone()), self.clock.now());
+                    self.remember(id, Arc::new(written.clone()), self.clock.now());
                     return Ok(written);
                 }
                 Err(StoreError::PreconditionFailed) => continue,
