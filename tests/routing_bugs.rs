@@ -1,0 +1,145 @@
+//! Defects found in the routing library and the memory store while writing the
+//! routing tests. Each test states the behaviour DESIGN.md asks for; they fail until
+//! `src/` is fixed (the fix each one needs is in its doc comment).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockprobe::clock::{to_chrono, Clock, ManualClock};
+use lockprobe::routing::cache::TieredCache;
+use lockprobe::routing::{ClientOptions, LocationDocument, LockPolicy, Phase, PreLockRequest, RoutingClient, Source};
+use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig, OpCounts};
+use lockprobe::store::{LocationStore, ReadFrom};
+
+const TTL: Duration = Duration::from_secs(4);
+const LAG: Duration = Duration::from_secs(3);
+
+fn setup() -> (Arc<ManualClock>, Arc<MemoryStore>) {
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: LAG, ..Default::default() }));
+    (clock, store)
+}
+
+fn client(clock: &Arc<ManualClock>, store: &Arc<MemoryStore>) -> RoutingClient {
+    RoutingClient::new(
+        store.clone(),
+        clock.clone(),
+        TieredCache::try_new(&[TTL]).unwrap(),
+        LockPolicy::declared(TTL, LAG, Duration::from_secs(7200)),
+        ClientOptions::default(),
+    )
+}
+
+fn request(secs: u64, target: Option<&str>) -> PreLockRequest {
+    PreLockRequest { owner: "test".into(), duration: Duration::from_secs(secs), target_location: target.map(Into::into) }
+}
+
+/// After a swap the old location is guarded (secondary, write phase) until caches have
+/// converged on the new one. A new pre-lock that declares a target overwrites
+/// `secondary` (lifecycle.rs, `pre_lock`, `if let Some(target) = &req.target_location`),
+/// so the guard vanishes at once and stale routers can write to the old location.
+///
+/// Fix (lifecycle.rs `pre_lock`): while `doc.secondary.lock` is live and its token is
+/// not the primary lock's, refuse with `LockError::LockHeld { expires_at: guard.expires_at }`
+/// (a new migration cannot escalate before that instant anyway).
+#[tokio::test]
+async fn a_swap_guard_survives_a_new_pre_lock_that_declares_a_target() {
+    let (clock, store) = setup();
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    let (a, b) = (client(&clock, &store), client(&clock, &store));
+    let grant = a.pre_lock("r", &request(600, Some("northeurope"))).await.unwrap();
+    clock.advance(TTL + LAG);
+    a.escalate("r", &grant.token, Phase::HardDelete, Duration::from_secs(60)).await.unwrap();
+    a.escalate("r", &grant.token, Phase::Write, Duration::from_secs(60)).await.unwrap();
+    let swapped = a.swap("r", &grant.token, "northeurope").await.unwrap();
+    let guard_until = swapped.doc.secondary.as_ref().unwrap().lock.as_ref().unwrap().expires_at;
+
+    clock.advance(Duration::from_secs(1));
+    let new = b.pre_lock("r", &request(600, Some("eastus"))).await;
+    let doc = store.read("r", ReadFrom::WriteRegion).await.unwrap().doc;
+    let still_guarded = doc.secondary.as_ref().is_some_and(|s| {
+        s.location == "westeurope" && s.lock.as_ref().is_some_and(|l| l.phase == Phase::Write && l.expires_at >= guard_until)
+    });
+    assert!(
+        new.is_err() || still_guarded,
+        "a pre-lock 1 s after the swap removed the old location's guard (it should hold until {guard_until}): {:?}",
+        doc.secondary
+    );
+}
+
+/// The target declared at pre-lock is locked so it refuses writes before cutover. Its
+/// lock is a copy taken at pre-lock time; `renew` extends only the primary lock, so
+/// after a pre-lock renewal the target's lock lapses while the migration is still live.
+///
+/// Fix (lifecycle.rs `renew`): when `secondary.lock` carries the same token, give it
+/// the new `expires_at` and `pre_lock_expires_at` (and `renewals`) as well.
+#[tokio::test]
+async fn the_declared_target_stays_locked_as_long_as_the_migration() {
+    let (clock, store) = setup();
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    let a = client(&clock, &store);
+    let grant = a.pre_lock("r", &request(100, Some("northeurope"))).await.unwrap();
+    clock.advance(Duration::from_secs(50));
+    a.renew("r", &grant.token, Duration::from_secs(1000)).await.unwrap();
+    clock.advance(Duration::from_secs(200));
+    let doc = store.read("r", ReadFrom::WriteRegion).await.unwrap().doc;
+    let now = clock.now();
+    assert!(doc.live_lock(now).is_some(), "the migration's own lock is live");
+    let target_lock = doc.secondary.as_ref().and_then(|s| s.lock.as_ref()).unwrap();
+    assert!(
+        target_lock.is_live(now),
+        "the target's lock lapsed at {} while the migration holds its lock until {}",
+        target_lock.expires_at,
+        doc.live_lock(now).unwrap().expires_at
+    );
+}
+
+/// A document left with an expired lock (an abandoned migration) costs two store reads
+/// on every cache miss for ever: `resolve` treats a replica's lock as started when
+/// `effective_at` has passed, without asking whether it is still live, and reads
+/// through to the write region. An expired lock restricts nothing, and a newer lock
+/// cannot have started yet (its effectiveAt is a full convergence delay after it was
+/// taken), so the replica's view may be served like an unlocked one, as
+/// `cache_may_serve` already does for cached entries.
+///
+/// Fix (client.rs `resolve`, miss path): `lock_started = ... .is_some_and(|l|
+/// l.is_live(now) && self.has_started(l, now))`.
+#[tokio::test]
+async fn an_expired_lock_costs_no_write_region_read_on_a_miss() {
+    let (clock, store) = setup();
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    let (orchestrator, service) = (client(&clock, &store), client(&clock, &store));
+    let grant = orchestrator.pre_lock("r", &request(60, None)).await.unwrap();
+    clock.set(grant.record.doc.primary.lock.as_ref().unwrap().expires_at + to_chrono(Duration::from_secs(1)));
+    let before = store.counts();
+    let r = service.resolve("r").await.unwrap();
+    assert_eq!(
+        (r.source, store.counts().since(&before)),
+        (Source::Store, OpCounts { read_replica: 1, ..Default::default() }),
+        "a miss on a document whose lock has expired"
+    );
+}
+
+/// A replica never forgets a document it has served. After the clock steps back (the
+/// manual clock allows it; NTP does it), the memory store's replica read returns
+/// `NotFound` for an existing document: `prune` dropped the version the earlier
+/// horizon would serve, and nothing at or before the new horizon is left.
+///
+/// Fix (store/memory.rs): remember per document that it has been pruned (the front
+/// version was then visible), and in `read(.., Replica)` fall back to
+/// `history.versions.front()` when no version is at or before the horizon and the
+/// history was pruned.
+#[tokio::test]
+async fn a_replica_never_unsees_a_document_after_a_clock_step_back() {
+    let (clock, store) = setup();
+    let first = store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    clock.advance(Duration::from_secs(50));
+    let mut moved = LocationDocument::new("r", "northeurope");
+    moved.extra.insert("note".into(), "second version".into());
+    store.replace(&moved, &first).await.unwrap();
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(store.read("r", ReadFrom::Replica).await.unwrap().doc.primary.location, "northeurope");
+    clock.set(clock.now() - to_chrono(Duration::from_secs(8)));
+    let after_step = store.read("r", ReadFrom::Replica).await;
+    assert!(after_step.is_ok(), "replica read after a clock step back: {after_step:?}");
+}
