@@ -1,6 +1,6 @@
 //! Defects found in the routing library and the memory store while writing the
-//! routing tests. Each test states the behaviour DESIGN.md asks for; they fail until
-//! `src/` is fixed (the fix each one needs is in its doc comment).
+//! routing tests, kept as regression tests. Each states the behaviour DESIGN.md asks
+//! for; all were fixed on main in f82d69d.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,9 +39,8 @@ fn request(secs: u64, target: Option<&str>) -> PreLockRequest {
 /// `secondary` (lifecycle.rs, `pre_lock`, `if let Some(target) = &req.target_location`),
 /// so the guard vanishes at once and stale routers can write to the old location.
 ///
-/// Fix (lifecycle.rs `pre_lock`): while `doc.secondary.lock` is live and its token is
-/// not the primary lock's, refuse with `LockError::LockHeld { expires_at: guard.expires_at }`
-/// (a new migration cannot escalate before that instant anyway).
+/// Fixed on main in f82d69d: `pre_lock` refuses a target elsewhere with `LockHeld`
+/// until the guard lapses.
 #[tokio::test]
 async fn a_swap_guard_survives_a_new_pre_lock_that_declares_a_target() {
     let (clock, store) = setup();
@@ -71,8 +70,7 @@ async fn a_swap_guard_survives_a_new_pre_lock_that_declares_a_target() {
 /// lock is a copy taken at pre-lock time; `renew` extends only the primary lock, so
 /// after a pre-lock renewal the target's lock lapses while the migration is still live.
 ///
-/// Fix (lifecycle.rs `renew`): when `secondary.lock` carries the same token, give it
-/// the new `expires_at` and `pre_lock_expires_at` (and `renewals`) as well.
+/// Fixed on main in f82d69d: `renew` extends the target's lock with the parent lease.
 #[tokio::test]
 async fn the_declared_target_stays_locked_as_long_as_the_migration() {
     let (clock, store) = setup();
@@ -94,30 +92,50 @@ async fn the_declared_target_stays_locked_as_long_as_the_migration() {
     );
 }
 
-/// A document left with an expired lock (an abandoned migration) costs two store reads
-/// on every cache miss for ever: `resolve` treats a replica's lock as started when
-/// `effective_at` has passed, without asking whether it is still live, and reads
-/// through to the write region. An expired lock restricts nothing, and a newer lock
-/// cannot have started yet (its effectiveAt is a full convergence delay after it was
-/// taken), so the replica's view may be served like an unlocked one, as
-/// `cache_may_serve` already does for cached entries.
+/// A document left with an expired lock (an abandoned migration) must not cost two
+/// store reads on every cache miss for ever. Within one convergence delay of the lapse
+/// the replica may still lack a renewal made just before it, so a read-through is
+/// right there (a_recently_lapsed_lock_is_still_read_through); after that the lapse
+/// is final and the replica's view is served like an unlocked one.
 ///
-/// Fix (client.rs `resolve`, miss path): `lock_started = ... .is_some_and(|l|
-/// l.is_live(now) && self.has_started(l, now))`.
+/// Was: `resolve` treated any replica lock past `effective_at` as started and read
+/// through. Fixed on main in f82d69d (`replica_may_lag_on`).
 #[tokio::test]
-async fn an_expired_lock_costs_no_write_region_read_on_a_miss() {
+async fn a_long_expired_lock_costs_no_write_region_read_on_a_miss() {
     let (clock, store) = setup();
     store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let (orchestrator, service) = (client(&clock, &store), client(&clock, &store));
     let grant = orchestrator.pre_lock("r", &request(60, None)).await.unwrap();
-    clock.set(grant.record.doc.primary.lock.as_ref().unwrap().expires_at + to_chrono(Duration::from_secs(1)));
+    let lock = grant.record.doc.primary.lock.clone().unwrap();
+    clock.set(lock.expires_at + lock.convergence_delay() + to_chrono(Duration::from_secs(1)));
     let before = store.counts();
     let r = service.resolve("r").await.unwrap();
     assert_eq!(
         (r.source, store.counts().since(&before)),
         (Source::Store, OpCounts { read_replica: 1, ..Default::default() }),
-        "a miss on a document whose lock has expired"
+        "a miss on a document whose lock expired long ago"
     );
+}
+
+/// The other side of the same rule: a renewal just before the lease would have lapsed
+/// may not have reached the replica, which then shows a lapsed lock that is in fact
+/// live. The miss must read through and see the renewal.
+#[tokio::test]
+async fn a_recently_lapsed_lock_is_still_read_through() {
+    let (clock, store) = setup();
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    let (orchestrator, service) = (client(&clock, &store), client(&clock, &store));
+    let grant = orchestrator.pre_lock("r", &request(60, None)).await.unwrap();
+    let lock = grant.record.doc.primary.lock.clone().unwrap();
+    clock.set(lock.expires_at - to_chrono(Duration::from_secs(1)));
+    orchestrator.renew("r", &grant.token, Duration::from_secs(600)).await.unwrap();
+    clock.advance(Duration::from_secs(2));
+    // The replica still shows the old lease, lapsed a second ago.
+    let replica = store.read("r", ReadFrom::Replica).await.unwrap();
+    assert!(!replica.doc.primary.lock.as_ref().unwrap().is_live(clock.now()));
+    let r = service.resolve("r").await.unwrap();
+    assert_eq!(r.source, Source::ReadThrough);
+    assert!(r.lock().unwrap().is_live(clock.now()), "resolve served the replica's stale lapse");
 }
 
 /// A replica never forgets a document it has served. After the clock steps back (the
@@ -125,10 +143,7 @@ async fn an_expired_lock_costs_no_write_region_read_on_a_miss() {
 /// `NotFound` for an existing document: `prune` dropped the version the earlier
 /// horizon would serve, and nothing at or before the new horizon is left.
 ///
-/// Fix (store/memory.rs): remember per document that it has been pruned (the front
-/// version was then visible), and in `read(.., Replica)` fall back to
-/// `history.versions.front()` when no version is at or before the horizon and the
-/// history was pruned.
+/// Fixed on main in f82d69d: a pruned history falls back to its oldest kept version.
 #[tokio::test]
 async fn a_replica_never_unsees_a_document_after_a_clock_step_back() {
     let (clock, store) = setup();
