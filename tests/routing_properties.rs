@@ -150,7 +150,7 @@ enum Step {
     /// completes, so the first writes on a stale ETag.
     Race(Act, Act),
     Advance(u64),
-    StepBack(u64),
+    Rewind(u64),
     Inject412(usize),
     Interfere { who: usize, n: u32 },
     Resolve(usize),
@@ -177,7 +177,7 @@ fn step(n: usize) -> impl Strategy<Value = Step> {
         8 => act(n).prop_map(Step::Do),
         2 => (act(n), act(n)).prop_map(|(a, b)| Step::Race(a, b)),
         4 => (0u64..=40).prop_map(Step::Advance),
-        1 => (1u64..=3).prop_map(Step::StepBack),
+        1 => (1u64..=3).prop_map(Step::Rewind),
         1 => (1usize..=3).prop_map(Step::Inject412),
         1 => (0..n, 1u32..=3).prop_map(|(who, n)| Step::Interfere { who, n }),
         2 => (0..n).prop_map(Step::Resolve),
@@ -676,7 +676,7 @@ async fn run(n: usize, steps: Vec<Step>) -> Result<World, TestCaseError> {
             Step::Do(a) => do_act(&mut w, a).await?,
             Step::Race(a, b) => race(&mut w, a, b).await?,
             Step::Advance(s) => w.clock.advance(Duration::from_secs(s)),
-            Step::StepBack(s) => {
+            Step::Rewind(s) => {
                 w.clock.set(w.clock.now() - to_chrono(Duration::from_secs(s)));
                 w.stepped_back += Duration::from_secs(s);
             }
@@ -756,10 +756,11 @@ fn a_full_migration_passes_the_same_checks() {
 async fn forged(w: &World, doc: &LocationDocument) -> Result<(), TestCaseError> {
     let current = w.current().await;
     let etag = w.store.put_raw(ID, doc.to_json());
-    let mut log = w.log.lock().unwrap();
-    log.push(Event::Read { who: 0, etag: current.etag.clone() });
-    log.push(Event::Committed { who: 0, if_match: current.etag, etag });
-    drop(log);
+    {
+        let mut log = w.log.lock().unwrap();
+        log.push(Event::Read { who: 0, etag: current.etag.clone() });
+        log.push(Event::Committed { who: 0, if_match: current.etag, etag });
+    }
     check_world(w).await
 }
 
