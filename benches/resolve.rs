@@ -25,6 +25,10 @@ use lockprobe::store::{ETag, LocationStore, Versioned};
 /// Resources in the store and in every map, so lookups are not into a tiny table.
 const RESOURCES: usize = 1000;
 const PROBE_ID: &str = "resource-000500";
+/// Unlocked, for the miss path.
+const MISS_ID: &str = "resource-000499";
+/// Carries a started live lock, for the read-through path.
+const LOCKED_ID: &str = "resource-000501";
 const HOUR: Duration = Duration::from_secs(3600);
 
 fn id(i: usize) -> String {
@@ -74,21 +78,22 @@ fn bench_resolve(cr: &mut Criterion) {
     }
     assert_eq!(resolve_once(&hit, PROBE_ID), Source::Cache);
 
-    // Miss: a zero TTL never serves, so every resolve reads a replica.
-    let miss = client(&store, &[Duration::ZERO]);
-    assert_eq!(resolve_once(&miss, PROBE_ID), Source::Store);
-
-    // Read-through: a started live lock on the probed resource.
+    // Read-through: a started live lock on its own resource.
     let through = client(&store, &[HOUR, HOUR]);
     let req = PreLockRequest { owner: "bench".into(), duration: HOUR, target_location: None };
-    through.pre_lock(PROBE_ID, &req).now_or_never().unwrap().unwrap();
-    assert_eq!(resolve_once(&through, PROBE_ID), Source::ReadThrough);
+    through.pre_lock(LOCKED_ID, &req).now_or_never().unwrap().unwrap();
+    assert_eq!(resolve_once(&through, LOCKED_ID), Source::ReadThrough);
+
+    // Miss: a zero TTL never serves, so every resolve reads a replica (and only that:
+    // the resource is unlocked).
+    let miss = client(&store, &[Duration::ZERO]);
+    assert_eq!(resolve_once(&miss, MISS_ID), Source::Store);
 
     let mut g = cr.benchmark_group("resolve");
     g.bench_function("hashmap_baseline", |b| b.iter(|| map.get(black_box(PROBE_ID)).cloned()));
     g.bench_function("cache_hit_unlocked", |b| b.iter(|| hit.resolve(black_box(PROBE_ID)).now_or_never()));
-    g.bench_function("cache_miss", |b| b.iter(|| miss.resolve(black_box(PROBE_ID)).now_or_never()));
-    g.bench_function("read_through_live_lock", |b| b.iter(|| through.resolve(black_box(PROBE_ID)).now_or_never()));
+    g.bench_function("cache_miss", |b| b.iter(|| miss.resolve(black_box(MISS_ID)).now_or_never()));
+    g.bench_function("read_through_live_lock", |b| b.iter(|| through.resolve(black_box(LOCKED_ID)).now_or_never()));
     g.finish();
 
     // The pieces of a cache hit.
