@@ -1,13 +1,17 @@
 //! Defects found in the routing library and the memory store while writing the
 //! routing tests, kept as regression tests. Each states the behaviour DESIGN.md asks
-//! for; all were fixed on main in f82d69d.
+//! for. All but the last were fixed on main in f82d69d; the last
+//! (`a_lease_revived_by_a_clock_step_is_not_served_stale_from_cache`) fails until
+//! `cache_may_serve` gets the skew margin described on it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::{to_chrono, Clock, ManualClock};
 use lockprobe::routing::cache::TieredCache;
-use lockprobe::routing::{ClientOptions, LocationDocument, LockPolicy, Phase, PreLockRequest, RoutingClient, Source};
+use lockprobe::routing::{
+    enforce, ClientOptions, Decision, LocationDocument, LockPolicy, Operation, Phase, PreLockRequest, RoutingClient, Source,
+};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig, OpCounts};
 use lockprobe::store::{LocationStore, ReadFrom};
 
@@ -157,4 +161,47 @@ async fn a_replica_never_unsees_a_document_after_a_clock_step_back() {
     clock.set(clock.now() - to_chrono(Duration::from_secs(8)));
     let after_step = store.read("r", ReadFrom::Replica).await;
     assert!(after_step.is_ok(), "replica read after a clock step back: {after_step:?}");
+}
+
+/// A cached entry whose lock had lapsed when it was fetched is served from cache until
+/// its TTL (`cache_may_serve`: `lock.expires_at <= entry.fetched_at`). If the clock then
+/// steps back by less than the skew margin, the lapsed lease is live again by the clock
+/// and its holder can renew it; the cache keeps serving the old, lapsed lease, so the
+/// service allows writes under a live write lock for up to a TTL. The skew margin the
+/// client already applies to `effectiveAt` is not applied to `expiresAt`.
+///
+/// Fix (client.rs `cache_may_serve`): count a lock as lapsed at fetch only when
+/// `lock.expires_at + skew_margin <= entry.fetched_at`; within the margin, read through.
+#[tokio::test]
+async fn a_lease_revived_by_a_clock_step_is_not_served_stale_from_cache() {
+    let (clock, store) = setup();
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    let (orchestrator, service) = (client(&clock, &store), client(&clock, &store));
+    let skew = ClientOptions::default().skew_margin;
+    let grant = orchestrator.pre_lock("r", &request(600, None)).await.unwrap();
+    clock.advance(TTL + LAG);
+    orchestrator.escalate("r", &grant.token, Phase::HardDelete, Duration::from_secs(60)).await.unwrap();
+    let write = orchestrator.escalate("r", &grant.token, Phase::Write, Duration::from_secs(10)).await.unwrap();
+    let lapse = write.doc.primary.lock.unwrap().expires_at;
+
+    // The service fetches the document at the instant the write lease lapses.
+    clock.set(lapse);
+    service.resolve("r").await.unwrap();
+    // The clock steps back by less than the skew margin: the lease is live again, and
+    // its holder renews it.
+    clock.set(lapse - to_chrono(skew - Duration::from_millis(100)));
+    let renewed = orchestrator.renew("r", &grant.token, Duration::from_secs(60)).await.unwrap();
+    assert!(renewed.doc.primary.lock.as_ref().unwrap().expires_at > lapse + to_chrono(Duration::from_secs(30)));
+
+    clock.set(lapse + to_chrono(Duration::from_secs(1)));
+    let now = clock.now();
+    let r = service.resolve("r").await.unwrap();
+    assert_eq!(
+        enforce(Operation::Write, r.lock(), now),
+        enforce(Operation::Write, renewed.doc.primary.lock.as_ref(), now),
+        "the service decides a write on a stale lease ({:?} from {:?}) while the write lock is renewed",
+        r.lock().map(|l| l.expires_at),
+        r.source
+    );
+    assert!(matches!(enforce(Operation::Write, r.lock(), now), Decision::Block { .. }));
 }
