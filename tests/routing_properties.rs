@@ -1,11 +1,13 @@
 //! Property tests of the lock protocol: random interleavings of two to four
 //! orchestrators (each a `RoutingClient` with its own cache) over one in-memory store
-//! and one manual clock, with injected 412s, a concurrent writer and clock steps. After
+//! and one manual clock, with injected 412s, a concurrent writer, forward clock jumps
+//! and backward steps of up to the skew margin (the step the design absorbs). After
 //! every step the store's write-region document and its whole change history are
 //! checked against the invariants of DESIGN.md:
 //!
 //! - at most one live token per resource (no new token while a live lock exists; at most
-//!   one orchestrator's token is accepted at any instant);
+//!   one orchestrator's token is accepted at any instant; a swap's guard on `secondary`
+//!   keeps the old token but no operation accepts it);
 //! - no committed change without the current ETag (each commit's If-Match is its
 //!   predecessor's ETag, and the ETag its writer last read) and, for lock operations,
 //!   without the current live token; a refused operation commits nothing;
