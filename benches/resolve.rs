@@ -1,1 +1,154 @@
-fn main(){}
+//! `RoutingClient::resolve` on its three paths, against a plain `HashMap` lookup
+//! measured in the same run. Run with
+//! `cargo bench --bench resolve -- --warm-up-time 1 --measurement-time 3`;
+//! figures and ratios are in BENCHMARKS.md.
+//!
+//! `resolve` is async; against the in-memory store every path completes on its first
+//! poll, so it is polled once with `now_or_never` (no runtime, no scheduler cost in the
+//! figure). The `parts/*` benchmarks time the pieces of a cache hit, to show where the
+//! time goes.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use futures::FutureExt;
+
+use lockprobe::clock::{Clock, SystemClock};
+use lockprobe::routing::cache::TieredCache;
+use lockprobe::routing::{ClientOptions, LocationDocument, LockPolicy, PreLockRequest, RoutingClient, Source};
+use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
+use lockprobe::store::{ETag, LocationStore, Versioned};
+
+/// Resources in the store and in every map, so lookups are not into a tiny table.
+const RESOURCES: usize = 1000;
+const PROBE_ID: &str = "resource-000500";
+/// Unlocked, for the miss path.
+const MISS_ID: &str = "resource-000499";
+/// Carries a started live lock, for the read-through path.
+const LOCKED_ID: &str = "resource-000501";
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn id(i: usize) -> String {
+    format!("resource-{i:06}")
+}
+
+fn store() -> Arc<MemoryStore> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store = Arc::new(MemoryStore::new(clock, MemoryStoreConfig::default()));
+    for i in 0..RESOURCES {
+        store.create(&LocationDocument::new(id(i), "westeurope")).now_or_never().unwrap().unwrap();
+    }
+    store
+}
+
+/// A client whose cache tiers have these TTLs; locks it grants start at once
+/// (convergence delay zero), so the read-through path can be measured.
+fn client(store: &Arc<MemoryStore>, ttls: &[Duration]) -> RoutingClient {
+    RoutingClient::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        TieredCache::try_new(ttls).unwrap(),
+        LockPolicy { convergence_delay: Duration::ZERO, max_pre_lock: HOUR },
+        ClientOptions::default(),
+    )
+}
+
+fn resolve_once(c: &RoutingClient, id: &str) -> Source {
+    c.resolve(id).now_or_never().expect("completes on first poll").expect("resolves").source
+}
+
+fn bench_resolve(cr: &mut Criterion) {
+    let store = store();
+
+    // Baseline: the same documents in a plain map, looked up by id, Arc cloned out.
+    let map: HashMap<String, Arc<Versioned>> = (0..RESOURCES)
+        .map(|i| {
+            let doc = LocationDocument::new(id(i), "westeurope");
+            (id(i), Arc::new(Versioned { doc, etag: ETag(format!("e{i}")) }))
+        })
+        .collect();
+
+    // Cache hit: two tiers, an hour each, every resource resolved once.
+    let hit = client(&store, &[HOUR, HOUR]);
+    for i in 0..RESOURCES {
+        resolve_once(&hit, &id(i));
+    }
+    assert_eq!(resolve_once(&hit, PROBE_ID), Source::Cache);
+
+    // Read-through: a started live lock on its own resource.
+    let through = client(&store, &[HOUR, HOUR]);
+    let req = PreLockRequest { owner: "bench".into(), duration: HOUR, target_location: None };
+    through.pre_lock(LOCKED_ID, &req).now_or_never().unwrap().unwrap();
+    assert_eq!(resolve_once(&through, LOCKED_ID), Source::ReadThrough);
+
+    // Miss: a zero TTL never serves, so every resolve reads a replica (and only that:
+    // the resource is unlocked).
+    let miss = client(&store, &[Duration::ZERO]);
+    assert_eq!(resolve_once(&miss, MISS_ID), Source::Store);
+
+    let mut g = cr.benchmark_group("resolve");
+    g.bench_function("hashmap_baseline", |b| b.iter(|| map.get(black_box(PROBE_ID)).cloned()));
+    g.bench_function("cache_hit_unlocked", |b| b.iter(|| hit.resolve(black_box(PROBE_ID)).now_or_never()));
+    g.bench_function("cache_miss", |b| b.iter(|| miss.resolve(black_box(MISS_ID)).now_or_never()));
+    g.bench_function("read_through_live_lock", |b| b.iter(|| through.resolve(black_box(LOCKED_ID)).now_or_never()));
+    g.finish();
+
+    // The pieces of a cache hit.
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let one_tier = TieredCache::try_new(&[HOUR]).unwrap();
+    let now = clock.now();
+    for (k, v) in &map {
+        one_tier.put(k, v.clone(), now);
+    }
+    let mut p = cr.benchmark_group("parts");
+    p.bench_function("clock_now", |b| b.iter(|| black_box(&clock).now()));
+    p.bench_function("tiered_cache_get_one_tier", |b| b.iter(|| one_tier.get(black_box(PROBE_ID), black_box(now))));
+    p.bench_function("string_key_alloc", |b| b.iter(|| black_box(PROBE_ID).to_owned()));
+    p.bench_function("arc_clone_drop", |b| {
+        let a = map[PROBE_ID].clone();
+        b.iter(|| black_box(&a).clone())
+    });
+    p.bench_function("system_time_now", |b| b.iter(std::time::SystemTime::now));
+    p.bench_function("instant_now", |b| b.iter(std::time::Instant::now));
+    p.finish();
+
+    // Not the library: a sketch of the cache-hit path proposed in BENCHMARKS.md (expiry
+    // precomputed at insert as integer nanoseconds, one clock read without calendar
+    // conversion, no async state machine), to show what that change would buy.
+    let sketch = Sketch::new(&map);
+    let mut s = cr.benchmark_group("sketch");
+    s.bench_function("hit_system_time", |b| b.iter(|| sketch.get(black_box(PROBE_ID), unix_nanos())));
+    s.bench_function("hit_no_clock_read", |b| b.iter(|| sketch.get(black_box(PROBE_ID), black_box(sketch.start))));
+    s.finish();
+}
+
+fn unix_nanos() -> i64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+struct Sketch {
+    entries: std::sync::RwLock<HashMap<String, (Arc<Versioned>, i64)>>,
+    start: i64,
+}
+
+impl Sketch {
+    fn new(map: &HashMap<String, Arc<Versioned>>) -> Self {
+        let start = unix_nanos();
+        let expires = start + i64::try_from(HOUR.as_nanos()).unwrap();
+        let entries = map.iter().map(|(k, v)| (k.clone(), (v.clone(), expires))).collect();
+        Self { entries: std::sync::RwLock::new(entries), start }
+    }
+
+    fn get(&self, id: &str, now: i64) -> Option<Arc<Versioned>> {
+        let entries = self.entries.read().unwrap();
+        let (record, expires) = entries.get(id)?;
+        (now < *expires && record.doc.primary.lock.is_none()).then(|| record.clone())
+    }
+}
+
+criterion_group!(benches, bench_resolve);
+criterion_main!(benches);

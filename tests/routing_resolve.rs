@@ -1,0 +1,228 @@
+//! The routing path's cost and freshness, asserted from the store's own counters:
+//! an unlocked cached resource costs no store read; a started lock costs exactly one
+//! write-region read per resolve and never a replica read; a miss reads a replica; an
+//! instance that cached the unlocked document sees a new lock within max TTL +
+//! replication bound, and never before the store could have shown it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use lockprobe::clock::{to_chrono, Clock, ManualClock};
+use lockprobe::routing::cache::TieredCache;
+use lockprobe::routing::{ClientOptions, LocationDocument, LockPolicy, Phase, PreLockRequest, RoutingClient, Source};
+use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig, OpCounts};
+use lockprobe::store::{LocationStore, ReadFrom};
+
+const FAST: Duration = Duration::from_secs(1);
+const SLOW: Duration = Duration::from_secs(4);
+const LAG: Duration = Duration::from_secs(3);
+const SKEW: Duration = Duration::from_millis(500);
+
+struct Env {
+    clock: Arc<ManualClock>,
+    store: Arc<MemoryStore>,
+    /// The service instance whose reads are counted.
+    service: RoutingClient,
+    /// The orchestrator: its own client and cache over the same store.
+    orchestrator: RoutingClient,
+}
+
+fn client(clock: &Arc<ManualClock>, store: &Arc<MemoryStore>) -> RoutingClient {
+    RoutingClient::new(
+        store.clone(),
+        clock.clone(),
+        TieredCache::try_new(&[FAST, SLOW]).unwrap(),
+        LockPolicy::declared(SLOW, LAG, Duration::from_secs(3600)),
+        ClientOptions { retry_budget: 8, skew_margin: SKEW },
+    )
+}
+
+/// One resource `r`, created long enough ago that every replica has it.
+async fn env() -> Env {
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: LAG, ..Default::default() }));
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    clock.advance(Duration::from_secs(60));
+    Env { service: client(&clock, &store), orchestrator: client(&clock, &store), clock, store }
+}
+
+fn pre_lock_request() -> PreLockRequest {
+    PreLockRequest { owner: "test".into(), duration: Duration::from_secs(600), target_location: None }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+impl Env {
+    fn counts(&self) -> OpCounts {
+        self.store.counts()
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+}
+
+#[tokio::test]
+async fn a_cache_miss_reads_one_replica_and_nothing_else() {
+    let e = env().await;
+    let before = e.counts();
+    let r = e.service.resolve("r").await.unwrap();
+    assert_eq!(r.source, Source::Store);
+    assert_eq!(r.location(), "westeurope");
+    assert_eq!(e.counts().since(&before), OpCounts { read_replica: 1, ..Default::default() });
+
+    // A second resource is a miss of its own.
+    e.store.create(&LocationDocument::new("s", "northeurope")).await.unwrap();
+    e.clock.advance(LAG);
+    let before = e.counts();
+    assert_eq!(e.service.resolve("s").await.unwrap().source, Source::Store);
+    assert_eq!(e.counts().since(&before), OpCounts { read_replica: 1, ..Default::default() });
+}
+
+#[tokio::test]
+async fn an_unlocked_cached_resource_costs_no_store_read() {
+    let e = env().await;
+    e.service.resolve("r").await.unwrap();
+    let before = e.counts();
+    // 390 resolves spread over just under the slow tier's TTL: the fast tier lapses
+    // every second and is refilled from the slow one, still without a store read.
+    for _ in 0..390 {
+        let r = e.service.resolve("r").await.unwrap();
+        assert_eq!(r.source, Source::Cache);
+        assert_eq!(r.store_time, Duration::ZERO);
+        e.clock.advance(ms(10));
+    }
+    assert_eq!(e.counts().since(&before), OpCounts::default());
+    // Past the largest TTL the next resolve goes back to the store.
+    e.clock.advance(ms(100));
+    assert_eq!(e.service.resolve("r").await.unwrap().source, Source::Store);
+    assert_eq!(e.counts().since(&before), OpCounts { read_replica: 1, ..Default::default() });
+}
+
+#[tokio::test]
+async fn a_pre_lock_not_yet_started_is_still_served_from_cache() {
+    let e = env().await;
+    let grant = e.orchestrator.pre_lock("r", &pre_lock_request()).await.unwrap();
+    let effective_at = grant.record.doc.primary.lock.as_ref().unwrap().effective_at;
+    e.clock.advance(LAG);
+    // The miss sees the pre-lock on the replica; it has not started, so it is cached.
+    let r = e.service.resolve("r").await.unwrap();
+    assert_eq!(r.source, Source::Store);
+    assert!(r.lock().is_some());
+    let before = e.counts();
+    // Until effectiveAt minus the skew margin, cache hits cost nothing.
+    while e.now() + to_chrono(SKEW) < effective_at - to_chrono(ms(100)) {
+        let r = e.service.resolve("r").await.unwrap();
+        if r.source != Source::Cache {
+            // Only because the slow tier lapsed: a replica read, never the write region.
+            assert_eq!(r.source, Source::Store);
+        }
+        e.clock.advance(ms(100));
+    }
+    assert_eq!(e.counts().since(&before).read_write_region, 0);
+    // Within the skew margin of effectiveAt the lock already counts as started.
+    e.clock.set(effective_at - to_chrono(ms(400)));
+    assert_eq!(e.service.resolve("r").await.unwrap().source, Source::ReadThrough);
+}
+
+#[tokio::test]
+async fn a_started_lock_costs_one_write_region_read_per_resolve_and_no_replica_read() {
+    let e = env().await;
+    let grant = e.orchestrator.pre_lock("r", &pre_lock_request()).await.unwrap();
+    e.clock.advance(LockPolicy::declared(SLOW, LAG, Duration::ZERO).convergence_delay);
+
+    // A cold cache cannot know the resource is locked: one replica read finds the
+    // started lock, then the write region is read (never enforced on the replica's view).
+    let before = e.counts();
+    let r = e.service.resolve("r").await.unwrap();
+    assert_eq!(r.source, Source::ReadThrough);
+    assert_eq!(e.counts().since(&before), OpCounts { read_replica: 1, read_write_region: 1, ..Default::default() });
+
+    // Warm: every resolve is exactly one write-region read, also well within every TTL.
+    for i in 0..50u64 {
+        let before = e.counts();
+        let r = e.service.resolve("r").await.unwrap();
+        assert_eq!(r.source, Source::ReadThrough, "resolve {i}");
+        assert_eq!(e.counts().since(&before), OpCounts { read_write_region: 1, ..Default::default() }, "resolve {i}");
+        e.clock.advance(ms(50));
+    }
+
+    // The read-through is what makes a change visible at once: an escalation by the
+    // orchestrator shows on the very next resolve, though the cache TTL has not lapsed.
+    e.orchestrator.escalate("r", &grant.token, Phase::HardDelete, Duration::from_secs(60)).await.unwrap();
+    let r = e.service.resolve("r").await.unwrap();
+    assert_eq!(r.source, Source::ReadThrough);
+    assert_eq!(r.lock().unwrap().phase, Phase::HardDelete);
+    assert_eq!(r.record.etag, e.store.read("r", ReadFrom::WriteRegion).await.unwrap().etag);
+}
+
+#[tokio::test]
+async fn after_the_lease_lapses_the_cache_serves_again() {
+    let e = env().await;
+    let grant = e.orchestrator.pre_lock("r", &pre_lock_request()).await.unwrap();
+    let expires_at = grant.record.doc.primary.lock.as_ref().unwrap().expires_at;
+    e.clock.set(expires_at);
+    // The first resolve learns the lease is over (how many reads that takes is
+    // routing_bugs.rs' concern); from then on cache hits are free.
+    e.service.resolve("r").await.unwrap();
+    let before = e.counts();
+    for _ in 0..20 {
+        assert_eq!(e.service.resolve("r").await.unwrap().source, Source::Cache);
+    }
+    assert_eq!(e.counts().since(&before), OpCounts::default());
+}
+
+/// When does an instance that cached the unlocked document first see a new lock?
+/// Returns that instant (the lock was taken at `locked_at`), checking on the way that
+/// the instance only ever read replicas and never served the unlocked document once
+/// the lock took effect.
+async fn first_sight(cached_before_lock: Duration) -> (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>) {
+    let e = env().await;
+    let cached_at = e.now();
+    assert_eq!(e.service.resolve("r").await.unwrap().source, Source::Store);
+    e.clock.advance(cached_before_lock);
+    let locked_at = e.now();
+    let grant = e.orchestrator.pre_lock("r", &pre_lock_request()).await.unwrap();
+    let effective_at = grant.record.doc.primary.lock.as_ref().unwrap().effective_at;
+    let step = ms(50);
+    loop {
+        let before = e.counts();
+        let r = e.service.resolve("r").await.unwrap();
+        let reads = e.counts().since(&before);
+        if r.lock().is_some() {
+            // A replica read, followed by a write-region read if the lock is within the
+            // skew margin of starting.
+            assert_ne!(r.source, Source::Cache, "first sight needs a store read");
+            return (cached_at, locked_at, e.now());
+        }
+        assert!(e.now() < effective_at, "the lock is in force and the instance still serves the unlocked document");
+        match r.source {
+            Source::Cache => assert_eq!(reads, OpCounts::default()),
+            Source::Store => assert_eq!(reads, OpCounts { read_replica: 1, ..Default::default() }),
+            Source::ReadThrough => panic!("read-through of a document without a lock"),
+        }
+        e.clock.advance(step);
+    }
+}
+
+#[tokio::test]
+async fn a_cached_instance_converges_within_max_ttl_plus_replication_bound() {
+    let bound = to_chrono(SLOW + LAG);
+    let mut worst = chrono::TimeDelta::zero();
+    // Lock taken at every phase of the instance's cache entry, 0 to 4 s after caching.
+    for offset_ms in (0..=4000).step_by(250) {
+        let (cached_at, locked_at, seen_at) = first_sight(ms(offset_ms)).await;
+        let delay = seen_at - locked_at;
+        assert!(delay <= bound, "offset {offset_ms} ms: seen after {delay}, bound {bound}");
+        // Never before the replica could show the lock, nor before the entry lapsed.
+        assert!(delay >= to_chrono(LAG), "offset {offset_ms} ms: seen after {delay}, before the replica lag");
+        assert!(seen_at >= cached_at + to_chrono(SLOW), "offset {offset_ms} ms: seen before the cached entry lapsed");
+        worst = worst.max(delay);
+    }
+    // The bound is not slack: some phase comes within one resolve step of it.
+    assert!(worst > bound - to_chrono(ms(300)), "worst case {worst} is far below the bound {bound}");
+}
