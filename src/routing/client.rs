@@ -176,7 +176,8 @@ impl RoutingClient {
     }
 
     async fn resolve_from_store(&self, id: &str) -> Result<Resolved, RoutingError> {
-        let now = self.clock.now();
+        let fetched = self.fetch_time();
+        let now = fetched.0;
         let started = Instant::now();
         let replica = self.store.read(id, ReadFrom::Replica).await?;
         if replica.doc.primary.lock.as_ref().is_some_and(|l| self.replica_may_lag_on(l, now)) {
@@ -184,7 +185,7 @@ impl RoutingClient {
             return self.read_through(id).await;
         }
         let record = Arc::new(replica);
-        self.remember(id, record.clone(), now);
+        self.remember(id, record.clone(), fetched);
         Ok(Resolved { record, source: Source::Store, store_time: started.elapsed() })
     }
 
@@ -198,7 +199,7 @@ impl RoutingClient {
         match self.store.create(&doc).await {
             Ok(etag) => {
                 let record = Arc::new(Versioned { doc, etag });
-                self.remember(id, record.clone(), self.clock.now());
+                self.remember(id, record.clone(), self.fetch_time());
                 Ok(Resolved { record, source: Source::Store, store_time: Duration::ZERO })
             }
             // Someone else created it first: theirs is the document.
@@ -267,7 +268,7 @@ impl RoutingClient {
     /// swapped and only the write region can say what holds now. A lock that had lapsed
     /// (by more than the skew margin) when the document was fetched is final: an
     /// expired token can do nothing.
-    fn remember(&self, id: &str, record: Arc<Versioned>, fetched: DateTime<Utc>) {
+    fn remember(&self, id: &str, record: Arc<Versioned>, (fetched, fetched_ns): (DateTime<Utc>, i64)) {
         let serve_until = match &record.doc.primary.lock {
             // Within the skew margin of its end a lease may still be live by another
             // clock (and be renewed), so only a lock lapsed by more than that is final.
@@ -276,14 +277,22 @@ impl RoutingClient {
             }
             _ => i64::MAX,
         };
-        self.cache.put(id, record, unix_nanos(fetched), serve_until);
+        self.cache.put(id, record, fetched_ns, serve_until);
+    }
+
+    /// The fetch time of a document about to be read: as a date for lock arithmetic, and
+    /// on the cache's own (possibly coarse) clock, so entries age on the clock that
+    /// checks them. Taken before the read, so an entry never outlives its TTL.
+    fn fetch_time(&self) -> (DateTime<Utc>, i64) {
+        (self.clock.now(), self.clock.now_unix_nanos())
     }
 
     async fn read_through(&self, id: &str) -> Result<Resolved, RoutingError> {
+        let fetched = self.fetch_time();
         let started = Instant::now();
         let record = Arc::new(self.store.read(id, ReadFrom::WriteRegion).await?);
         let store_time = started.elapsed();
-        self.remember(id, record.clone(), self.clock.now());
+        self.remember(id, record.clone(), fetched);
         Ok(Resolved { record, source: Source::ReadThrough, store_time })
     }
 
@@ -298,7 +307,7 @@ impl RoutingClient {
             match self.store.replace(&next, &current.etag).await {
                 Ok(etag) => {
                     let written = Versioned { doc: next, etag };
-                    self.remember(id, Arc::new(written.clone()), self.clock.now());
+                    self.remember(id, Arc::new(written.clone()), self.fetch_time());
                     return Ok(written);
                 }
                 Err(StoreError::PreconditionFailed) => continue,
