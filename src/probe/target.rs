@@ -191,6 +191,14 @@ impl TargetClient {
         self.http.request(method, url).bearer_auth(&self.api_key)
     }
 
+    /// A `POST` to the lock API under `/v1/resources/{id}{path}`, refused before sending
+    /// when the resource is outside the test prefix.
+    async fn post_lock(&self, instance: usize, resource: &str, path: &str, body: Value) -> Result<Reply, TargetError> {
+        self.guard(resource)?;
+        let req = self.lock_call(reqwest::Method::POST, self.url(instance, resource, path)).json(&body);
+        self.send(req).await
+    }
+
     /// `POST /lock`: pre-lock.
     pub async fn pre_lock(
         &self,
@@ -200,15 +208,11 @@ impl TargetClient {
         lease: Duration,
         target_location: Option<&str>,
     ) -> Result<Reply, TargetError> {
-        self.guard(resource)?;
         let mut body = json!({"owner": owner, "durationSeconds": lease.as_secs_f64()});
         if let Some(t) = target_location {
             body["targetLocation"] = json!(t);
         }
-        let req = self
-            .lock_call(reqwest::Method::POST, self.url(instance, resource, "/lock"))
-            .json(&body);
-        self.send(req).await
+        self.post_lock(instance, resource, "/lock", body).await
     }
 
     /// `POST /lock/escalate` to `hardDelete` or `write`.
@@ -220,15 +224,8 @@ impl TargetClient {
         phase: &str,
         lease: Duration,
     ) -> Result<Reply, TargetError> {
-        self.guard(resource)?;
         let body = json!({"token": token, "phase": phase, "durationSeconds": lease.as_secs_f64()});
-        let req = self
-            .lock_call(
-                reqwest::Method::POST,
-                self.url(instance, resource, "/lock/escalate"),
-            )
-            .json(&body);
-        self.send(req).await
+        self.post_lock(instance, resource, "/lock/escalate", body).await
     }
 
     /// `POST /lock/renew`.
@@ -239,15 +236,8 @@ impl TargetClient {
         token: &str,
         lease: Duration,
     ) -> Result<Reply, TargetError> {
-        self.guard(resource)?;
         let body = json!({"token": token, "durationSeconds": lease.as_secs_f64()});
-        let req = self
-            .lock_call(
-                reqwest::Method::POST,
-                self.url(instance, resource, "/lock/renew"),
-            )
-            .json(&body);
-        self.send(req).await
+        self.post_lock(instance, resource, "/lock/renew", body).await
     }
 
     /// `POST /lock/swap` to `target_location`.
@@ -258,15 +248,8 @@ impl TargetClient {
         token: &str,
         target_location: &str,
     ) -> Result<Reply, TargetError> {
-        self.guard(resource)?;
         let body = json!({"token": token, "targetLocation": target_location});
-        let req = self
-            .lock_call(
-                reqwest::Method::POST,
-                self.url(instance, resource, "/lock/swap"),
-            )
-            .json(&body);
-        self.send(req).await
+        self.post_lock(instance, resource, "/lock/swap", body).await
     }
 
     /// `DELETE /lock` with the `Lock-Token` header.

@@ -3,15 +3,21 @@
 use std::time::{Duration, Instant};
 
 use super::check::Check;
+use crate::probe::target::Reply;
 use super::Abort;
 
 impl Check<'_> {
+    /// Takes the pre-lock a negative check stands on; without it the check cannot run.
+    async fn must_pre_lock(&self) -> Result<Reply, Abort> {
+        match self.pre_lock("preLock", None).await? {
+            (reply, true) => Ok(reply),
+            (_, false) => Err(Abort::Stop),
+        }
+    }
+
     /// Pre-locks and waits until the lock is effective everywhere.
     pub(super) async fn pre_lock_and_wait(&self) -> Result<(), Abort> {
-        let (r, ok) = self.pre_lock("preLock", None).await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
+        let r = self.must_pre_lock().await?;
         let wait = self.escalation_wait(self.declared(&r));
         self.step(&format!(
             "waiting {:.3}s for the pre-lock to take effect",
@@ -26,10 +32,7 @@ impl Check<'_> {
             "a second pre-lock on {} must be refused",
             self.resource
         ));
-        let (_, ok) = self.pre_lock("preLock", None).await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
+        self.must_pre_lock().await?;
         let s = &self.sc.settings;
         self.lock_op(
             "preLock",
@@ -48,10 +51,7 @@ impl Check<'_> {
             "a wrong token on {} must be refused",
             self.resource
         ));
-        let (_, ok) = self.pre_lock("preLock", None).await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
+        self.must_pre_lock().await?;
         let wrong = hex::encode(rand::random::<[u8; 16]>());
         let c = &self.sc.client;
         self.lock_op(
@@ -76,10 +76,7 @@ impl Check<'_> {
             "escalating {} before effectiveAt must be refused",
             self.resource
         ));
-        let (_, ok) = self.pre_lock("preLock", None).await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
+        self.must_pre_lock().await?;
         let s = &self.sc.settings;
         self.lock_op(
             "preLock",

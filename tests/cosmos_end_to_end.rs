@@ -1,6 +1,7 @@
-//! `lockprobe serve` with a `[monitor]` table: the probe drives migrations through the
-//! reference service, which runs on the Cosmos store (local test server), and the monitor
-//! inside the same `serve` process watches that store and sees the probe's migrations.
+//! The processes an operator runs, on the Cosmos store (local test server):
+//! `lockprobe serve` with a `[monitor]` table, where the probe drives migrations through
+//! the reference service on Cosmos and the monitor in the same process watches that
+//! store; and `lockprobe demo --store cosmos`.
 
 #[path = "support/cosmos_server.rs"]
 mod cosmos_server;
@@ -139,4 +140,22 @@ monitor-escalation-buffer = "300ms"
     assert!(metrics.contains("lockprobe_monitor_migrations_total{outcome=\"swapped\"}"), "one /metrics for both");
     assert!(metrics.contains("lockprobe_probe_runs_total"));
     stop.cancel();
+}
+
+#[test]
+fn the_demo_runs_a_passing_cycle_on_the_cosmos_store() {
+    let server = CosmosServer::start();
+    let database = cosmos_server::unique_database("demo");
+    let out = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["demo", "--cycles", "1", "--schedule", "* * * * * *", "--store", "cosmos"])
+        .args(["--cosmos-endpoint", &server.endpoint(), "--cosmos-key-env", "DEMO_COSMOS_KEY"])
+        .args(["--cosmos-database", &database, "--cosmos-container", "locations", "--cosmos-create-if-missing"])
+        .args(["--cosmos-write-region", "South Central US", "--cosmos-preferred-region", "South Central US"])
+        .env("DEMO_COSMOS_KEY", "bG9ja3Byb2Jl")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("1 cycle(s), 0 not passed"), "{stdout}");
+    assert!(stdout.contains("early escalations 0, partial cutovers 0"), "the monitor watched cosmos: {stdout}");
 }
