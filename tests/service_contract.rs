@@ -484,3 +484,16 @@ async fn server_timing_tells_cache_from_read_through() {
     let missing = h.read(0, "probe-never", "k").await;
     assert_eq!((missing.status, missing.source()), (StatusCode::NOT_FOUND, "store".to_owned()));
 }
+
+#[tokio::test]
+async fn a_refused_pre_lock_of_a_new_resource_creates_no_document() {
+    let h = harness().await;
+    let over = h.lock(0, "probe-new", "", json!({"owner": "x", "durationSeconds": 7200})).await;
+    assert_eq!((over.status, over.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
+    let home = h.lock(0, "probe-new", "", json!({"owner": "x", "durationSeconds": 10, "targetLocation": "westeurope"})).await;
+    assert_eq!((home.status, home.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
+    assert_eq!(h.etag("probe-new").await, None, "bad input changes nothing, not even the document's existence");
+    let before = h.store.counts();
+    assert_eq!(h.pre_lock("probe-new", 10.0).await.status, StatusCode::CREATED);
+    assert_eq!(h.store.counts().since(&before).writes(), 1, "a granted pre-lock is one write, creation included");
+}

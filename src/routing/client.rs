@@ -210,10 +210,20 @@ impl RoutingClient {
 
     /// Takes a pre-lock; the new token is in the grant and nowhere else.
     pub async fn pre_lock(&self, id: &str, req: &PreLockRequest) -> Result<Grant, RoutingError> {
+        self.grant(id, None, req).await
+    }
+
+    /// Takes a pre-lock, creating the document at `home` in that same single write when
+    /// the resource has none yet: a refused request then leaves no document behind.
+    pub async fn pre_lock_or_create(&self, id: &str, home: &str, req: &PreLockRequest) -> Result<Grant, RoutingError> {
+        self.grant(id, Some(home), req).await
+    }
+
+    async fn grant(&self, id: &str, home: Option<&str>, req: &PreLockRequest) -> Result<Grant, RoutingError> {
         let token = LockToken::generate();
         let policy = self.policy.clone();
         let record = self
-            .mutate(id, |doc, now| lifecycle::pre_lock(doc, req, token.clone(), &policy, now))
+            .mutate_or_create(id, home, |doc, now| lifecycle::pre_lock(doc, req, token.clone(), &policy, now))
             .await?;
         Ok(Grant { record, token })
     }
@@ -301,16 +311,35 @@ impl RoutingClient {
     where
         F: Fn(&LocationDocument, DateTime<Utc>) -> Result<LocationDocument, LockError>,
     {
+        self.mutate_or_create(id, None, decide).await
+    }
+
+    /// [`Self::mutate`]; with `home`, a missing document is decided on as a new one at
+    /// `home` and written with create-if-absent, where losing the race to create (409)
+    /// re-reads and re-decides like a 412.
+    async fn mutate_or_create<F>(&self, id: &str, home: Option<&str>, decide: F) -> Result<Versioned, RoutingError>
+    where
+        F: Fn(&LocationDocument, DateTime<Utc>) -> Result<LocationDocument, LockError>,
+    {
         for _ in 0..self.options.retry_budget {
-            let current = self.store.read(id, ReadFrom::WriteRegion).await?;
-            let next = decide(&current.doc, self.clock.now())?;
-            match self.store.replace(&next, &current.etag).await {
+            let (current, etag) = match (self.store.read(id, ReadFrom::WriteRegion).await, home) {
+                (Ok(current), _) => (current.doc, Some(current.etag)),
+                (Err(StoreError::NotFound), Some(home)) => (LocationDocument::new(id, home), None),
+                (Err(e), _) => return Err(e.into()),
+            };
+            let next = decide(&current, self.clock.now())?;
+            let written = match &etag {
+                Some(etag) => self.store.replace(&next, etag).await,
+                None => self.store.create(&next).await,
+            };
+            match written {
                 Ok(etag) => {
                     let written = Versioned { doc: next, etag };
                     self.remember(id, Arc::new(written.clone()), self.fetch_time());
                     return Ok(written);
                 }
-                Err(StoreError::PreconditionFailed) => continue,
+                Err(StoreError::PreconditionFailed) if etag.is_some() => continue,
+                Err(StoreError::Conflict) if etag.is_none() => continue,
                 Err(e) => return Err(e.into()),
             }
         }

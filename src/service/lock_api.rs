@@ -120,9 +120,9 @@ pub async fn pre_lock(
     if let Some(target) = &body.target_location {
         input::check_name("targetLocation", target)?;
     }
-    instance.routing.resolve_or_create(&id, &instance.config.home_location).await?;
     let req = PreLockRequest { owner: body.owner, duration, target_location: body.target_location };
-    let grant = instance.routing.pre_lock(&id, &req).await.map_err(|e| match e {
+    let home = &instance.config.home_location;
+    let grant = instance.routing.pre_lock_or_create(&id, home, &req).await.map_err(|e| match e {
         // The loser learns when the holder's lease ends at the latest.
         RoutingError::Lock(LockError::LockHeld { expires_at }) => {
             ApiError::locked(e.to_string(), span(instance.routing.clock().now(), expires_at))
