@@ -497,3 +497,22 @@ async fn a_refused_pre_lock_of_a_new_resource_creates_no_document() {
     assert_eq!(h.pre_lock("probe-new", 10.0).await.status, StatusCode::CREATED);
     assert_eq!(h.store.counts().since(&before).writes(), 1, "a granted pre-lock is one write, creation included");
 }
+
+#[tokio::test]
+async fn lock_calls_check_credentials_before_the_body() {
+    let h = harness().await;
+    let send = |auth: Option<&'static str>| {
+        let mut req = h
+            .http
+            .post(format!("{}/v1/resources/probe-a/lock", h.urls[0]))
+            .header("content-type", "application/json")
+            .body("{\"owner\": ");
+        if let Some(key) = auth {
+            req = req.bearer_auth(key);
+        }
+        req.send()
+    };
+    assert_eq!(send(None).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(send(Some("nope")).await.unwrap().status(), StatusCode::FORBIDDEN);
+    assert_eq!(send(Some(KEY)).await.unwrap().status(), StatusCode::BAD_REQUEST);
+}

@@ -56,7 +56,9 @@ pub struct SwapBody {
 /// Longest accepted `owner`.
 const MAX_OWNER_BYTES: usize = 256;
 
-/// Checks credentials, the id, and the test prefix, in that order.
+/// Checks credentials, the id, and the test prefix, in that order. Handlers call it
+/// before looking at the body, so a caller without the key gets 401 or 403 and learns
+/// nothing from how its body was judged.
 fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), ApiError> {
     let presented = headers
         .get(header::AUTHORIZATION)
@@ -110,9 +112,10 @@ pub async fn pre_lock(
     State(instance): State<Arc<Instance>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<PreLockBody>,
+    body: Result<JsonBody<PreLockBody>, ApiError>,
 ) -> Result<Response, ApiError> {
     authorize(&instance, &headers, &id)?;
+    let JsonBody(body) = body?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     if body.owner.len() > MAX_OWNER_BYTES {
         return Err(ApiError::bad_request(format!("owner is longer than {MAX_OWNER_BYTES} bytes")));
@@ -138,9 +141,10 @@ pub async fn escalate(
     State(instance): State<Arc<Instance>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<EscalateBody>,
+    body: Result<JsonBody<EscalateBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
+    let JsonBody(body) = body?;
     let token = token("token", &body.token)?;
     let phase: Phase = body.phase.parse().map_err(ApiError::bad_request)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
@@ -154,9 +158,10 @@ pub async fn renew(
     State(instance): State<Arc<Instance>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<RenewBody>,
+    body: Result<JsonBody<RenewBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
+    let JsonBody(body) = body?;
     let token = token("token", &body.token)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     let record = instance.routing.renew(&id, &token, duration).await?;
@@ -170,9 +175,10 @@ pub async fn swap(
     State(instance): State<Arc<Instance>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<SwapBody>,
+    body: Result<JsonBody<SwapBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
+    let JsonBody(body) = body?;
     let token = token("token", &body.token)?;
     input::check_name("targetLocation", &body.target_location)?;
     let held = instance.routing.check_held(&id, &token, Phase::Write).await?;
