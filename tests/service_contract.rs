@@ -516,3 +516,48 @@ async fn lock_calls_check_credentials_before_the_body() {
     assert_eq!(send(Some("nope")).await.unwrap().status(), StatusCode::FORBIDDEN);
     assert_eq!(send(Some(KEY)).await.unwrap().status(), StatusCode::BAD_REQUEST);
 }
+
+/// A swap refused for its target must not have copied anything there first: the copy
+/// replaces the target's items, and at an old location those are the data it keeps.
+#[tokio::test]
+async fn a_swap_to_an_undeclared_target_copies_nothing() {
+    use axum::body::Body;
+    use axum::http::Request;
+    use lockprobe::service::items::ItemStores;
+    use lockprobe::service::{instance, router};
+    use tower::ServiceExt;
+
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    let items = Arc::new(ItemStores::default());
+    let config = Arc::new(ServiceConfig { cache_ttls: vec![TTL], replication_bound: BOUND, ..ServiceConfig::new(KEY) });
+    let app = router(instance(0, config, store, clock.clone(), items.clone()).unwrap());
+    let call = |method: &str, path: &str, body: Value| {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {KEY}"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        app.clone().oneshot(req)
+    };
+    let id = "probe-swap";
+    items.put("eastus", id, "kept", json!("the old location's data"));
+    assert_eq!(call("PUT", &format!("/v1/resources/{id}/items/k"), json!({"value": 1})).await.unwrap().status(), 201);
+    let pre = call("POST", &format!("/v1/resources/{id}/lock"), json!({"owner": "o", "durationSeconds": 600, "targetLocation": "northeurope"}))
+        .await
+        .unwrap();
+    assert_eq!(pre.status(), 201);
+    let pre: Value = serde_json::from_slice(&axum::body::to_bytes(pre.into_body(), 1 << 16).await.unwrap()).unwrap();
+    let token = pre["token"].as_str().unwrap();
+    clock.advance(TTL + BOUND);
+    for phase in ["hardDelete", "write"] {
+        let up = call("POST", &format!("/v1/resources/{id}/lock/escalate"), json!({"token": token, "phase": phase, "durationSeconds": 60}));
+        assert_eq!(up.await.unwrap().status(), 200);
+    }
+    let wrong = call("POST", &format!("/v1/resources/{id}/lock/swap"), json!({"token": token, "targetLocation": "eastus"}));
+    assert_eq!(wrong.await.unwrap().status(), 400);
+    assert_eq!(items.get("eastus", id, "kept").map(|i| i.value), Some(json!("the old location's data")));
+    assert_eq!(items.get("eastus", id, "k"), None, "nothing was copied to a target the swap refused");
+}

@@ -248,15 +248,13 @@ impl RoutingClient {
         self.mutate(id, |doc, now| lifecycle::release(doc, token, now)).await
     }
 
-    /// Reads the authoritative document and checks that `token` holds a live lock in
-    /// `phase`, without writing: for work that must happen under the lock (the copy
-    /// before a swap).
-    pub async fn check_held(&self, id: &str, token: &LockToken, phase: Phase) -> Result<Versioned, RoutingError> {
+    /// Reads the authoritative document and checks that the swap of `token` to
+    /// `target` would be accepted now, without writing: the copy of user data that must
+    /// happen under the write lock before the swap then runs only for a swap that can
+    /// succeed, and never copies to a target the swap would refuse.
+    pub async fn check_swap(&self, id: &str, token: &LockToken, target: &str) -> Result<Versioned, RoutingError> {
         let record = self.store.read(id, ReadFrom::WriteRegion).await?;
-        let lock = lifecycle::held_lock(&record.doc, token, self.clock.now())?;
-        if lock.phase != phase {
-            return Err(LockError::InvalidTransition(format!("needs a {phase} lock; the lock is in {}", lock.phase)).into());
-        }
+        lifecycle::swap(&record.doc, token, target, self.clock.now())?;
         Ok(record)
     }
 

@@ -181,11 +181,8 @@ pub async fn swap(
     let JsonBody(body) = body?;
     let token = token("token", &body.token)?;
     input::check_name("targetLocation", &body.target_location)?;
-    let held = instance.routing.check_held(&id, &token, Phase::Write).await?;
+    let held = instance.routing.check_swap(&id, &token, &body.target_location).await?;
     let from = held.doc.primary.location.clone();
-    if from == body.target_location {
-        return Err(ApiError::bad_request(format!("targetLocation {from:?} is the current location")));
-    }
     // Writes are blocked while the write lock holds, so the source is stable; if the
     // lease lapses before the swap write, the swap fails and the copy is overwritten by
     // the next migration's copy.
