@@ -32,7 +32,7 @@ pub struct PreLockBody {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EscalateBody {
-    token: String,
+    token: LockToken,
     phase: String,
     duration_seconds: f64,
 }
@@ -41,7 +41,7 @@ pub struct EscalateBody {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RenewBody {
-    token: String,
+    token: LockToken,
     duration_seconds: f64,
 }
 
@@ -49,7 +49,7 @@ pub struct RenewBody {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SwapBody {
-    token: String,
+    token: LockToken,
     target_location: String,
 }
 
@@ -76,11 +76,14 @@ fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), A
     }
 }
 
-fn token(field: &str, raw: &str) -> Result<LockToken, ApiError> {
+/// A presented token of plausible length. Bodies carry tokens as [`LockToken`], whose
+/// `Debug` is redacted, so a logged request body cannot leak one.
+fn token(field: &str, presented: LockToken) -> Result<LockToken, ApiError> {
+    let raw = presented.expose();
     if raw.is_empty() || raw.len() > 128 {
         return Err(ApiError::bad_request(format!("{field} must be the token returned by the pre-lock")));
     }
-    Ok(LockToken::from_presented(raw))
+    Ok(presented)
 }
 
 /// The lock view of the contract. `token` is included only for its holder.
@@ -145,7 +148,7 @@ pub async fn escalate(
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
     let JsonBody(body) = body?;
-    let token = token("token", &body.token)?;
+    let token = token("token", body.token)?;
     let phase: Phase = body.phase.parse().map_err(ApiError::bad_request)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     let record = instance.routing.escalate(&id, &token, phase, duration).await?;
@@ -162,7 +165,7 @@ pub async fn renew(
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
     let JsonBody(body) = body?;
-    let token = token("token", &body.token)?;
+    let token = token("token", body.token)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     let record = instance.routing.renew(&id, &token, duration).await?;
     tracing::info!(resource = %id, instance = instance.index, "lock renewed");
@@ -179,7 +182,7 @@ pub async fn swap(
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
     let JsonBody(body) = body?;
-    let token = token("token", &body.token)?;
+    let token = token("token", body.token)?;
     input::check_name("targetLocation", &body.target_location)?;
     let held = instance.routing.check_swap(&id, &token, &body.target_location).await?;
     let from = held.doc.primary.location.clone();
@@ -203,8 +206,26 @@ pub async fn release(
         .get("lock-token")
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| ApiError::bad_request("the Lock-Token header is required"))?;
-    let token = token("Lock-Token", raw)?;
+    let token = token("Lock-Token", LockToken::from_presented(raw))?;
     instance.routing.release(&id, &token).await?;
     tracing::info!(resource = %id, instance = instance.index, "lock released");
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_bodies_never_show_the_token_in_debug() {
+        let secret = "0123456789abcdef0123456789abcdef";
+        let escalate: EscalateBody =
+            serde_json::from_value(json!({"token": secret, "phase": "write", "durationSeconds": 1})).unwrap();
+        let renew: RenewBody = serde_json::from_value(json!({"token": secret, "durationSeconds": 1})).unwrap();
+        let swap: SwapBody = serde_json::from_value(json!({"token": secret, "targetLocation": "x"})).unwrap();
+        for shown in [format!("{escalate:?}"), format!("{renew:?}"), format!("{swap:?}")] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert_eq!(token("token", escalate.token).unwrap().expose(), secret);
+    }
 }
