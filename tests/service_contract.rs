@@ -561,3 +561,20 @@ async fn a_swap_to_an_undeclared_target_copies_nothing() {
     assert_eq!(items.get("eastus", id, "kept").map(|i| i.value), Some(json!("the old location's data")));
     assert_eq!(items.get("eastus", id, "k"), None, "nothing was copied to a target the swap refused");
 }
+
+/// RFC 9110 §11.1: the authentication scheme is case-insensitive.
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let h = harness().await;
+    for (i, scheme) in ["bearer", "BEARER"].iter().enumerate() {
+        let resp = h
+            .http
+            .post(format!("{}/v1/resources/probe-case{i}/lock", h.urls[0]))
+            .header("authorization", format!("{scheme} {KEY}"))
+            .json(&json!({"owner": "x", "durationSeconds": 10}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::CREATED, "{scheme}");
+    }
+}

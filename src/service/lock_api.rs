@@ -63,7 +63,9 @@ fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), A
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key)
         .ok_or_else(ApiError::unauthorized)?;
     let expected = LockToken::from_presented(instance.config.api_key.as_str());
     if !expected.matches(&LockToken::from_presented(presented)) {
