@@ -578,3 +578,18 @@ async fn the_bearer_scheme_is_case_insensitive() {
         assert_eq!(resp.status(), StatusCode::CREATED, "{scheme}");
     }
 }
+
+/// A replica that lags has not seen a new resource yet; its "not found" is not the
+/// store's answer. An item written on one instance is readable on another at once.
+#[tokio::test]
+async fn a_new_resource_is_found_on_every_instance_before_replicas_catch_up() {
+    let h = harness().await;
+    assert_eq!(h.write(0, "probe-fresh", "k", json!(1)).await.status, StatusCode::CREATED);
+    let read = h.read(1, "probe-fresh", "k").await;
+    assert_eq!((read.status, read.body["value"].clone(), read.source()), (StatusCode::OK, json!(1), "read-through".to_owned()));
+    let route = h.route(1, "probe-fresh").await;
+    assert_eq!((route.status, route.body["location"].clone()), (StatusCode::OK, json!("westeurope")));
+    let write = h.write(1, "probe-fresh", "k2", json!(2)).await;
+    assert_eq!((write.status, write.source()), (StatusCode::CREATED, "cache".to_owned()));
+    assert_eq!(h.read(1, "probe-never", "k").await.status, StatusCode::NOT_FOUND);
+}

@@ -25,7 +25,8 @@ use crate::store::{LocationStore, ReadFrom, StoreError, Versioned};
 pub enum Source {
     /// Served from a cache tier, no store read.
     Cache,
-    /// The cached document carries a started lock: re-read from the write region.
+    /// Re-read from the write region: the cached document carries a started lock, or a
+    /// replica had no view of it that can be trusted (a lock that may lag, no document).
     ReadThrough,
     /// Cache miss: read from the store.
     Store,
@@ -179,7 +180,13 @@ impl RoutingClient {
         let fetched = self.fetch_time();
         let now = fetched.0;
         let started = Instant::now();
-        let replica = self.store.read(id, ReadFrom::Replica).await?;
+        let replica = match self.store.read(id, ReadFrom::Replica).await {
+            Ok(replica) => replica,
+            // A replica that lags may not have a new document yet; only the write region
+            // can say that the resource does not exist.
+            Err(StoreError::NotFound) => return self.read_through(id).await,
+            Err(e) => return Err(e.into()),
+        };
         if replica.doc.primary.lock.as_ref().is_some_and(|l| self.replica_may_lag_on(l, now)) {
             // Never enforce on a replica's view of a lock: it may lag.
             return self.read_through(id).await;
