@@ -66,7 +66,10 @@ fn coarse_unix_nanos() -> Option<i64> {
     if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
         return None;
     }
-    Some(i64::from(ts.tv_sec).saturating_mul(1_000_000_000).saturating_add(i64::from(ts.tv_nsec)))
+    // time_t and c_long are 32 bits on some Linux targets; the conversion is a no-op here only.
+    #[allow(clippy::useless_conversion)]
+    let nanos = i64::from(ts.tv_sec).saturating_mul(1_000_000_000).saturating_add(i64::from(ts.tv_nsec));
+    Some(nanos)
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -1,8 +1,7 @@
 //! Defects found in the routing library and the memory store while writing the
 //! routing tests, kept as regression tests. Each states the behaviour DESIGN.md asks
 //! for. All but the last were fixed on main in f82d69d; the last
-//! (`a_lease_revived_by_a_clock_step_is_not_served_stale_from_cache`) fails until
-//! `cache_may_serve` gets the skew margin described on it.
+//! (`a_lease_revived_by_a_clock_step_is_not_served_stale_from_cache`) in 4373345.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,14 +163,14 @@ async fn a_replica_never_unsees_a_document_after_a_clock_step_back() {
 }
 
 /// A cached entry whose lock had lapsed when it was fetched is served from cache until
-/// its TTL (`cache_may_serve`: `lock.expires_at <= entry.fetched_at`). If the clock then
+/// its TTL (was `cache_may_serve`: `lock.expires_at <= entry.fetched_at`). If the clock then
 /// steps back by less than the skew margin, the lapsed lease is live again by the clock
 /// and its holder can renew it; the cache keeps serving the old, lapsed lease, so the
 /// service allows writes under a live write lock for up to a TTL. The skew margin the
-/// client already applies to `effectiveAt` is not applied to `expiresAt`.
+/// client applied to `effectiveAt` was not applied to `expiresAt`.
 ///
-/// Fix (client.rs `cache_may_serve`): count a lock as lapsed at fetch only when
-/// `lock.expires_at + skew_margin <= entry.fetched_at`; within the margin, read through.
+/// Fixed in 4373345 (client.rs `remember`): a lock counts as lapsed at fetch only when
+/// `lock.expires_at + skew_margin <= fetched`; within the margin, it is read through.
 #[tokio::test]
 async fn a_lease_revived_by_a_clock_step_is_not_served_stale_from_cache() {
     let (clock, store) = setup();

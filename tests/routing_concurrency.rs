@@ -135,3 +135,43 @@ async fn a_budget_of_one_turns_lost_races_into_retry_exhausted() {
         assert_eq!(r.as_ref().err(), Some(&RoutingError::RetryExhausted { attempts: 1 }));
     }
 }
+
+/// The same race on a resource that has no document yet, through
+/// `pre_lock_or_create`: the creation is the pre-lock's one write, so exactly one
+/// create commits, the 49 that lose the create (409) re-read and learn the lock is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() {
+    let store = store();
+    for round in 0..ROUNDS / 4 {
+        let id = format!("fresh-{round:02}");
+        let before = store.counts();
+        // Hold every create until all 50 have read "no document".
+        store.inject(OpKind::Create, Fault::Delay(Duration::from_millis(20)), TASKS);
+        let start = Arc::new(tokio::sync::Barrier::new(TASKS));
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|i| {
+                let (client, start, id) = (orchestrator(&store, 4), start.clone(), id.clone());
+                tokio::spawn(async move {
+                    start.wait().await;
+                    client.pre_lock_or_create(&id, "westeurope", &request(i)).await
+                })
+            })
+            .collect();
+        let mut results = Vec::with_capacity(TASKS);
+        for t in tasks {
+            results.push(t.await.expect("task panicked"));
+        }
+        let calls = store.counts().since(&before);
+        store.clear_faults();
+        let winners: Vec<&Grant> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(winners.len(), 1, "{id}: {} winners", winners.len());
+        let lease = winners[0].record.doc.primary.lock.as_ref().unwrap().expires_at;
+        for r in results.iter().filter(|r| r.is_err()) {
+            assert_eq!(r.as_ref().err(), Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease })), "{id}");
+        }
+        assert_eq!((calls.create, calls.replace), (TASKS as u64, 0), "{id}: one create each, no replace");
+        assert_eq!(store.read(&id, ReadFrom::WriteRegion).await.unwrap(), winners[0].record);
+        let changes = store.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
+        assert_eq!(changes.iter().filter(|c| c.doc.doc.id == id).count(), 1, "{id}: the pre-lock is the only write");
+    }
+}

@@ -484,3 +484,112 @@ async fn server_timing_tells_cache_from_read_through() {
     let missing = h.read(0, "probe-never", "k").await;
     assert_eq!((missing.status, missing.source()), (StatusCode::NOT_FOUND, "store".to_owned()));
 }
+
+#[tokio::test]
+async fn a_refused_pre_lock_of_a_new_resource_creates_no_document() {
+    let h = harness().await;
+    let over = h.lock(0, "probe-new", "", json!({"owner": "x", "durationSeconds": 7200})).await;
+    assert_eq!((over.status, over.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
+    let home = h.lock(0, "probe-new", "", json!({"owner": "x", "durationSeconds": 10, "targetLocation": "westeurope"})).await;
+    assert_eq!((home.status, home.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
+    assert_eq!(h.etag("probe-new").await, None, "bad input changes nothing, not even the document's existence");
+    let before = h.store.counts();
+    assert_eq!(h.pre_lock("probe-new", 10.0).await.status, StatusCode::CREATED);
+    assert_eq!(h.store.counts().since(&before).writes(), 1, "a granted pre-lock is one write, creation included");
+}
+
+#[tokio::test]
+async fn lock_calls_check_credentials_before_the_body() {
+    let h = harness().await;
+    let send = |auth: Option<&'static str>| {
+        let mut req = h
+            .http
+            .post(format!("{}/v1/resources/probe-a/lock", h.urls[0]))
+            .header("content-type", "application/json")
+            .body("{\"owner\": ");
+        if let Some(key) = auth {
+            req = req.bearer_auth(key);
+        }
+        req.send()
+    };
+    assert_eq!(send(None).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(send(Some("nope")).await.unwrap().status(), StatusCode::FORBIDDEN);
+    assert_eq!(send(Some(KEY)).await.unwrap().status(), StatusCode::BAD_REQUEST);
+}
+
+/// A swap refused for its target must not have copied anything there first: the copy
+/// replaces the target's items, and at an old location those are the data it keeps.
+#[tokio::test]
+async fn a_swap_to_an_undeclared_target_copies_nothing() {
+    use axum::body::Body;
+    use axum::http::Request;
+    use lockprobe::service::items::ItemStores;
+    use lockprobe::service::{instance, router};
+    use tower::ServiceExt;
+
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    let items = Arc::new(ItemStores::default());
+    let config = Arc::new(ServiceConfig { cache_ttls: vec![TTL], replication_bound: BOUND, ..ServiceConfig::new(KEY) });
+    let app = router(instance(0, config, store, clock.clone(), items.clone()).unwrap());
+    let call = |method: &str, path: &str, body: Value| {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {KEY}"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        app.clone().oneshot(req)
+    };
+    let id = "probe-swap";
+    items.put("eastus", id, "kept", json!("the old location's data"));
+    assert_eq!(call("PUT", &format!("/v1/resources/{id}/items/k"), json!({"value": 1})).await.unwrap().status(), 201);
+    let pre = call("POST", &format!("/v1/resources/{id}/lock"), json!({"owner": "o", "durationSeconds": 600, "targetLocation": "northeurope"}))
+        .await
+        .unwrap();
+    assert_eq!(pre.status(), 201);
+    let pre: Value = serde_json::from_slice(&axum::body::to_bytes(pre.into_body(), 1 << 16).await.unwrap()).unwrap();
+    let token = pre["token"].as_str().unwrap();
+    clock.advance(TTL + BOUND);
+    for phase in ["hardDelete", "write"] {
+        let up = call("POST", &format!("/v1/resources/{id}/lock/escalate"), json!({"token": token, "phase": phase, "durationSeconds": 60}));
+        assert_eq!(up.await.unwrap().status(), 200);
+    }
+    let wrong = call("POST", &format!("/v1/resources/{id}/lock/swap"), json!({"token": token, "targetLocation": "eastus"}));
+    assert_eq!(wrong.await.unwrap().status(), 400);
+    assert_eq!(items.get("eastus", id, "kept").map(|i| i.value), Some(json!("the old location's data")));
+    assert_eq!(items.get("eastus", id, "k"), None, "nothing was copied to a target the swap refused");
+}
+
+/// RFC 9110 §11.1: the authentication scheme is case-insensitive.
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let h = harness().await;
+    for (i, scheme) in ["bearer", "BEARER"].iter().enumerate() {
+        let resp = h
+            .http
+            .post(format!("{}/v1/resources/probe-case{i}/lock", h.urls[0]))
+            .header("authorization", format!("{scheme} {KEY}"))
+            .json(&json!({"owner": "x", "durationSeconds": 10}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::CREATED, "{scheme}");
+    }
+}
+
+/// A replica that lags has not seen a new resource yet; its "not found" is not the
+/// store's answer. An item written on one instance is readable on another at once.
+#[tokio::test]
+async fn a_new_resource_is_found_on_every_instance_before_replicas_catch_up() {
+    let h = harness().await;
+    assert_eq!(h.write(0, "probe-fresh", "k", json!(1)).await.status, StatusCode::CREATED);
+    let read = h.read(1, "probe-fresh", "k").await;
+    assert_eq!((read.status, read.body["value"].clone(), read.source()), (StatusCode::OK, json!(1), "read-through".to_owned()));
+    let route = h.route(1, "probe-fresh").await;
+    assert_eq!((route.status, route.body["location"].clone()), (StatusCode::OK, json!("westeurope")));
+    let write = h.write(1, "probe-fresh", "k2", json!(2)).await;
+    assert_eq!((write.status, write.source()), (StatusCode::CREATED, "cache".to_owned()));
+    assert_eq!(h.read(1, "probe-never", "k").await.status, StatusCode::NOT_FOUND);
+}

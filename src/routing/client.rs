@@ -25,7 +25,8 @@ use crate::store::{LocationStore, ReadFrom, StoreError, Versioned};
 pub enum Source {
     /// Served from a cache tier, no store read.
     Cache,
-    /// The cached document carries a started lock: re-read from the write region.
+    /// Re-read from the write region: the cached document carries a started lock, or a
+    /// replica had no view of it that can be trusted (a lock that may lag, no document).
     ReadThrough,
     /// Cache miss: read from the store.
     Store,
@@ -179,7 +180,13 @@ impl RoutingClient {
         let fetched = self.fetch_time();
         let now = fetched.0;
         let started = Instant::now();
-        let replica = self.store.read(id, ReadFrom::Replica).await?;
+        let replica = match self.store.read(id, ReadFrom::Replica).await {
+            Ok(replica) => replica,
+            // A replica that lags may not have a new document yet; only the write region
+            // can say that the resource does not exist.
+            Err(StoreError::NotFound) => return self.read_through(id).await,
+            Err(e) => return Err(e.into()),
+        };
         if replica.doc.primary.lock.as_ref().is_some_and(|l| self.replica_may_lag_on(l, now)) {
             // Never enforce on a replica's view of a lock: it may lag.
             return self.read_through(id).await;
@@ -210,10 +217,20 @@ impl RoutingClient {
 
     /// Takes a pre-lock; the new token is in the grant and nowhere else.
     pub async fn pre_lock(&self, id: &str, req: &PreLockRequest) -> Result<Grant, RoutingError> {
+        self.grant(id, None, req).await
+    }
+
+    /// Takes a pre-lock, creating the document at `home` in that same single write when
+    /// the resource has none yet: a refused request then leaves no document behind.
+    pub async fn pre_lock_or_create(&self, id: &str, home: &str, req: &PreLockRequest) -> Result<Grant, RoutingError> {
+        self.grant(id, Some(home), req).await
+    }
+
+    async fn grant(&self, id: &str, home: Option<&str>, req: &PreLockRequest) -> Result<Grant, RoutingError> {
         let token = LockToken::generate();
         let policy = self.policy.clone();
         let record = self
-            .mutate(id, |doc, now| lifecycle::pre_lock(doc, req, token.clone(), &policy, now))
+            .mutate_or_create(id, home, |doc, now| lifecycle::pre_lock(doc, req, token.clone(), &policy, now))
             .await?;
         Ok(Grant { record, token })
     }
@@ -238,15 +255,13 @@ impl RoutingClient {
         self.mutate(id, |doc, now| lifecycle::release(doc, token, now)).await
     }
 
-    /// Reads the authoritative document and checks that `token` holds a live lock in
-    /// `phase`, without writing: for work that must happen under the lock (the copy
-    /// before a swap).
-    pub async fn check_held(&self, id: &str, token: &LockToken, phase: Phase) -> Result<Versioned, RoutingError> {
+    /// Reads the authoritative document and checks that the swap of `token` to
+    /// `target` would be accepted now, without writing: the copy of user data that must
+    /// happen under the write lock before the swap then runs only for a swap that can
+    /// succeed, and never copies to a target the swap would refuse.
+    pub async fn check_swap(&self, id: &str, token: &LockToken, target: &str) -> Result<Versioned, RoutingError> {
         let record = self.store.read(id, ReadFrom::WriteRegion).await?;
-        let lock = lifecycle::held_lock(&record.doc, token, self.clock.now())?;
-        if lock.phase != phase {
-            return Err(LockError::InvalidTransition(format!("needs a {phase} lock; the lock is in {}", lock.phase)).into());
-        }
+        lifecycle::swap(&record.doc, token, target, self.clock.now())?;
         Ok(record)
     }
 
@@ -301,16 +316,35 @@ impl RoutingClient {
     where
         F: Fn(&LocationDocument, DateTime<Utc>) -> Result<LocationDocument, LockError>,
     {
+        self.mutate_or_create(id, None, decide).await
+    }
+
+    /// [`Self::mutate`]; with `home`, a missing document is decided on as a new one at
+    /// `home` and written with create-if-absent, where losing the race to create (409)
+    /// re-reads and re-decides like a 412.
+    async fn mutate_or_create<F>(&self, id: &str, home: Option<&str>, decide: F) -> Result<Versioned, RoutingError>
+    where
+        F: Fn(&LocationDocument, DateTime<Utc>) -> Result<LocationDocument, LockError>,
+    {
         for _ in 0..self.options.retry_budget {
-            let current = self.store.read(id, ReadFrom::WriteRegion).await?;
-            let next = decide(&current.doc, self.clock.now())?;
-            match self.store.replace(&next, &current.etag).await {
+            let (current, etag) = match (self.store.read(id, ReadFrom::WriteRegion).await, home) {
+                (Ok(current), _) => (current.doc, Some(current.etag)),
+                (Err(StoreError::NotFound), Some(home)) => (LocationDocument::new(id, home), None),
+                (Err(e), _) => return Err(e.into()),
+            };
+            let next = decide(&current, self.clock.now())?;
+            let written = match &etag {
+                Some(etag) => self.store.replace(&next, etag).await,
+                None => self.store.create(&next).await,
+            };
+            match written {
                 Ok(etag) => {
                     let written = Versioned { doc: next, etag };
                     self.remember(id, Arc::new(written.clone()), self.fetch_time());
                     return Ok(written);
                 }
-                Err(StoreError::PreconditionFailed) => continue,
+                Err(StoreError::PreconditionFailed) if etag.is_some() => continue,
+                Err(StoreError::Conflict) if etag.is_none() => continue,
                 Err(e) => return Err(e.into()),
             }
         }

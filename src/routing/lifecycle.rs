@@ -48,6 +48,13 @@ pub struct LockPolicy {
     pub max_pre_lock: Duration,
 }
 
+impl LockPolicy {
+    /// The honest declaration: convergence delay = largest cache TTL + replication bound.
+    pub fn declared(max_cache_ttl: Duration, replication_bound: Duration, max_pre_lock: Duration) -> Self {
+        Self { convergence_delay: max_cache_ttl + replication_bound, max_pre_lock }
+    }
+}
+
 /// A pre-lock request.
 #[derive(Debug, Clone)]
 pub struct PreLockRequest {

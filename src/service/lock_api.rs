@@ -32,7 +32,7 @@ pub struct PreLockBody {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EscalateBody {
-    token: String,
+    token: LockToken,
     phase: String,
     duration_seconds: f64,
 }
@@ -41,7 +41,7 @@ pub struct EscalateBody {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RenewBody {
-    token: String,
+    token: LockToken,
     duration_seconds: f64,
 }
 
@@ -49,19 +49,23 @@ pub struct RenewBody {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SwapBody {
-    token: String,
+    token: LockToken,
     target_location: String,
 }
 
 /// Longest accepted `owner`.
 const MAX_OWNER_BYTES: usize = 256;
 
-/// Checks credentials, the id, and the test prefix, in that order.
+/// Checks credentials, the id, and the test prefix, in that order. Handlers call it
+/// before looking at the body, so a caller without the key gets 401 or 403 and learns
+/// nothing from how its body was judged.
 fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), ApiError> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key)
         .ok_or_else(ApiError::unauthorized)?;
     let expected = LockToken::from_presented(instance.config.api_key.as_str());
     if !expected.matches(&LockToken::from_presented(presented)) {
@@ -74,11 +78,14 @@ fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), A
     }
 }
 
-fn token(field: &str, raw: &str) -> Result<LockToken, ApiError> {
+/// A presented token of plausible length. Bodies carry tokens as [`LockToken`], whose
+/// `Debug` is redacted, so a logged request body cannot leak one.
+fn token(field: &str, presented: LockToken) -> Result<LockToken, ApiError> {
+    let raw = presented.expose();
     if raw.is_empty() || raw.len() > 128 {
         return Err(ApiError::bad_request(format!("{field} must be the token returned by the pre-lock")));
     }
-    Ok(LockToken::from_presented(raw))
+    Ok(presented)
 }
 
 /// The lock view of the contract. `token` is included only for its holder.
@@ -110,9 +117,10 @@ pub async fn pre_lock(
     State(instance): State<Arc<Instance>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<PreLockBody>,
+    body: Result<JsonBody<PreLockBody>, ApiError>,
 ) -> Result<Response, ApiError> {
     authorize(&instance, &headers, &id)?;
+    let JsonBody(body) = body?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     if body.owner.len() > MAX_OWNER_BYTES {
         return Err(ApiError::bad_request(format!("owner is longer than {MAX_OWNER_BYTES} bytes")));
@@ -120,9 +128,9 @@ pub async fn pre_lock(
     if let Some(target) = &body.target_location {
         input::check_name("targetLocation", target)?;
     }
-    instance.routing.resolve_or_create(&id, &instance.config.home_location).await?;
     let req = PreLockRequest { owner: body.owner, duration, target_location: body.target_location };
-    let grant = instance.routing.pre_lock(&id, &req).await.map_err(|e| match e {
+    let home = &instance.config.home_location;
+    let grant = instance.routing.pre_lock_or_create(&id, home, &req).await.map_err(|e| match e {
         // The loser learns when the holder's lease ends at the latest.
         RoutingError::Lock(LockError::LockHeld { expires_at }) => {
             ApiError::locked(e.to_string(), span(instance.routing.clock().now(), expires_at))
@@ -138,10 +146,11 @@ pub async fn escalate(
     State(instance): State<Arc<Instance>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<EscalateBody>,
+    body: Result<JsonBody<EscalateBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
-    let token = token("token", &body.token)?;
+    let JsonBody(body) = body?;
+    let token = token("token", body.token)?;
     let phase: Phase = body.phase.parse().map_err(ApiError::bad_request)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     let record = instance.routing.escalate(&id, &token, phase, duration).await?;
@@ -154,10 +163,11 @@ pub async fn renew(
     State(instance): State<Arc<Instance>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<RenewBody>,
+    body: Result<JsonBody<RenewBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
-    let token = token("token", &body.token)?;
+    let JsonBody(body) = body?;
+    let token = token("token", body.token)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     let record = instance.routing.renew(&id, &token, duration).await?;
     tracing::info!(resource = %id, instance = instance.index, "lock renewed");
@@ -170,16 +180,14 @@ pub async fn swap(
     State(instance): State<Arc<Instance>>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<SwapBody>,
+    body: Result<JsonBody<SwapBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
-    let token = token("token", &body.token)?;
+    let JsonBody(body) = body?;
+    let token = token("token", body.token)?;
     input::check_name("targetLocation", &body.target_location)?;
-    let held = instance.routing.check_held(&id, &token, Phase::Write).await?;
+    let held = instance.routing.check_swap(&id, &token, &body.target_location).await?;
     let from = held.doc.primary.location.clone();
-    if from == body.target_location {
-        return Err(ApiError::bad_request(format!("targetLocation {from:?} is the current location")));
-    }
     // Writes are blocked while the write lock holds, so the source is stable; if the
     // lease lapses before the swap write, the swap fails and the copy is overwritten by
     // the next migration's copy.
@@ -200,8 +208,26 @@ pub async fn release(
         .get("lock-token")
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| ApiError::bad_request("the Lock-Token header is required"))?;
-    let token = token("Lock-Token", raw)?;
+    let token = token("Lock-Token", LockToken::from_presented(raw))?;
     instance.routing.release(&id, &token).await?;
     tracing::info!(resource = %id, instance = instance.index, "lock released");
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_bodies_never_show_the_token_in_debug() {
+        let secret = "0123456789abcdef0123456789abcdef";
+        let escalate: EscalateBody =
+            serde_json::from_value(json!({"token": secret, "phase": "write", "durationSeconds": 1})).unwrap();
+        let renew: RenewBody = serde_json::from_value(json!({"token": secret, "durationSeconds": 1})).unwrap();
+        let swap: SwapBody = serde_json::from_value(json!({"token": secret, "targetLocation": "x"})).unwrap();
+        for shown in [format!("{escalate:?}"), format!("{renew:?}"), format!("{swap:?}")] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert_eq!(token("token", escalate.token).unwrap().expose(), secret);
+    }
 }
