@@ -586,7 +586,8 @@ async fn a_new_resource_is_found_on_every_instance_before_replicas_catch_up() {
     let h = harness().await;
     assert_eq!(h.write(0, "probe-fresh", "k", json!(1)).await.status, StatusCode::CREATED);
     let read = h.read(1, "probe-fresh", "k").await;
-    assert_eq!((read.status, read.body["value"].clone(), read.source()), (StatusCode::OK, json!(1), "read-through".to_owned()));
+    // A store read on a miss, not a lock's read-through: it says `store`.
+    assert_eq!((read.status, read.body["value"].clone(), read.source()), (StatusCode::OK, json!(1), "store".to_owned()));
     let route = h.route(1, "probe-fresh").await;
     assert_eq!((route.status, route.body["location"].clone()), (StatusCode::OK, json!("westeurope")));
     let write = h.write(1, "probe-fresh", "k2", json!(2)).await;

@@ -171,7 +171,7 @@ impl RoutingClient {
             Lookup::Serve(record) => {
                 Either::Left(ready(Ok(Resolved { record, source: Source::Cache, store_time: Duration::ZERO })))
             }
-            Lookup::ReadThrough => Either::Right(self.read_through(id).boxed()),
+            Lookup::ReadThrough => Either::Right(self.read_write_region(id, Source::ReadThrough).boxed()),
             Lookup::Miss => Either::Right(self.resolve_from_store(id).boxed()),
         }
     }
@@ -184,12 +184,12 @@ impl RoutingClient {
             Ok(replica) => replica,
             // A replica that lags may not have a new document yet; only the write region
             // can say that the resource does not exist.
-            Err(StoreError::NotFound) => return self.read_through(id).await,
+            Err(StoreError::NotFound) => return self.read_write_region(id, Source::Store).await,
             Err(e) => return Err(e.into()),
         };
         if replica.doc.primary.lock.as_ref().is_some_and(|l| self.replica_may_lag_on(l, now)) {
             // Never enforce on a replica's view of a lock: it may lag.
-            return self.read_through(id).await;
+            return self.read_write_region(id, Source::ReadThrough).await;
         }
         let record = Arc::new(replica);
         self.remember(id, record.clone(), fetched);
@@ -210,7 +210,7 @@ impl RoutingClient {
                 Ok(Resolved { record, source: Source::Store, store_time: Duration::ZERO })
             }
             // Someone else created it first: theirs is the document.
-            Err(StoreError::Conflict) => self.read_through(id).await,
+            Err(StoreError::Conflict) => self.read_write_region(id, Source::Store).await,
             Err(e) => Err(e.into()),
         }
     }
@@ -302,13 +302,17 @@ impl RoutingClient {
         (self.clock.now(), self.clock.now_unix_nanos())
     }
 
-    async fn read_through(&self, id: &str) -> Result<Resolved, RoutingError> {
+    /// Reads the authoritative copy and caches it. `source` says why: a read-through of a
+    /// started lock, or a plain store read that a replica could not answer (a document
+    /// too new for it, or one another instance has just created); only the former is
+    /// reported as `read-through`, so that figure stays the lock's cost.
+    async fn read_write_region(&self, id: &str, source: Source) -> Result<Resolved, RoutingError> {
         let fetched = self.fetch_time();
         let started = Instant::now();
         let record = Arc::new(self.store.read(id, ReadFrom::WriteRegion).await?);
         let store_time = started.elapsed();
         self.remember(id, record.clone(), fetched);
-        Ok(Resolved { record, source: Source::ReadThrough, store_time })
+        Ok(Resolved { record, source, store_time })
     }
 
     /// Read, decide, write-if-match; on 412 re-read and re-decide.
