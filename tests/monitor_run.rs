@@ -9,9 +9,11 @@ use std::time::Duration;
 use lockprobe::clock::{Clock, ManualClock};
 use lockprobe::monitor::{Monitor, MonitorConfig, Outcome};
 use lockprobe::routing::cache::TieredCache;
-use lockprobe::routing::{ClientOptions, LockPolicy, PreLockRequest, RoutingClient};
+use lockprobe::routing::{
+    ClientOptions, LocationDocument, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient,
+};
 use lockprobe::store::memory::{Fault, MemoryStore, MemoryStoreConfig, OpKind};
-use lockprobe::store::{LocationStore, StoreError};
+use lockprobe::store::{ChangeBatch, ChangeCursor, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use prometheus::{Encoder, TextEncoder};
 use tokio_util::sync::CancellationToken;
 
@@ -112,4 +114,76 @@ fn registering_twice_on_one_registry_is_an_error_not_a_panic() {
         err.to_string().contains("cannot register monitor metrics"),
         "{err}"
     );
+}
+
+/// The memory store, except that the next scan page is read, then a swap commits
+/// while the page is still on its way back (the manual clock moving on meanwhile).
+#[derive(Debug)]
+struct SwapDuringScan {
+    inner: Arc<MemoryStore>,
+    clock: Arc<ManualClock>,
+    swap: std::sync::Mutex<Option<(Arc<RoutingClient>, LockToken)>>,
+}
+
+#[async_trait::async_trait]
+impl LocationStore for SwapDuringScan {
+    async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
+        self.inner.read(id, from).await
+    }
+    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
+        self.inner.create(doc).await
+    }
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
+        self.inner.replace(doc, if_match).await
+    }
+    async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
+        self.inner.read_changes(cursor, limit).await
+    }
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+        let page = self.inner.scan(after, limit).await?;
+        let armed = self.swap.lock().unwrap().take();
+        if let Some((client, token)) = armed {
+            self.clock.advance(Duration::from_millis(500));
+            client.swap("r1", &token, "northeurope").await.unwrap();
+            self.clock.advance(Duration::from_millis(500));
+        }
+        Ok(page)
+    }
+}
+
+#[tokio::test]
+async fn a_swap_committed_while_a_scan_page_is_in_flight_is_not_mistaken_for_a_lapse() {
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    let client = Arc::new(RoutingClient::new(
+        store.clone(),
+        clock.clone(),
+        TieredCache::try_new(&[S]).unwrap(),
+        LockPolicy { convergence_delay: 2 * S, max_pre_lock: 300 * S },
+        ClientOptions::default(),
+    ));
+    client.resolve_or_create("r1", "westeurope").await.unwrap();
+    let req = PreLockRequest { owner: "t".into(), duration: 100 * S, target_location: Some("northeurope".into()) };
+    let token = client.pre_lock("r1", &req).await.unwrap().token;
+    clock.advance(5 * S);
+    client.escalate("r1", &token, Phase::HardDelete, 60 * S).await.unwrap();
+    client.escalate("r1", &token, Phase::Write, 30 * S).await.unwrap();
+
+    let watched = Arc::new(SwapDuringScan { inner: store.clone(), clock: clock.clone(), swap: Default::default() });
+    let config = MonitorConfig { lapse_grace: S, escalation_buffer: S, ..MonitorConfig::default() };
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let monitor = Monitor::new(watched.clone(), dyn_clock, config, &prometheus::Registry::new()).unwrap();
+    monitor.drain().await.unwrap();
+    assert_eq!(monitor.in_flight(), 1);
+
+    *watched.swap.lock().unwrap() = Some((client.clone(), token));
+    monitor.scan_once().await.unwrap();
+    monitor.drain().await.unwrap();
+    assert_eq!(monitor.outcomes(Outcome::Swapped), 1, "the stream's swap counts");
+
+    // Long after every lease: nothing lapsed, nothing is orphaned.
+    clock.advance(600 * S);
+    monitor.sweep();
+    monitor.scan_once().await.unwrap();
+    assert_eq!((monitor.outcomes(Outcome::Lapsed), monitor.orphaned_locks(), monitor.in_flight()), (0, 0, 0));
 }
