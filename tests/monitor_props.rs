@@ -164,5 +164,12 @@ proptest! {
         prop_assert!(started <= outcomes.len() && ends <= started, "started {} ended {} of {}", started, ends, outcomes.len());
         prop_assert_eq!(tracker.in_flight(), 0);
         prop_assert!(tracker.orphans() <= 1);
+        // A timed escalation interval is exact, never a bound passed off as a measurement.
+        let intervals: Vec<Duration> = plans.iter().map(|p| S * (DELAY + BUFFER + p.extra_wait) as u32).collect();
+        for e in &events {
+            if let Event::Escalation { interval: Some(i), .. } = e {
+                prop_assert!(intervals.contains(i), "{:?} is no pre-lock -> hardDelete interval of {:?}", e, intervals);
+            }
+        }
     }
 }

@@ -47,8 +47,9 @@ impl Outcome {
 /// Where an observation came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {
-    /// The change stream; `at` is the version's commit time, so transitions seen on it
-    /// are timed (exactly with a full log, as an upper bound with latest-only delivery).
+    /// The change stream; `at` is the version's commit time, so a transition seen on it
+    /// is timed when the version is the transition's own commit (always with a full
+    /// log; with latest-only delivery, when no later change was collapsed into it).
     Stream,
     /// A scan of the write region; `at` is the scan time, which times nothing exactly.
     Scan,
@@ -230,9 +231,14 @@ impl Tracker {
         }
 
         // Escalations since the last observation (a timeline starts at preLock, so a
-        // lock first seen escalated lands here too), timed at `at` on the stream.
+        // lock first seen escalated lands here too), timed at `at` only when this
+        // version is the escalation's own commit. Escalation keeps the renewal count and
+        // only a renewal raises it, so a version with more renewals than the monitor
+        // knew of (a first sighting knows of none) may be a later renewal, committed
+        // after the escalation: its time would pass a bound off as a measurement.
+        let renewed_since = lock.renewals > if created { 0 } else { tl.renewals };
         if lock.phase > tl.phase {
-            let timed = seen == Seen::Stream;
+            let timed = seen == Seen::Stream && !renewed_since;
             // A two-step jump (preLock straight to write) times neither step.
             let one_step = matches!(
                 (tl.phase, lock.phase),

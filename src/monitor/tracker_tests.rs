@@ -365,3 +365,29 @@ fn a_lagging_stream_cannot_restart_a_migration_a_scan_saw_end() {
     assert_eq!(out, [Event::Started]);
     assert_eq!(tracker.in_flight(), 1);
 }
+
+#[test]
+fn an_escalation_collapsed_with_a_later_renewal_is_not_timed() {
+    // Latest-only delivery: hardDelete at 15 s and a renewal at 25 s arrive as one
+    // version, committed at 25 s. 25 s is when the renewal happened, not the escalation.
+    let mig = migration(15, 40, 52);
+    let renewed = lifecycle::renew(&mig.docs[1].0, &mig.token, 100 * S, at(25)).unwrap();
+    let write = lifecycle::escalate(&renewed, &mig.token, Phase::Write, 30 * S, at(40)).unwrap();
+    let swapped = lifecycle::swap(&write, &mig.token, "northeurope", at(52)).unwrap();
+    let later = [(renewed, at(25)), (write, at(40)), (swapped, at(52))];
+
+    let mut tracker = Tracker::new(rules());
+    let mut docs = vec![mig.docs[0].clone()];
+    docs.extend(later.iter().cloned());
+    let events = feed(&mut tracker, &docs);
+    assert!(events.contains(&Event::Escalation { interval: None, required: 15 * S, early: false }), "{events:?}");
+    assert!(held(&events, Phase::PreLock).is_empty(), "{events:?}");
+    assert!(held(&events, Phase::HardDelete).is_empty(), "its start is unknown: {events:?}");
+    assert_eq!(held(&events, Phase::Write), [12 * S]);
+    assert_eq!(count(&events, &Event::Renewed(1)), 1);
+
+    // The same when the monitor first meets the migration at the renewed version.
+    let events = feed(&mut Tracker::new(rules()), &later);
+    assert!(events.contains(&Event::Escalation { interval: None, required: 15 * S, early: false }), "{events:?}");
+    assert!(held(&events, Phase::PreLock).is_empty() && held(&events, Phase::HardDelete).is_empty(), "{events:?}");
+}
