@@ -1,7 +1,9 @@
 //! The monitor's own loop: it follows the stream, sweeps, scans, survives store
 //! failures and stops on shutdown. Lock time is a manual clock; the loop's own
 //! intervals are tens of milliseconds of real time (tokio's paused clock needs the
-//! `test-util` feature, which the manifest does not enable).
+//! `test-util` feature, which the manifest does not enable), so the test waits for
+//! what it expects with a generous deadline instead of sleeping a fixed time that a
+//! loaded machine may overrun.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +20,21 @@ use prometheus::{Encoder, TextEncoder};
 use tokio_util::sync::CancellationToken;
 
 const S: Duration = Duration::from_secs(1);
+
+fn metrics_text(registry: &prometheus::Registry) -> String {
+    let mut buf = Vec::new();
+    TextEncoder::new().encode(&registry.gather(), &mut buf).unwrap();
+    String::from_utf8(buf).unwrap()
+}
+
+/// Waits until `done` holds, checking every few milliseconds; fails after 10 s.
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + 10 * S;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
 
 #[tokio::test]
 async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
@@ -40,7 +57,8 @@ async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
     let config = MonitorConfig {
         poll_interval: Duration::from_millis(10),
         sweep_interval: Duration::from_millis(30),
-        scan_interval: 30 * S,
+        // Only the scan at start runs, however slow the machine.
+        scan_interval: 3600 * S,
         lapse_grace: S,
         escalation_buffer: S,
         ..MonitorConfig::default()
@@ -64,30 +82,24 @@ async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
         Fault::Fail(StoreError::Unavailable("injected".into())),
         1,
     );
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(monitor.in_flight(), 1);
+    let failed_poll = "lockprobe_monitor_store_errors_total{op=\"read_changes\"} 1";
+    eventually("the failed poll is counted", || metrics_text(&registry).contains(failed_poll)).await;
+    eventually("the pre-lock is seen", || monitor.in_flight() == 1).await;
 
     // The lease (2 s delay + 5 s) runs out; no event follows; the sweep notices.
     clock.advance(10 * S);
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(monitor.orphaned_locks(), 1);
+    eventually("the sweep finds the lapse", || monitor.orphaned_locks() == 1).await;
     assert_eq!(monitor.outcomes(Outcome::Lapsed), 1);
+    assert_eq!(monitor.in_flight(), 0);
 
     shutdown.cancel();
-    tokio::time::timeout(S, task)
+    tokio::time::timeout(10 * S, task)
         .await
         .expect("run stops on shutdown")
         .unwrap();
 
-    let mut buf = Vec::new();
-    TextEncoder::new()
-        .encode(&registry.gather(), &mut buf)
-        .unwrap();
-    let text = String::from_utf8(buf).unwrap();
-    assert!(
-        text.contains("lockprobe_monitor_store_errors_total{op=\"read_changes\"} 1"),
-        "{text}"
-    );
+    let text = metrics_text(&registry);
+    assert!(text.contains(failed_poll), "one injected failure, counted once: {text}");
     assert!(
         text.contains("lockprobe_monitor_scans_total 1"),
         "the first scan runs at start: {text}"
