@@ -368,7 +368,13 @@ impl Tracker {
         } else {
             (Outcome::Lapsed, prev.expires_ms)
         };
-        Self::finish(prev, outcome, end_ms, out);
+        if outcome == Outcome::Swapped && prev.phase != Phase::Write {
+            // A swap is made only from the write phase: the escalations before it went
+            // unseen (latest-only delivery), so when the known phase ended is unknown.
+            out.push(Event::Ended(outcome));
+        } else {
+            Self::finish(prev, outcome, end_ms, out);
+        }
     }
 }
 

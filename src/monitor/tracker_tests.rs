@@ -391,3 +391,15 @@ fn an_escalation_collapsed_with_a_later_renewal_is_not_timed() {
     assert!(events.contains(&Event::Escalation { interval: None, required: 15 * S, early: false }), "{events:?}");
     assert!(held(&events, Phase::PreLock).is_empty() && held(&events, Phase::HardDelete).is_empty(), "{events:?}");
 }
+
+#[test]
+fn a_swap_seen_straight_after_an_earlier_phase_times_no_hold() {
+    // Latest-only delivery: the pre-lock, then the swap. A swap is made only from the
+    // write phase, so hardDelete and write happened unseen and the pre-lock's end is
+    // unknown: 52 s would be pre-lock + hardDelete + write passed off as pre-lock.
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    let events = feed(&mut tracker, &[mig.docs[0].clone(), mig.docs[3].clone()]);
+    assert!(!events.iter().any(|e| matches!(e, Event::PhaseHeld { .. })), "{events:?}");
+    assert_eq!(count(&events, &Event::Ended(Outcome::Swapped)), 1);
+}
