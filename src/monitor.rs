@@ -112,6 +112,7 @@ impl Monitor {
         let rules = Rules {
             escalation_buffer: config.escalation_buffer,
             declared_delay: config.declared_delay,
+            lapse_grace: config.lapse_grace,
         };
         Ok(Self {
             store,
@@ -244,9 +245,7 @@ impl Monitor {
         let now = self.clock.now();
         let mut inner = self.inner.lock().expect("monitor mutex poisoned");
         let mut found = Vec::new();
-        inner
-            .tracker
-            .sweep(now, self.config.lapse_grace, &mut found);
+        inner.tracker.sweep(now, &mut found);
         for (id, event) in found {
             self.record(&mut inner, &id, event, now);
         }

@@ -97,6 +97,10 @@ pub struct Rules {
     /// The service's declared delay, when the monitor is told one (a floor under each
     /// lock's own declaration).
     pub declared_delay: Option<Duration>,
+    /// How long past a lease's end a lock still present counts as live: the stream may
+    /// deliver a swap or release late, and a service whose clock lags the monitor's
+    /// (within the routing library's skew margin) may still swap under that lease.
+    pub lapse_grace: Duration,
 }
 
 /// The timelines of every in-flight (or orphaned) migration, by resource id.
@@ -290,8 +294,9 @@ impl Tracker {
         tl.location_hash = location_hash;
         tl.last_seen_ms = at_ms;
 
-        if tl.expires_ms <= at_ms {
-            // The version as of `at` still carries a lock whose lease has ended.
+        if tl.expires_ms.saturating_add(millis(rules.lapse_grace)) <= at_ms {
+            // The version as of `at` still carries a lock whose lease ended more than
+            // the grace before: nobody can use it any more.
             let tl = self
                 .timelines
                 .get_mut(doc.id.as_str())
@@ -301,11 +306,11 @@ impl Tracker {
         }
     }
 
-    /// Ends every timeline whose lease ended more than `grace` before `now` with no
+    /// Ends every timeline whose lease ended more than the grace before `now` with no
     /// event since: the lock lapsed in place, an orphan. Forgets ended migrations
-    /// observed more than `grace` ago.
-    pub fn sweep(&mut self, now: DateTime<Utc>, grace: Duration, out: &mut Vec<(String, Event)>) {
-        let cutoff = ms(now).saturating_sub(millis(grace));
+    /// observed more than the grace ago.
+    pub fn sweep(&mut self, now: DateTime<Utc>, out: &mut Vec<(String, Event)>) {
+        let cutoff = ms(now).saturating_sub(millis(self.rules.lapse_grace));
         let before = self.timelines.len();
         self.timelines.retain(|_, t| !(t.has(ENDED) && t.last_seen_ms <= cutoff));
         self.ended -= before - self.timelines.len();

@@ -30,6 +30,7 @@ fn rules() -> Rules {
     Rules {
         escalation_buffer: 5 * S,
         declared_delay: None,
+        lapse_grace: 5 * S,
     }
 }
 
@@ -121,8 +122,8 @@ fn escalating_inside_the_buffer_is_early() {
 fn a_lock_declaring_less_than_the_service_is_judged_by_the_service() {
     let mig = migration(16, 40, 52);
     let strict = Rules {
-        escalation_buffer: 5 * S,
         declared_delay: Some(20 * S),
+        ..rules()
     };
     let events = feed(&mut Tracker::new(strict), &mig.docs);
     assert!(events.contains(&Event::Escalation {
@@ -212,9 +213,9 @@ fn a_lapsed_lease_becomes_an_orphan_once_and_clears_on_the_next_lock() {
     let mut tracker = Tracker::new(rules());
     feed(&mut tracker, &mig.docs[..3]); // write lock until 70 s, never swapped
     let mut found = Vec::new();
-    tracker.sweep(at(72), 5 * S, &mut found);
+    tracker.sweep(at(72), &mut found);
     assert!(found.is_empty(), "inside the grace");
-    tracker.sweep(at(75), 5 * S, &mut found);
+    tracker.sweep(at(75), &mut found);
     let events: Vec<Event> = found
         .into_iter()
         .map(|(id, e)| {
@@ -240,7 +241,7 @@ fn a_lapsed_lease_becomes_an_orphan_once_and_clears_on_the_next_lock() {
     tracker.observe(&mig.docs[2].0, at(80), Seen::Scan, &mut out);
     assert!(out.is_empty(), "{out:?}");
     let mut again = Vec::new();
-    tracker.sweep(at(500), 5 * S, &mut again);
+    tracker.sweep(at(500), &mut again);
     assert!(again.is_empty());
 
     // A fresh pre-lock over the expired one clears the orphan without a second outcome.
@@ -349,7 +350,7 @@ fn a_lagging_stream_cannot_restart_a_migration_a_scan_saw_end() {
     assert_eq!(tracker.in_flight(), 0);
     // The memory of the end is dropped after the grace; a new migration starts clean.
     let mut swept = Vec::new();
-    tracker.sweep(at(70), 5 * S, &mut swept);
+    tracker.sweep(at(70), &mut swept);
     assert!(swept.is_empty());
     assert_eq!(tracker.timelines.len(), 0);
     let next = lifecycle::pre_lock(
@@ -402,4 +403,26 @@ fn a_swap_seen_straight_after_an_earlier_phase_times_no_hold() {
     let events = feed(&mut tracker, &[mig.docs[0].clone(), mig.docs[3].clone()]);
     assert!(!events.iter().any(|e| matches!(e, Event::PhaseHeld { .. })), "{events:?}");
     assert_eq!(count(&events, &Event::Ended(Outcome::Swapped)), 1);
+}
+
+#[test]
+fn a_lock_seen_just_past_its_lease_is_not_yet_an_orphan() {
+    // The write lease ends at 70 s. A scan at 71 s still finds the lock: a service
+    // whose clock lags the monitor's may be swapping under it right now, and does,
+    // its swap committed at 71.5 s.
+    let mig = migration(15, 40, 52);
+    let (write, swapped) = (mig.docs[2].0.clone(), mig.docs[3].0.clone());
+    let mut tracker = Tracker::new(rules());
+    let mut out = feed(&mut tracker, &mig.docs[..2]);
+    tracker.observe(&write, at(71), Seen::Scan, &mut out);
+    tracker.observe(&swapped, at(71) + chrono::TimeDelta::milliseconds(500), Seen::Stream, &mut out);
+    assert_eq!(count(&out, &Event::OrphanFound), 0, "{out:?}");
+    assert_eq!(count(&out, &Event::Ended(Outcome::Lapsed)), 0, "{out:?}");
+    assert_eq!(count(&out, &Event::Ended(Outcome::Swapped)), 1, "{out:?}");
+
+    // Past the grace, the same sighting is an orphan at once.
+    let mut tracker = Tracker::new(rules());
+    let mut out = feed(&mut tracker, &mig.docs[..2]);
+    tracker.observe(&write, at(76), Seen::Scan, &mut out);
+    assert_eq!(count(&out, &Event::OrphanFound), 1, "{out:?}");
 }
