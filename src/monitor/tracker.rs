@@ -368,8 +368,10 @@ impl Tracker {
             } else {
                 (Outcome::Lapsed, prev.expires_ms)
             }
-        } else if at_ms < prev.expires_ms {
-            (Outcome::Released, at_ms)
+        } else if at_ms < prev.expires_ms.saturating_add(millis(self.rules.lapse_grace)) {
+            // Gone within the grace of its end: released by a holder whose clock still
+            // saw the lease live (as a swap may be), not lapsed.
+            (Outcome::Released, at_ms.min(prev.expires_ms))
         } else {
             (Outcome::Lapsed, prev.expires_ms)
         };

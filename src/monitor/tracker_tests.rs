@@ -426,3 +426,16 @@ fn a_lock_seen_just_past_its_lease_is_not_yet_an_orphan() {
     tracker.observe(&write, at(76), Seen::Scan, &mut out);
     assert_eq!(count(&out, &Event::OrphanFound), 1, "{out:?}");
 }
+
+#[test]
+fn a_release_within_the_grace_of_the_lease_end_is_a_release() {
+    // The hardDelete lease ends at 115 s; the holder, its clock a little behind,
+    // releases at 116 s by the store's.
+    let mig = migration(15, 40, 52);
+    let released = lifecycle::release(&mig.docs[1].0, &mig.token, at(100)).unwrap();
+    let mut tracker = Tracker::new(rules());
+    let mut out = feed(&mut tracker, &mig.docs[..2]);
+    tracker.observe(&released, at(116), Seen::Stream, &mut out);
+    assert_eq!(count(&out, &Event::Ended(Outcome::Released)), 1, "{out:?}");
+    assert_eq!(held(&out, Phase::HardDelete), [100 * S], "the hold ends with the lease");
+}
