@@ -112,6 +112,7 @@ impl Monitor {
         let rules = Rules {
             escalation_buffer: config.escalation_buffer,
             declared_delay: config.declared_delay,
+            lapse_grace: config.lapse_grace,
         };
         Ok(Self {
             store,
@@ -191,6 +192,11 @@ impl Monitor {
         let mut after: Option<String> = None;
         let mut documents = 0;
         loop {
+            // The page is stamped with a time taken before it is read: it shows every
+            // commit up to then. A time taken after the read would mark a change
+            // committed while the page was in flight (a swap, say) as already seen, and
+            // the stream would then drop it as stale.
+            let read_at = self.clock.now();
             let page = match self
                 .store
                 .scan(after.as_deref(), self.config.scan_page)
@@ -202,11 +208,10 @@ impl Monitor {
                     return Err(MonitorError::Store { op: "scan", source });
                 }
             };
-            let now = self.clock.now();
             {
                 let mut inner = self.inner.lock().expect("monitor mutex poisoned");
                 for v in &page {
-                    self.apply(&mut inner, &v.doc, now, Seen::Scan);
+                    self.apply(&mut inner, &v.doc, read_at, Seen::Scan);
                 }
             }
             documents += page.len();
@@ -240,9 +245,7 @@ impl Monitor {
         let now = self.clock.now();
         let mut inner = self.inner.lock().expect("monitor mutex poisoned");
         let mut found = Vec::new();
-        inner
-            .tracker
-            .sweep(now, self.config.lapse_grace, &mut found);
+        inner.tracker.sweep(now, &mut found);
         for (id, event) in found {
             self.record(&mut inner, &id, event, now);
         }

@@ -181,22 +181,26 @@ async fn a_hung_server_is_cut_off_by_the_request_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connecting_to_a_stopped_server_fails_and_can_be_retried_with_the_same_registry() {
-    let mut server = CosmosServer::start();
-    let endpoint = server.endpoint();
-    server.stop();
+async fn connecting_to_an_unreachable_server_fails_and_can_be_retried_with_the_same_registry() {
+    // A cut proxy rather than a stopped server: the port stays held by the test, so
+    // nothing else can start listening there, and the retry reaches the same endpoint.
+    let server = CosmosServer::start();
+    let mut proxy = TcpProxy::start(([127, 0, 0, 1], server.port()).into()).await;
+    let endpoint = format!("http://127.0.0.1:{}/", proxy.port());
+    proxy.cut().await;
     let registry = Registry::new();
     let mut args = test_args(&endpoint, &unique_database("down"));
     args.request_timeout = "2s".into();
     let started = Instant::now();
-    let err = CosmosStore::connect(config_from(&args), &registry).await.expect_err("nothing listens there");
+    let err = CosmosStore::connect(config_from(&args), &registry).await.expect_err("nothing answers there");
     assert!(started.elapsed() <= REQUEST_TIMEOUT + SLACK, "connect took {:?}", started.elapsed());
-    eprintln!("connect to a stopped server: {err}");
+    eprintln!("connect to an unreachable server: {err}");
     assert!(render(&registry).is_empty(), "a failed connect registers nothing");
 
-    let server = CosmosServer::start_on(server.port());
-    let store = CosmosStore::connect(config_from(&test_args(&server.endpoint(), &unique_database("up"))), &registry).await;
-    store.expect("the same registry can be used once the server is back");
+    proxy.heal().await;
+    let store = CosmosStore::connect(config_from(&args), &registry).await;
+    store.expect("the same registry can be used once the server is reachable");
+    assert!(render(&registry).contains("lockprobe_cosmos_request_charge_total"));
 }
 
 /// A stand-in for an Entra ID credential: hands out a fixed token and counts requests

@@ -118,12 +118,13 @@ async fn lockprobe_monitor_store_cosmos_watches_a_database() {
     let database = cosmos_server::unique_database("monitor-cli");
     // The writer: a store on the same database, as a service would hold.
     let writer = cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.database = Some(database.clone())).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // Bound here and handed over, so no other test can take the port in between.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listen = listener.local_addr().unwrap().to_string();
     std::env::set_var("LOCKPROBE_TEST_MONITOR_COSMOS_KEY", "bG9ja3Byb2Jl");
     let endpoint = server.endpoint();
-    let listen = format!("127.0.0.1:{port}");
     let args = [
-        "lockprobe", "--store", "cosmos", "--listen", &listen, "--monitor-poll-interval", "50ms",
+        "lockprobe", "--store", "cosmos", "--monitor-poll-interval", "50ms",
         "--cosmos-endpoint", &endpoint, "--cosmos-key-env", "LOCKPROBE_TEST_MONITOR_COSMOS_KEY",
         "--cosmos-database", &database, "--cosmos-container", "locations",
         "--cosmos-preferred-region", "South Central US", "--cosmos-write-region", "South Central US",
@@ -131,7 +132,7 @@ async fn lockprobe_monitor_store_cosmos_watches_a_database() {
     ];
     let cmd = <Cli as clap::Parser>::try_parse_from(args).unwrap().cmd;
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(lockprobe::monitor::cli::run(cmd, shutdown.clone()));
+    let task = tokio::spawn(lockprobe::monitor::cli::run_on(cmd, listener, shutdown.clone()));
 
     let now = SystemClock.now();
     let policy = LockPolicy { convergence_delay: 60 * S, max_pre_lock: 3600 * S };

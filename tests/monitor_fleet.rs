@@ -354,6 +354,15 @@ fn metrics_text(registry: &prometheus::Registry) -> String {
     String::from_utf8(buf).unwrap()
 }
 
+/// No lock token the fleet was issued appears in the metrics or the status document.
+fn assert_no_token_in(fleet: &Fleet, metrics: &str, status: &serde_json::Value) {
+    assert!(!fleet.tokens_seen.is_empty(), "the fleet took locks");
+    let status = status.to_string();
+    for token in &fleet.tokens_seen {
+        assert!(!metrics.contains(token.as_str()) && !status.contains(token.as_str()), "a lock token leaked");
+    }
+}
+
 fn new_monitor(fleet: &Fleet) -> (Monitor, prometheus::Registry) {
     monitor_over(fleet, fleet.store.clone(), monitor_config())
 }
@@ -461,9 +470,7 @@ async fn a_clean_fleet_reports_no_anomaly() {
     let text = metrics_text(&registry);
     assert!(text.contains("lockprobe_monitor_early_escalations_total 0"));
     assert!(text.contains("lockprobe_monitor_migrations_total{outcome=\"swapped\"} 270"));
-    for token in &fleet.tokens_seen {
-        assert!(!text.contains(token.as_str()) && !status.to_string().contains(token.as_str()));
-    }
+    assert_no_token_in(&fleet, &text, &status);
 }
 
 #[tokio::test]
@@ -526,9 +533,7 @@ async fn every_injected_anomaly_is_counted_exactly() {
         kinds.contains("partial_cutover") && kinds.contains("orphaned_lock"),
         "{status}"
     );
-    for token in &fleet.tokens_seen {
-        assert!(!text.contains(token.as_str()) && !status.to_string().contains(token.as_str()));
-    }
+    assert_no_token_in(&fleet, &text, &status);
 }
 
 #[tokio::test]

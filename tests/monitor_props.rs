@@ -100,7 +100,11 @@ fn history(plans: &[Plan]) -> (Vec<(LocationDocument, DateTime<Utc>)>, Vec<Outco
 /// Delivers the versions whose `keep` bit is set (the last always), sweeping after
 /// each, then sweeps and scans far in the future.
 fn deliver(versions: &[(LocationDocument, DateTime<Utc>)], keep: &[bool]) -> (Tracker, Vec<Event>) {
-    let mut tracker = Tracker::new(Rules { escalation_buffer: Duration::from_secs(BUFFER), declared_delay: Some(Duration::from_secs(DELAY)) });
+    let mut tracker = Tracker::new(Rules {
+        escalation_buffer: Duration::from_secs(BUFFER),
+        declared_delay: Some(Duration::from_secs(DELAY)),
+        lapse_grace: Duration::ZERO,
+    });
     let mut events = Vec::new();
     let last = versions.len() - 1;
     for (i, (doc, when)) in versions.iter().enumerate() {
@@ -109,13 +113,13 @@ fn deliver(versions: &[(LocationDocument, DateTime<Utc>)], keep: &[bool]) -> (Tr
         }
         tracker.observe(doc, *when, Seen::Stream, &mut events);
         let mut swept = Vec::new();
-        tracker.sweep(*when, Duration::ZERO, &mut swept);
+        tracker.sweep(*when, &mut swept);
         events.extend(swept.into_iter().map(|(_, e)| e));
     }
     let (doc, when) = &versions[last];
     let end = *when + chrono::TimeDelta::hours(1);
     let mut swept = Vec::new();
-    tracker.sweep(end, Duration::ZERO, &mut swept);
+    tracker.sweep(end, &mut swept);
     events.extend(swept.into_iter().map(|(_, e)| e));
     tracker.observe(doc, end, Seen::Scan, &mut events);
     (tracker, events)
@@ -164,5 +168,12 @@ proptest! {
         prop_assert!(started <= outcomes.len() && ends <= started, "started {} ended {} of {}", started, ends, outcomes.len());
         prop_assert_eq!(tracker.in_flight(), 0);
         prop_assert!(tracker.orphans() <= 1);
+        // A timed escalation interval is exact, never a bound passed off as a measurement.
+        let intervals: Vec<Duration> = plans.iter().map(|p| S * (DELAY + BUFFER + p.extra_wait) as u32).collect();
+        for e in &events {
+            if let Event::Escalation { interval: Some(i), .. } = e {
+                prop_assert!(intervals.contains(i), "{:?} is no pre-lock -> hardDelete interval of {:?}", e, intervals);
+            }
+        }
     }
 }

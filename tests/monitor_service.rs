@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use lockprobe::clock::{Clock, ManualClock};
-use lockprobe::monitor::cli::{run, MonitorCommand};
+use lockprobe::monitor::cli::{run, run_on, MonitorCommand};
 use lockprobe::monitor::{http, Monitor, MonitorConfig, Outcome};
 use lockprobe::service::{self, items::ItemStores, Fault, ServiceConfig};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
@@ -144,10 +144,20 @@ async fn the_command_refuses_bad_flags_as_usage_errors() {
 }
 
 #[tokio::test]
-async fn the_command_runs_on_memory_and_stops_on_shutdown() {
+async fn the_command_serves_status_and_metrics_on_memory_and_stops_on_shutdown() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(run(parse(&["--listen", "127.0.0.1:0", "--monitor-poll-interval", "10ms"]), shutdown.clone()));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let task = tokio::spawn(run_on(parse(&["--monitor-poll-interval", "10ms"]), listener, shutdown.clone()));
+
+    // The listener is bound already, so the first request waits for the server
+    // instead of racing its start.
+    let http = reqwest::Client::new();
+    let status: Value = http.get(format!("{base}{}", http::STATUS_PATH)).send().await.unwrap().json().await.unwrap();
+    assert_eq!((status["in_flight"].as_u64(), status["orphaned_locks"].as_u64()), (Some(0), Some(0)), "{status}");
+    let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("lockprobe_monitor_orphaned_locks 0"), "{metrics}");
+
     shutdown.cancel();
-    tokio::time::timeout(5 * S, task).await.expect("stops").unwrap().unwrap();
+    tokio::time::timeout(10 * S, task).await.expect("stops").unwrap().unwrap();
 }

@@ -257,7 +257,8 @@ mod suite {
 }
 
 /// Instantiates the whole suite for one backend. `$make` is an async expression that
-/// returns `(Arc<dyn LocationStore>, guard)`; the guard lives until the test ends.
+/// returns a fresh `Arc<dyn LocationStore>` (the Cosmos server it may need lives as
+/// long as the test binary).
 macro_rules! conformance_suite {
     ($backend:ident, $make:expr) => {
         mod $backend {
@@ -280,16 +281,15 @@ macro_rules! conformance_suite {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                let (store, _guard) = $make.await;
-                suite::$name(store).await;
+                suite::$name($make.await).await;
             }
         )+
     };
 }
 
-async fn memory_store() -> (Arc<dyn LocationStore>, ()) {
+async fn memory_store() -> Arc<dyn LocationStore> {
     use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
-    (Arc::new(MemoryStore::new(Arc::new(SystemClock), MemoryStoreConfig::default())), ())
+    Arc::new(MemoryStore::new(Arc::new(SystemClock), MemoryStoreConfig::default()))
 }
 
 /// One server for the whole test binary (it exits with the process).
@@ -300,17 +300,15 @@ fn cosmos_endpoint() -> String {
 
 /// The Cosmos store as configured for the local server (`_ts` poll), a fresh database
 /// per test.
-async fn cosmos_store() -> (Arc<dyn LocationStore>, ()) {
-    let store = cosmos_server::connect(&cosmos_endpoint(), &prometheus::Registry::new()).await;
-    (Arc::new(store), ())
+async fn cosmos_store() -> Arc<dyn LocationStore> {
+    Arc::new(cosmos_server::connect(&cosmos_endpoint(), &prometheus::Registry::new()).await)
 }
 
 /// The Cosmos store reading the change feed (the launcher serves a latest-version feed
 /// in place of the server's stub), a fresh database per test.
-async fn cosmos_change_feed_store() -> (Arc<dyn LocationStore>, ()) {
+async fn cosmos_change_feed_store() -> Arc<dyn LocationStore> {
     let registry = prometheus::Registry::new();
-    let store = cosmos_server::connect_with(&cosmos_endpoint(), &registry, |args| args.change_stream = "change-feed".into()).await;
-    (Arc::new(store), ())
+    Arc::new(cosmos_server::connect_with(&cosmos_endpoint(), &registry, |args| args.change_stream = "change-feed".into()).await)
 }
 
 conformance_suite!(memory, memory_store());

@@ -9,7 +9,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use tokio_util::sync::CancellationToken;
 
 use super::args::MonitorArgs;
-use super::{http, Monitor};
+use super::{http, Monitor, MonitorConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::store::cosmos::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
@@ -28,14 +28,27 @@ pub struct MonitorCommand {
     pub listen: SocketAddr,
 }
 
-/// Runs the monitor and its HTTP endpoints until `shutdown`.
+/// Runs the monitor and its HTTP endpoints on `--listen` until `shutdown`.
 pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // Bad flags are usage errors, reported before the port is taken.
     let config = cmd.monitor.to_config().map_err(|e| UsageError::new(e.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(cmd.listen).await.with_context(|| format!("binding --listen {}", cmd.listen))?;
+    serve(cmd.store, config, listener, shutdown).await
+}
+
+/// Like [`run`], on a listener the caller bound (`--listen` is ignored), so a test
+/// can bind port 0 and know the port without giving it back first.
+pub async fn run_on(cmd: MonitorCommand, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let config = cmd.monitor.to_config().map_err(|e| UsageError::new(e.to_string()))?;
+    serve(cmd.store, config, listener, shutdown).await
+}
+
+async fn serve(store: StoreArgs, config: MonitorConfig, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let registry = Registry::new();
     // `memory` watches an empty in-process store: a smoke test on its own; `serve` and
     // `demo` hand the monitor the store they run on.
-    let store = cmd.store.open(clock.clone(), std::time::Duration::ZERO, &registry).await.map_err(OpenStoreError::into_anyhow)?;
+    let store = store.open(clock.clone(), std::time::Duration::ZERO, &registry).await.map_err(OpenStoreError::into_anyhow)?;
     let monitor = Arc::new(Monitor::new(store, clock, config, &registry)?);
     let metrics = get(move || {
         let registry = registry.clone();
@@ -47,7 +60,6 @@ pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Re
         }
     });
     let app = http::router(monitor.clone()).route("/metrics", metrics);
-    let listener = tokio::net::TcpListener::bind(cmd.listen).await.with_context(|| format!("binding --listen {}", cmd.listen))?;
     println!("lockprobe monitor: listening on http://{}", listener.local_addr()?);
     let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let (_, served) = tokio::join!(monitor.run(shutdown.clone()), serve);

@@ -34,9 +34,10 @@ pub struct MonitorConfig {
     pub scan_page: usize,
     /// How often in-memory timelines are checked for leases that ran out with no event.
     pub sweep_interval: Duration,
-    /// How long past a lease's end the sweep waits before calling it lapsed, so a swap
-    /// committed just before expiry but delivered late by the stream is not mistaken
-    /// for a lapse. The scan reads the write region and needs no grace.
+    /// How long past a lease's end a lock still in the document is taken as live
+    /// before it is called lapsed (by the sweep, the stream or a scan alike): a swap
+    /// committed just before expiry may be delivered late by the stream, and a service
+    /// whose clock lags the monitor's may still swap under the lease.
     pub lapse_grace: Duration,
     /// The orchestrator's safety buffer: hardDelete must not come before
     /// acquiredAt + declared delay + buffer.

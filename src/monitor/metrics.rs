@@ -165,6 +165,7 @@ fn summary(h: &Histogram<u64>) -> Value {
 }
 
 impl Percentiles {
+    /// Empty histograms.
     pub(crate) fn new() -> Self {
         Self {
             phases: [hdr(), hdr(), hdr()],
@@ -172,14 +173,17 @@ impl Percentiles {
         }
     }
 
+    /// Records one hold of phase `p`.
     pub(crate) fn phase(&mut self, p: Phase, d: Duration) {
         record(&mut self.phases[phase_index(p)], d);
     }
 
+    /// Records one timed pre-lock -> hardDelete interval.
     pub(crate) fn escalation(&mut self, d: Duration) {
         record(&mut self.escalation, d);
     }
 
+    /// `phase_durations` and `escalation_interval` for the status document.
     pub(crate) fn to_json(&self) -> Value {
         let mut phases = serde_json::Map::new();
         for p in PHASES {

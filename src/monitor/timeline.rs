@@ -92,10 +92,12 @@ impl Timeline {
         self.acquired_ms == acquired_ms && self.token_hash == token_hash
     }
 
+    /// Whether `flag` is set.
     pub(crate) fn has(&self, flag: u8) -> bool {
         self.flags & flag != 0
     }
 
+    /// Sets `flag` (ending a migration replaces every flag with `ENDED`).
     pub(crate) fn set(&mut self, flag: u8) {
         self.flags |= flag;
     }

@@ -47,8 +47,9 @@ impl Outcome {
 /// Where an observation came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {
-    /// The change stream; `at` is the version's commit time, so transitions seen on it
-    /// are timed (exactly with a full log, as an upper bound with latest-only delivery).
+    /// The change stream; `at` is the version's commit time, so a transition seen on it
+    /// is timed when the version is the transition's own commit (always with a full
+    /// log; with latest-only delivery, when no later change was collapsed into it).
     Stream,
     /// A scan of the write region; `at` is the scan time, which times nothing exactly.
     Scan,
@@ -96,6 +97,10 @@ pub struct Rules {
     /// The service's declared delay, when the monitor is told one (a floor under each
     /// lock's own declaration).
     pub declared_delay: Option<Duration>,
+    /// How long past a lease's end a lock still present counts as live: the stream may
+    /// deliver a swap or release late, and a service whose clock lags the monitor's
+    /// (within the routing library's skew margin) may still swap under that lease.
+    pub lapse_grace: Duration,
 }
 
 /// The timelines of every in-flight (or orphaned) migration, by resource id.
@@ -230,9 +235,14 @@ impl Tracker {
         }
 
         // Escalations since the last observation (a timeline starts at preLock, so a
-        // lock first seen escalated lands here too), timed at `at` on the stream.
+        // lock first seen escalated lands here too), timed at `at` only when this
+        // version is the escalation's own commit. Escalation keeps the renewal count and
+        // only a renewal raises it, so a version with more renewals than the monitor
+        // knew of (a first sighting knows of none) may be a later renewal, committed
+        // after the escalation: its time would pass a bound off as a measurement.
+        let renewed_since = lock.renewals > if created { 0 } else { tl.renewals };
         if lock.phase > tl.phase {
-            let timed = seen == Seen::Stream;
+            let timed = seen == Seen::Stream && !renewed_since;
             // A two-step jump (preLock straight to write) times neither step.
             let one_step = matches!(
                 (tl.phase, lock.phase),
@@ -284,8 +294,9 @@ impl Tracker {
         tl.location_hash = location_hash;
         tl.last_seen_ms = at_ms;
 
-        if tl.expires_ms <= at_ms {
-            // The version as of `at` still carries a lock whose lease has ended.
+        if tl.expires_ms.saturating_add(millis(rules.lapse_grace)) <= at_ms {
+            // The version as of `at` still carries a lock whose lease ended more than
+            // the grace before: nobody can use it any more.
             let tl = self
                 .timelines
                 .get_mut(doc.id.as_str())
@@ -295,11 +306,11 @@ impl Tracker {
         }
     }
 
-    /// Ends every timeline whose lease ended more than `grace` before `now` with no
+    /// Ends every timeline whose lease ended more than the grace before `now` with no
     /// event since: the lock lapsed in place, an orphan. Forgets ended migrations
-    /// observed more than `grace` ago.
-    pub fn sweep(&mut self, now: DateTime<Utc>, grace: Duration, out: &mut Vec<(String, Event)>) {
-        let cutoff = ms(now).saturating_sub(millis(grace));
+    /// observed more than the grace ago.
+    pub fn sweep(&mut self, now: DateTime<Utc>, out: &mut Vec<(String, Event)>) {
+        let cutoff = ms(now).saturating_sub(millis(self.rules.lapse_grace));
         let before = self.timelines.len();
         self.timelines.retain(|_, t| !(t.has(ENDED) && t.last_seen_ms <= cutoff));
         self.ended -= before - self.timelines.len();
@@ -357,12 +368,20 @@ impl Tracker {
             } else {
                 (Outcome::Lapsed, prev.expires_ms)
             }
-        } else if at_ms < prev.expires_ms {
-            (Outcome::Released, at_ms)
+        } else if at_ms < prev.expires_ms.saturating_add(millis(self.rules.lapse_grace)) {
+            // Gone within the grace of its end: released by a holder whose clock still
+            // saw the lease live (as a swap may be), not lapsed.
+            (Outcome::Released, at_ms.min(prev.expires_ms))
         } else {
             (Outcome::Lapsed, prev.expires_ms)
         };
-        Self::finish(prev, outcome, end_ms, out);
+        if outcome == Outcome::Swapped && prev.phase != Phase::Write {
+            // A swap is made only from the write phase: the escalations before it went
+            // unseen (latest-only delivery), so when the known phase ended is unknown.
+            out.push(Event::Ended(outcome));
+        } else {
+            Self::finish(prev, outcome, end_ms, out);
+        }
     }
 }
 

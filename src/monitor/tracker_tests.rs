@@ -30,6 +30,7 @@ fn rules() -> Rules {
     Rules {
         escalation_buffer: 5 * S,
         declared_delay: None,
+        lapse_grace: 5 * S,
     }
 }
 
@@ -121,8 +122,8 @@ fn escalating_inside_the_buffer_is_early() {
 fn a_lock_declaring_less_than_the_service_is_judged_by_the_service() {
     let mig = migration(16, 40, 52);
     let strict = Rules {
-        escalation_buffer: 5 * S,
         declared_delay: Some(20 * S),
+        ..rules()
     };
     let events = feed(&mut Tracker::new(strict), &mig.docs);
     assert!(events.contains(&Event::Escalation {
@@ -212,9 +213,9 @@ fn a_lapsed_lease_becomes_an_orphan_once_and_clears_on_the_next_lock() {
     let mut tracker = Tracker::new(rules());
     feed(&mut tracker, &mig.docs[..3]); // write lock until 70 s, never swapped
     let mut found = Vec::new();
-    tracker.sweep(at(72), 5 * S, &mut found);
+    tracker.sweep(at(72), &mut found);
     assert!(found.is_empty(), "inside the grace");
-    tracker.sweep(at(75), 5 * S, &mut found);
+    tracker.sweep(at(75), &mut found);
     let events: Vec<Event> = found
         .into_iter()
         .map(|(id, e)| {
@@ -240,7 +241,7 @@ fn a_lapsed_lease_becomes_an_orphan_once_and_clears_on_the_next_lock() {
     tracker.observe(&mig.docs[2].0, at(80), Seen::Scan, &mut out);
     assert!(out.is_empty(), "{out:?}");
     let mut again = Vec::new();
-    tracker.sweep(at(500), 5 * S, &mut again);
+    tracker.sweep(at(500), &mut again);
     assert!(again.is_empty());
 
     // A fresh pre-lock over the expired one clears the orphan without a second outcome.
@@ -349,7 +350,7 @@ fn a_lagging_stream_cannot_restart_a_migration_a_scan_saw_end() {
     assert_eq!(tracker.in_flight(), 0);
     // The memory of the end is dropped after the grace; a new migration starts clean.
     let mut swept = Vec::new();
-    tracker.sweep(at(70), 5 * S, &mut swept);
+    tracker.sweep(at(70), &mut swept);
     assert!(swept.is_empty());
     assert_eq!(tracker.timelines.len(), 0);
     let next = lifecycle::pre_lock(
@@ -364,4 +365,77 @@ fn a_lagging_stream_cannot_restart_a_migration_a_scan_saw_end() {
     tracker.observe(&next, at(80), Seen::Stream, &mut out);
     assert_eq!(out, [Event::Started]);
     assert_eq!(tracker.in_flight(), 1);
+}
+
+#[test]
+fn an_escalation_collapsed_with_a_later_renewal_is_not_timed() {
+    // Latest-only delivery: hardDelete at 15 s and a renewal at 25 s arrive as one
+    // version, committed at 25 s. 25 s is when the renewal happened, not the escalation.
+    let mig = migration(15, 40, 52);
+    let renewed = lifecycle::renew(&mig.docs[1].0, &mig.token, 100 * S, at(25)).unwrap();
+    let write = lifecycle::escalate(&renewed, &mig.token, Phase::Write, 30 * S, at(40)).unwrap();
+    let swapped = lifecycle::swap(&write, &mig.token, "northeurope", at(52)).unwrap();
+    let later = [(renewed, at(25)), (write, at(40)), (swapped, at(52))];
+
+    let mut tracker = Tracker::new(rules());
+    let mut docs = vec![mig.docs[0].clone()];
+    docs.extend(later.iter().cloned());
+    let events = feed(&mut tracker, &docs);
+    assert!(events.contains(&Event::Escalation { interval: None, required: 15 * S, early: false }), "{events:?}");
+    assert!(held(&events, Phase::PreLock).is_empty(), "{events:?}");
+    assert!(held(&events, Phase::HardDelete).is_empty(), "its start is unknown: {events:?}");
+    assert_eq!(held(&events, Phase::Write), [12 * S]);
+    assert_eq!(count(&events, &Event::Renewed(1)), 1);
+
+    // The same when the monitor first meets the migration at the renewed version.
+    let events = feed(&mut Tracker::new(rules()), &later);
+    assert!(events.contains(&Event::Escalation { interval: None, required: 15 * S, early: false }), "{events:?}");
+    assert!(held(&events, Phase::PreLock).is_empty() && held(&events, Phase::HardDelete).is_empty(), "{events:?}");
+}
+
+#[test]
+fn a_swap_seen_straight_after_an_earlier_phase_times_no_hold() {
+    // Latest-only delivery: the pre-lock, then the swap. A swap is made only from the
+    // write phase, so hardDelete and write happened unseen and the pre-lock's end is
+    // unknown: 52 s would be pre-lock + hardDelete + write passed off as pre-lock.
+    let mig = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    let events = feed(&mut tracker, &[mig.docs[0].clone(), mig.docs[3].clone()]);
+    assert!(!events.iter().any(|e| matches!(e, Event::PhaseHeld { .. })), "{events:?}");
+    assert_eq!(count(&events, &Event::Ended(Outcome::Swapped)), 1);
+}
+
+#[test]
+fn a_lock_seen_just_past_its_lease_is_not_yet_an_orphan() {
+    // The write lease ends at 70 s. A scan at 71 s still finds the lock: a service
+    // whose clock lags the monitor's may be swapping under it right now, and does,
+    // its swap committed at 71.5 s.
+    let mig = migration(15, 40, 52);
+    let (write, swapped) = (mig.docs[2].0.clone(), mig.docs[3].0.clone());
+    let mut tracker = Tracker::new(rules());
+    let mut out = feed(&mut tracker, &mig.docs[..2]);
+    tracker.observe(&write, at(71), Seen::Scan, &mut out);
+    tracker.observe(&swapped, at(71) + chrono::TimeDelta::milliseconds(500), Seen::Stream, &mut out);
+    assert_eq!(count(&out, &Event::OrphanFound), 0, "{out:?}");
+    assert_eq!(count(&out, &Event::Ended(Outcome::Lapsed)), 0, "{out:?}");
+    assert_eq!(count(&out, &Event::Ended(Outcome::Swapped)), 1, "{out:?}");
+
+    // Past the grace, the same sighting is an orphan at once.
+    let mut tracker = Tracker::new(rules());
+    let mut out = feed(&mut tracker, &mig.docs[..2]);
+    tracker.observe(&write, at(76), Seen::Scan, &mut out);
+    assert_eq!(count(&out, &Event::OrphanFound), 1, "{out:?}");
+}
+
+#[test]
+fn a_release_within_the_grace_of_the_lease_end_is_a_release() {
+    // The hardDelete lease ends at 115 s; the holder, its clock a little behind,
+    // releases at 116 s by the store's.
+    let mig = migration(15, 40, 52);
+    let released = lifecycle::release(&mig.docs[1].0, &mig.token, at(100)).unwrap();
+    let mut tracker = Tracker::new(rules());
+    let mut out = feed(&mut tracker, &mig.docs[..2]);
+    tracker.observe(&released, at(116), Seen::Stream, &mut out);
+    assert_eq!(count(&out, &Event::Ended(Outcome::Released)), 1, "{out:?}");
+    assert_eq!(held(&out, Phase::HardDelete), [100 * S], "the hold ends with the lease");
 }

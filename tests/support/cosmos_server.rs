@@ -33,13 +33,9 @@ fn scripts_dir() -> PathBuf {
 }
 
 impl CosmosServer {
-    /// Starts a server on a free loopback port (the server binds port 0 and reports it).
+    /// Starts a server on a free loopback port: the server binds port 0 and reports
+    /// the port it got, so no other process can take it in between.
     pub fn start() -> Self {
-        Self::start_on(0)
-    }
-
-    /// Starts a server on `port` (0: any free port).
-    pub fn start_on(port: u16) -> Self {
         let dir = scripts_dir();
         let package = dir.join("node_modules").join("@vercel").join("cosmosdb-server");
         assert!(
@@ -50,7 +46,7 @@ impl CosmosServer {
         let node = std::env::var("LOCKPROBE_NODE").unwrap_or_else(|_| "node".into());
         let mut child = Command::new(&node)
             .arg(dir.join("launcher.js"))
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--host", "127.0.0.1", "--port", "0"])
             .current_dir(&dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

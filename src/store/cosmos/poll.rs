@@ -10,6 +10,8 @@
 //! twice. Like Cosmos DB's change feed, only the latest version of a document that
 //! changed several times between polls is seen.
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 
 /// Where a `_ts` poll stands.
@@ -67,7 +69,10 @@ impl PollCursor {
     /// Picks up to `limit` undelivered versions from `rows` (query rows in any order),
     /// returns them in (`_ts`, id) order and advances the cursor past them.
     pub fn advance<T>(&self, mut rows: Vec<Candidate<T>>, limit: usize, overlap_secs: i64) -> (Vec<Candidate<T>>, PollCursor) {
-        rows.retain(|r| !self.seen.iter().any(|(id, etag, _)| *id == r.id && *etag == r.etag));
+        // A set, not a scan of `seen` per row: a busy container writes thousands of
+        // versions within one overlap window, and every poll re-reads all of them.
+        let delivered: HashSet<(&str, &str)> = self.seen.iter().map(|(id, etag, _)| (id.as_str(), etag.as_str())).collect();
+        rows.retain(|r| !delivered.contains(&(r.id.as_str(), r.etag.as_str())));
         rows.sort_by(|a, b| (a.ts, &a.id).cmp(&(b.ts, &b.id)));
         rows.truncate(limit);
         let max_ts = rows.iter().map(|r| r.ts).max().into_iter().chain(self.max_ts).max();
