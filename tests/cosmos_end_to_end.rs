@@ -29,8 +29,21 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// Reads the address `serve` logged for its HTTP server (it binds port 0 itself, so no
+/// other process can take the port between a test choosing it and `serve` binding it).
+fn bound_address(stderr: std::process::ChildStderr) -> String {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("probe http server listening") {
+                if let Some(addr) = line.split("addr=").nth(1).and_then(|rest| rest.split_whitespace().next()) {
+                    let _ = tx.send(addr.to_owned());
+                }
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30)).expect("serve logs its listening address")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,7 +66,7 @@ async fn serve_runs_the_monitor_over_the_store_the_config_names() {
     let instances: Vec<String> = running.addrs.iter().map(|a| format!("\"http://{a}\"")).collect();
 
     let dir = tempfile::tempdir().unwrap();
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = "127.0.0.1:0";
     let config_path = dir.path().join("lockprobe.toml");
     let toml = format!(
         r#"
@@ -106,17 +119,19 @@ monitor-escalation-buffer = "300ms"
     assert_eq!(no_key.status.code(), Some(64), "the [monitor] key variable is checked too");
     assert!(String::from_utf8_lossy(&no_key.stderr).contains("SERVE_MONITOR_COSMOS_KEY"));
 
-    let _serve = KillOnDrop(
+    let mut serve = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_lockprobe"))
             .args(["serve", "--config"])
             .arg(&config_path)
             .env("SERVE_MONITOR_LOCK_KEY", key)
             .env("SERVE_MONITOR_COSMOS_KEY", "bG9ja3Byb2Jl")
+            .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
+    let listen = bound_address(serve.0.stderr.take().unwrap());
 
     let http = reqwest::Client::new();
     let mut monitor = Value::Null;
