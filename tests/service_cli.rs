@@ -76,3 +76,33 @@ mod reqwest {
         rt.block_on(async { ::reqwest::get(url).await.unwrap().text().await.unwrap() })
     }
 }
+
+#[test]
+fn cosmos_entra_settings_are_checked_before_anything_connects() {
+    let cosmos = [
+        "--store", "cosmos", "--cosmos-endpoint", "https://acct.documents.azure.com:443/", "--cosmos-database", "routing",
+        "--cosmos-container", "locations", "--cosmos-write-region", "westeurope", "--cosmos-auth", "entra",
+    ];
+    let out = lockprobe()
+        .arg("service")
+        .args(cosmos)
+        .args(["--cosmos-entra-credential", "workload-identity"])
+        .env("LOCKPROBE_LOCK_API_KEY", "k")
+        .env_remove("AZURE_FEDERATED_TOKEN_FILE")
+        .env_remove("AZURE_TENANT_ID")
+        .env_remove("AZURE_CLIENT_ID")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("--cosmos-entra-credential") && stderr.contains("AZURE_FEDERATED_TOKEN_FILE"), "{stderr}");
+    let unknown = lockprobe()
+        .arg("service")
+        .args(cosmos)
+        .args(["--cosmos-entra-credential", "password"])
+        .env("LOCKPROBE_LOCK_API_KEY", "k")
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("--cosmos-entra-credential"));
+}

@@ -117,6 +117,8 @@ pub fn test_args(endpoint: &str, database: &str) -> CosmosArgs {
         endpoint: Some(endpoint.to_owned()),
         auth: "key".into(),
         key_env: Some(KEY_ENV.into()),
+        entra_credential: "managed-identity".into(),
+        entra_client_id: None,
         database: Some(database.to_owned()),
         container: Some("locations".into()),
         // The local server's only region.

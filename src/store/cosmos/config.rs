@@ -26,6 +26,21 @@ pub struct CosmosArgs {
     #[arg(long = "cosmos-key-env", env = "LOCKPROBE_COSMOS_KEY_ENV", value_name = "VAR")]
     pub key_env: Option<String>,
 
+    /// With `--cosmos-auth entra`: `managed-identity` (system-assigned, or user-assigned
+    /// with --cosmos-entra-client-id) or `workload-identity` (Kubernetes workload
+    /// identity: AZURE_TENANT_ID, AZURE_CLIENT_ID, AZURE_FEDERATED_TOKEN_FILE).
+    #[arg(
+        long = "cosmos-entra-credential",
+        env = "LOCKPROBE_COSMOS_ENTRA_CREDENTIAL",
+        value_name = "managed-identity|workload-identity",
+        default_value = "managed-identity"
+    )]
+    pub entra_credential: String,
+
+    /// Client id of a user-assigned managed identity (with `managed-identity`).
+    #[arg(long = "cosmos-entra-client-id", env = "LOCKPROBE_COSMOS_ENTRA_CLIENT_ID", value_name = "ID")]
+    pub entra_client_id: Option<String>,
+
     /// Database name.
     #[arg(long = "cosmos-database", env = "LOCKPROBE_COSMOS_DATABASE", value_name = "NAME")]
     pub database: Option<String>,
@@ -167,6 +182,35 @@ fn duration(value: &str, flag: &'static str) -> Result<Duration, CosmosConfigErr
         .map_err(|e| CosmosConfigError::Invalid { flag, reason: format!("{value:?} is not a duration like 2s or 5m: {e}") })
 }
 
+/// The Entra ID token credential `--cosmos-entra-credential` names. Building it does no
+/// I/O; tokens are fetched on the first store call.
+fn entra_credential(args: &CosmosArgs) -> Result<std::sync::Arc<dyn azure_core::credentials::TokenCredential>, CosmosConfigError> {
+    use azure_identity::{ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId, WorkloadIdentityCredential};
+    const FLAG: &str = "--cosmos-entra-credential";
+    match args.entra_credential.trim() {
+        "managed-identity" => {
+            let options = ManagedIdentityCredentialOptions {
+                user_assigned_id: args.entra_client_id.clone().filter(|id| !id.is_empty()).map(UserAssignedId::ClientId),
+                ..Default::default()
+            };
+            let credential = ManagedIdentityCredential::new(Some(options))
+                .map_err(|e| CosmosConfigError::Invalid { flag: FLAG, reason: format!("managed identity: {e}") })?;
+            Ok(credential)
+        }
+        "workload-identity" => {
+            let credential = WorkloadIdentityCredential::new(None).map_err(|e| CosmosConfigError::Invalid {
+                flag: FLAG,
+                reason: format!(
+                    "workload identity needs AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_FEDERATED_TOKEN_FILE \
+                     (set by the Kubernetes workload identity webhook): {e}"
+                ),
+            })?;
+            Ok(credential)
+        }
+        other => Err(CosmosConfigError::Invalid { flag: FLAG, reason: format!("{other:?}: expected managed-identity or workload-identity") }),
+    }
+}
+
 /// Account keys are base64; anything else fails later, at the first request, with an
 /// obscure signing error.
 fn looks_like_base64(key: &str) -> bool {
@@ -216,15 +260,7 @@ impl CosmosConfig {
                 }
                 CosmosAuth::Key(Secret::new(key))
             }
-            "entra" => {
-                return Err(CosmosConfigError::Invalid {
-                    flag: "--cosmos-auth",
-                    reason: "entra is not available from the command line: this build does not link \
-                             azure_identity; use key, or build the store in code with CosmosAuth::Entra \
-                             and your own TokenCredential"
-                        .into(),
-                })
-            }
+            "entra" => CosmosAuth::Entra(entra_credential(args)?),
             other => {
                 return Err(CosmosConfigError::Invalid {
                     flag: "--cosmos-auth",
@@ -305,6 +341,8 @@ mod tests {
             endpoint: Some("https://acct.documents.azure.com:443/".into()),
             auth: "key".into(),
             key_env: Some("MY_COSMOS_KEY".into()),
+            entra_credential: "managed-identity".into(),
+            entra_client_id: None,
             database: Some("lockprobe".into()),
             container: Some("locations".into()),
             preferred_regions: vec!["North Europe".into(), " West Europe ".into()],
@@ -365,11 +403,18 @@ mod tests {
     }
 
     #[test]
-    fn entra_from_the_command_line_is_a_clear_error() {
+    fn entra_builds_a_token_credential_and_names_bad_settings() {
         let mut a = args();
         a.auth = "entra".into();
-        let err = CosmosConfig::try_from_args(&a, env).unwrap_err();
-        assert!(err.to_string().contains("--cosmos-auth") && err.to_string().contains("azure_identity"), "{err}");
+        a.entra_credential = "managed-identity".into();
+        let config = CosmosConfig::try_from_args(&a, env).unwrap();
+        assert!(matches!(config.auth, CosmosAuth::Entra(_)));
+        assert_eq!(format!("{:?}", config.auth), "Entra(<token credential>)");
+        a.entra_client_id = Some("00000000-0000-0000-0000-000000000001".into());
+        assert!(matches!(CosmosConfig::try_from_args(&a, env).unwrap().auth, CosmosAuth::Entra(_)));
+        a.entra_credential = "password".into();
+        let err = CosmosConfig::try_from_args(&a, env).unwrap_err().to_string();
+        assert!(err.contains("--cosmos-entra-credential") && err.contains("password"), "{err}");
     }
 
     #[test]
