@@ -73,8 +73,9 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<Config> {
     })
 }
 
-/// `lockprobe validate`: returns the exit code (0 passed, 1 failed).
-pub async fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
+/// `lockprobe validate`: returns the exit code (0 passed, 1 failed or interrupted by
+/// `shutdown`).
+pub async fn validate(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
     let opts = ValidateOptions {
         endpoints: args.endpoints.clone(),
         expect_convergence: args.expect_convergence,
@@ -83,7 +84,7 @@ pub async fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
         api_key: std::env::var(API_KEY_ENV).unwrap_or_default(),
         state_file: args.state_file.clone(),
     };
-    let report = match validate::run(&opts, Arc::new(PrintObserver)).await {
+    let report = match validate::run(&opts, Arc::new(PrintObserver), shutdown).await {
         Ok(r) => r,
         Err(ValidateError::Usage(m)) => return Err(UsageError::new(m).into()),
         Err(e) => return Err(e.into()),
