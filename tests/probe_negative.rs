@@ -23,15 +23,22 @@ use tokio_util::sync::CancellationToken;
 struct Fake {
     items: Mutex<HashMap<String, Value>>,
     released: Mutex<Vec<String>>,
+    /// `(resource, token)` of every pre-lock granted.
+    issued: Mutex<Vec<(String, String)>>,
+    /// Tokens presented to release.
+    released_tokens: Mutex<Vec<String>>,
     declared: f64,
+    /// Status of a granted pre-lock (201 per the contract).
+    grant_status: u16,
 }
 
 type S = State<Arc<Fake>>;
 
 async fn pre_lock(State(f): S, Path(id): Path<String>) -> impl IntoResponse {
     let token = format!("tok-{id}-{}", rand_suffix());
+    f.issued.lock().unwrap().push((id, token.clone()));
     (
-        StatusCode::CREATED,
+        StatusCode::from_u16(f.grant_status).unwrap(),
         Json(
             json!({"token": token, "phase": "preLock", "convergenceDelaySeconds": f.declared, "location": "westeurope"}),
         ),
@@ -51,7 +58,14 @@ async fn swap(Json(body): Json<Value>) -> Json<Value> {
     Json(json!({"location": body["targetLocation"], "lock": null, "source": "store"}))
 }
 
-async fn release(State(f): S, Path(id): Path<String>) -> StatusCode {
+async fn release(
+    State(f): S,
+    Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
+) -> StatusCode {
+    if let Some(t) = headers.get("lock-token").and_then(|v| v.to_str().ok()) {
+        f.released_tokens.lock().unwrap().push(t.to_string());
+    }
     f.released.lock().unwrap().push(id);
     StatusCode::NO_CONTENT
 }
@@ -85,8 +99,14 @@ async fn delete(State(f): S, Path((id, key)): Path<(String, String)>) -> StatusC
 }
 
 async fn start_fake(declared: f64) -> (String, Arc<Fake>) {
+    start_fake_granting(declared, 201).await
+}
+
+/// A fake whose granted pre-locks answer `grant_status`.
+async fn start_fake_granting(declared: f64, grant_status: u16) -> (String, Arc<Fake>) {
     let fake = Arc::new(Fake {
         declared,
+        grant_status,
         ..Fake::default()
     });
     let app = Router::new()
@@ -128,6 +148,18 @@ fn scenario(url: &str, state: Arc<StateFile>) -> Scenario {
         owner: "test".into(),
     };
     Scenario::new(settings, state, Arc::new(TracingObserver)).unwrap()
+}
+
+/// Tokens granted on `resource` that were never presented to release.
+fn unreleased(fake: &Fake, resource: &str) -> Vec<String> {
+    let released = fake.released_tokens.lock().unwrap().clone();
+    fake.issued
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(r, t)| r == resource && !released.contains(t))
+        .map(|(_, t)| t.clone())
+        .collect()
 }
 
 fn resources() -> Vec<String> {
@@ -195,6 +227,29 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
     );
     // The main resource swapped (the lock ended with it) and the lapsed lease swapped too.
     assert!(!released.iter().any(|x| x == "probe-0001"), "{released:?}");
+    // Every other lock granted (the lapsed lease's swapped), the second pre-lock's
+    // included, was released by its token.
+    for r in &resources()[1..] {
+        if r != "probe-0006" {
+            assert_eq!(unreleased(&fake, r), Vec::<String>::new(), "{r}");
+        }
+    }
+    assert!(state.entries().is_empty(), "{:?}", state.entries());
+}
+
+#[tokio::test]
+async fn a_lock_granted_under_an_unexpected_status_is_still_released() {
+    // 200 instead of 201: every pre-lock assertion fails, but each token is a live lock.
+    let (url, fake) = start_fake_granting(0.1, 200).await;
+    let state = Arc::new(StateFile::in_memory());
+    let report = scenario(&url, state.clone())
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
+    assert_eq!(report.result, CycleResult::Failed);
+    assert!(!fake.issued.lock().unwrap().is_empty());
+    for r in resources() {
+        assert_eq!(unreleased(&fake, &r), Vec::<String>::new(), "{r}");
+    }
     assert!(state.entries().is_empty(), "{:?}", state.entries());
 }
 

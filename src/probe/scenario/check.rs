@@ -42,6 +42,11 @@ pub(super) fn classify(op: &str, r: &Reply) -> String {
     }
 }
 
+/// The token of a lock call that succeeded, i.e. a lock that is now live.
+pub(super) fn granted(r: &Reply) -> Option<&str> {
+    (200..300).contains(&r.status).then(|| r.str_field("token")).flatten()
+}
+
 impl<'a> Check<'a> {
     pub(super) fn new(sc: &'a Scenario, rec: &'a Recorder, name: &str, resource: &str) -> Self {
         Self {
@@ -264,28 +269,43 @@ impl<'a> Check<'a> {
                 ),
             )
             .await;
-        match &out {
-            Ok((r, true)) => match r.str_field("token") {
-                Some(token) => self.hold(token),
-                None => {
-                    self.assert(
-                        phase,
-                        "pre-lock",
-                        None,
-                        "token",
-                        "no token in lock view",
-                        r.elapsed,
-                        None,
-                    );
-                    let _ = self.sc.state.forget(&s.name, &self.resource);
-                    return Err(Abort::Stop);
-                }
-            },
-            _ => {
+        if let Ok((r, ok)) = &out {
+            // A token in a success answer is a live lock, even under an unexpected status:
+            // holding it is what gets it released.
+            if let Some(token) = granted(r) {
+                self.hold(token);
+                return out;
+            }
+            if *ok {
+                self.assert(
+                    phase,
+                    "pre-lock",
+                    None,
+                    "token",
+                    "no token in lock view",
+                    r.elapsed,
+                    None,
+                );
                 let _ = self.sc.state.forget(&s.name, &self.resource);
+                return Err(Abort::Stop);
             }
         }
+        let _ = self.sc.state.forget(&s.name, &self.resource);
         out
+    }
+
+    /// Releases a lock the service granted where it should have refused (a second
+    /// pre-lock, an extra winner of a race): the check has failed already, and the lock
+    /// must not outlive it.
+    pub(super) async fn release_unexpected(&self, r: &Reply) {
+        let Some(token) = granted(r) else {
+            return;
+        };
+        if let Ok(r) = self.sc.client.release(0, &self.resource, token).await {
+            if !matches!(r.status, 204 | 410) {
+                tracing::warn!(resource = %self.resource, status = r.status, "could not release a lock granted in error");
+            }
+        }
     }
 
     pub(super) fn hold(&self, token: &str) {

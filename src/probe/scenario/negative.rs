@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::check::Check;
+use super::check::{granted, Check};
 use crate::probe::target::Reply;
 use super::Abort;
 
@@ -34,15 +34,17 @@ impl Check<'_> {
         ));
         self.must_pre_lock().await?;
         let s = &self.sc.settings;
-        self.lock_op(
-            "preLock",
-            "pre-lock-again",
-            "423 lock-held",
-            self.sc
-                .client
-                .pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None),
-        )
-        .await?;
+        let (r, _) = self
+            .lock_op(
+                "preLock",
+                "pre-lock-again",
+                "423 lock-held",
+                self.sc
+                    .client
+                    .pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None),
+            )
+            .await?;
+        self.release_unexpected(&r).await;
         Ok(())
     }
 
@@ -214,8 +216,9 @@ impl Check<'_> {
         let mut others = Vec::new();
         for r in replies {
             match r {
-                Ok(r) if r.status == 201 => {
-                    winners.push(r.str_field("token").unwrap_or_default().to_string())
+                // Any granted lock is a winner, whatever its status: it must be released.
+                Ok(r) if granted(&r).is_some() => {
+                    winners.push(granted(&r).unwrap_or_default().to_string())
                 }
                 Ok(r) if r.outcome() == "423 lock-held" => losers_ok += 1,
                 Ok(r) => others.push(r.outcome()),
