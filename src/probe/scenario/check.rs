@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{lock, Abort, Item, Recorder, Scenario};
-use crate::probe::report::Assertion;
+use crate::probe::report::{Assertion, BLOCK_WITHOUT_RETRY_AFTER};
 use crate::probe::target::{Reply, TargetError};
 
 /// One check on one resource, with the lock it holds (if any).
@@ -28,7 +28,7 @@ pub(super) struct Check<'a> {
 pub(super) fn classify(op: &str, r: &Reply) -> String {
     match (op, r.status) {
         (_, 423) if r.retry_after.is_some() => "block".into(),
-        (_, 423) => "423 without Retry-After".into(),
+        (_, 423) => BLOCK_WITHOUT_RETRY_AFTER.into(),
         ("read", 200) if r.body.get("tombstone") == Some(&Value::Bool(true)) => "tombstone".into(),
         ("read", 200) => "allow".into(),
         ("read", 404) => "absent".into(),
