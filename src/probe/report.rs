@@ -135,6 +135,9 @@ pub struct InstanceConvergence {
     pub instance: String,
     /// Seconds from the pre-lock until the route view showed it; `None` if it never did.
     pub observed_seconds: Option<f64>,
+    /// How long the probe watched (declared delay + buffer): the least an instance that
+    /// never showed the lock took.
+    pub bound_seconds: f64,
 }
 
 /// Everything one cycle found.
@@ -183,11 +186,13 @@ impl CycleReport {
             .count()
     }
 
-    /// Slowest instance's observed convergence (what alerts compare with the declared value).
+    /// Slowest instance's observed convergence (what alerts compare with the declared
+    /// value). An instance that never showed the lock counts with the whole bound it was
+    /// watched for: leaving it out would report the fast instances and hide the violation.
     pub fn max_observed_convergence(&self) -> Option<f64> {
         self.observed_convergence
             .iter()
-            .filter_map(|c| c.observed_seconds)
+            .map(|c| c.observed_seconds.unwrap_or(c.bound_seconds))
             .reduce(f64::max)
     }
 

@@ -311,6 +311,7 @@ impl Check<'_> {
             lock(&self.rec.convergence).push(InstanceConvergence {
                 instance: url,
                 observed_seconds: observed.map(|d| d.as_secs_f64()),
+                bound_seconds: wait.as_secs_f64(),
             });
             let (obs, detail) = match observed {
                 Some(d) => ("lock-visible", format!("visible after {:.3}s (bound {:.3}s)", d.as_secs_f64(), wait.as_secs_f64())),
