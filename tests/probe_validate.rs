@@ -109,6 +109,17 @@ async fn passes_against_the_reference_service() {
             "{check} missing"
         );
     }
+    // The cutover lost nothing as seen from every instance, not only the first.
+    for url in &svc.urls {
+        assert!(
+            run.json["assertions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["op"] == "items" && a["instance"] == url.as_str()),
+            "no item check after the swap on {url}"
+        );
+    }
     // Both instances showed the lock within the bound and converged.
     let conv = run.json["observedConvergence"].as_array().unwrap();
     assert_eq!(conv.len(), 2);

@@ -184,42 +184,55 @@ impl Check<'_> {
                 .await?;
         }
 
-        self.step(&format!("checking every item at {to:?}"));
+        self.step(&format!("checking every item at {to:?} on every instance"));
         let model: Vec<(String, Item)> = lock(&self.items).clone().into_iter().collect();
         for (key, item) in model {
-            let r = self
-                .call("swap", "items", Some(0), "present", c.read(0, &res, &key))
-                .await?;
-            let (expected, observed) = match &item {
-                Item::Present(v) => (
-                    "present",
-                    match (r.status, r.body.get("tombstone"), r.body.get("value")) {
-                        (200, Some(Value::Bool(true)), _) => "tombstone".to_string(),
-                        (200, _, Some(got)) if got == v => "present".to_string(),
-                        (200, _, _) => "wrong-value".to_string(),
-                        (404, _, _) => "absent".to_string(),
-                        _ => r.outcome(),
-                    },
-                ),
-                Item::Tombstone | Item::Absent => (
-                    "not-resurrected",
-                    match (r.status, r.body.get("tombstone")) {
-                        (200, Some(Value::Bool(true))) | (404, _) => "not-resurrected".to_string(),
-                        (200, _) => "resurrected".to_string(),
-                        _ => r.outcome(),
-                    },
-                ),
-            };
-            self.assert(
+            for i in 0..n {
+                self.item_after_swap(i, &key, &item).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `key` on `instance` after the swap: what was written is there with its value,
+    /// what was deleted or tombstoned has not come back.
+    async fn item_after_swap(&self, instance: usize, key: &str, item: &Item) -> Result<(), Abort> {
+        let expected = match item {
+            Item::Present(_) => "present",
+            Item::Tombstone | Item::Absent => "not-resurrected",
+        };
+        let r = self
+            .call(
                 "swap",
                 "items",
-                Some(0),
+                Some(instance),
                 expected,
-                &observed,
-                r.elapsed,
-                Some(format!("item {key}")),
-            );
-        }
+                self.sc.client.read(instance, &self.resource, key),
+            )
+            .await?;
+        let observed = match item {
+            Item::Present(v) => match (r.status, r.body.get("tombstone"), r.body.get("value")) {
+                (200, Some(Value::Bool(true)), _) => "tombstone".to_string(),
+                (200, _, Some(got)) if got == v => "present".to_string(),
+                (200, _, _) => "wrong-value".to_string(),
+                (404, _, _) => "absent".to_string(),
+                _ => r.outcome(),
+            },
+            Item::Tombstone | Item::Absent => match (r.status, r.body.get("tombstone")) {
+                (200, Some(Value::Bool(true))) | (404, _) => "not-resurrected".to_string(),
+                (200, _) => "resurrected".to_string(),
+                _ => r.outcome(),
+            },
+        };
+        self.assert(
+            "swap",
+            "items",
+            Some(instance),
+            expected,
+            &observed,
+            r.elapsed,
+            Some(format!("item {key}")),
+        );
         Ok(())
     }
 
