@@ -112,12 +112,6 @@ pub async fn validate(args: ValidateArgs, shutdown: CancellationToken) -> anyhow
     Ok(1)
 }
 
-/// `lockprobe serve --config FILE`: runs until `shutdown`.
-pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let config = load(&args.config)?;
-    serve_config(&args, config, Probe::new()?, shutdown).await
-}
-
 /// Runs `probe` on the targets of an already loaded `config` until `shutdown` (the
 /// process may have given `probe` more routes to serve).
 pub async fn serve_config(args: &ServeArgs, config: Config, probe: Probe, shutdown: CancellationToken) -> anyhow::Result<()> {
