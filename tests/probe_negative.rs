@@ -30,6 +30,8 @@ struct Fake {
     declared: f64,
     /// Status of a granted pre-lock (201 per the contract).
     grant_status: u16,
+    /// How long each item read, write and delete takes.
+    item_delay: Duration,
 }
 
 type S = State<Arc<Fake>>;
@@ -75,6 +77,7 @@ async fn route() -> Json<Value> {
 }
 
 async fn read(State(f): S, Path((id, key)): Path<(String, String)>) -> axum::response::Response {
+    tokio::time::sleep(f.item_delay).await;
     match f.items.lock().unwrap().get(&format!("{id}/{key}")) {
         Some(v) => Json(json!({"key": key, "value": v, "tombstone": false})).into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
@@ -86,6 +89,7 @@ async fn write(
     Path((id, key)): Path<(String, String)>,
     Json(body): Json<Value>,
 ) -> StatusCode {
+    tokio::time::sleep(f.item_delay).await;
     f.items
         .lock()
         .unwrap()
@@ -94,21 +98,22 @@ async fn write(
 }
 
 async fn delete(State(f): S, Path((id, key)): Path<(String, String)>) -> StatusCode {
+    tokio::time::sleep(f.item_delay).await;
     f.items.lock().unwrap().remove(&format!("{id}/{key}"));
     StatusCode::NO_CONTENT
 }
 
 async fn start_fake(declared: f64) -> (String, Arc<Fake>) {
-    start_fake_granting(declared, 201).await
+    start_fake_with(Fake {
+        declared,
+        grant_status: 201,
+        ..Fake::default()
+    })
+    .await
 }
 
-/// A fake whose granted pre-locks answer `grant_status`.
-async fn start_fake_granting(declared: f64, grant_status: u16) -> (String, Arc<Fake>) {
-    let fake = Arc::new(Fake {
-        declared,
-        grant_status,
-        ..Fake::default()
-    });
+async fn start_fake_with(fake: Fake) -> (String, Arc<Fake>) {
+    let fake = Arc::new(fake);
     let app = Router::new()
         .route("/v1/resources/{id}/lock", post(pre_lock).delete(release))
         .route("/v1/resources/{id}/lock/escalate", post(ok))
@@ -240,7 +245,12 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
 #[tokio::test]
 async fn a_lock_granted_under_an_unexpected_status_is_still_released() {
     // 200 instead of 201: every pre-lock assertion fails, but each token is a live lock.
-    let (url, fake) = start_fake_granting(0.1, 200).await;
+    let (url, fake) = start_fake_with(Fake {
+        declared: 0.1,
+        grant_status: 200,
+        ..Fake::default()
+    })
+    .await;
     let state = Arc::new(StateFile::in_memory());
     let report = scenario(&url, state.clone())
         .run_cycle(&resources(), CancellationToken::new())
@@ -331,4 +341,24 @@ async fn a_release_that_failed_earlier_is_retried_before_the_resource_is_reused(
             ("fake".to_string(), "probe-0099".to_string())
         ]
     );
+}
+
+#[tokio::test]
+async fn convergence_is_timed_from_the_pre_lock_not_after_the_user_checks() {
+    // The route view shows the lock at once; each item operation takes 60ms, so the
+    // three pre-lock user checks take 180ms. Observed convergence must not include them.
+    let (url, _fake) = start_fake_with(Fake {
+        declared: 0.5,
+        grant_status: 201,
+        item_delay: Duration::from_millis(60),
+        ..Fake::default()
+    })
+    .await;
+    let report = scenario(&url, Arc::new(StateFile::in_memory()))
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
+    let observed = report.observed_convergence[0]
+        .observed_seconds
+        .expect("the fake shows the lock at once");
+    assert!(observed < 0.1, "observed {observed}s includes the user checks");
 }

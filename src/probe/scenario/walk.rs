@@ -71,22 +71,25 @@ impl Check<'_> {
         }
         let wait = self.escalation_wait(declared);
 
-        self.step("pre-lock: nothing may be restricted yet");
-        for i in 0..n {
-            self.user_op("preLock", "read", i, &format!("keep-{i}"), "allow")
-                .await?;
-            self.user_op("preLock", "write", i, &format!("pl-{i}"), "allow")
-                .await?;
-            self.user_op("preLock", "delete", i, &format!("pl-{i}"), "allow")
-                .await?;
-        }
-
         self.step(&format!(
-            "measuring convergence on {n} instances (declared {:.3}s, waiting {:.3}s)",
+            "measuring convergence on {n} instances (declared {:.3}s, waiting {:.3}s) while checking nothing is restricted yet",
             declared.as_secs_f64(),
             wait.as_secs_f64()
         ));
-        self.converge(t0, wait).await?;
+        // Side by side: convergence is timed from the pre-lock, so the user operations
+        // must not run first and add their own latency to it.
+        let unrestricted = async {
+            for i in 0..n {
+                self.user_op("preLock", "read", i, &format!("keep-{i}"), "allow")
+                    .await?;
+                self.user_op("preLock", "write", i, &format!("pl-{i}"), "allow")
+                    .await?;
+                self.user_op("preLock", "delete", i, &format!("pl-{i}"), "allow")
+                    .await?;
+            }
+            Ok(())
+        };
+        futures::future::try_join(self.converge(t0, wait), unrestricted).await?;
         tokio::time::sleep_until((t0 + wait).into()).await;
 
         self.step("escalating to hardDelete");
