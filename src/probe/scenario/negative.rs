@@ -6,7 +6,54 @@ use super::check::{granted, Check};
 use crate::probe::target::Reply;
 use super::Abort;
 
+/// The negative checks of a cycle, each run on its own resource after the main walk.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Negative {
+    SecondPreLock,
+    WrongToken,
+    EscalateEarly,
+    WriteBeforeHardDelete,
+    WriteLeaseLapse,
+    ConcurrentPreLocks,
+}
+
+impl Negative {
+    /// Every negative check, in the order of the cycle's resources 1.. .
+    pub(super) const ALL: [Self; 6] = [
+        Self::SecondPreLock,
+        Self::WrongToken,
+        Self::EscalateEarly,
+        Self::WriteBeforeHardDelete,
+        Self::WriteLeaseLapse,
+        Self::ConcurrentPreLocks,
+    ];
+
+    /// The check's name in reports (`negative/<name>`).
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::SecondPreLock => "negative/second-pre-lock",
+            Self::WrongToken => "negative/wrong-token",
+            Self::EscalateEarly => "negative/escalate-early",
+            Self::WriteBeforeHardDelete => "negative/write-before-hard-delete",
+            Self::WriteLeaseLapse => "negative/write-lease-lapse",
+            Self::ConcurrentPreLocks => "negative/concurrent-pre-locks",
+        }
+    }
+}
+
 impl Check<'_> {
+    /// Runs the negative check `which` on this check's resource.
+    pub(super) async fn negative(&self, which: Negative) -> Result<(), Abort> {
+        match which {
+            Negative::SecondPreLock => self.second_pre_lock().await,
+            Negative::WrongToken => self.wrong_token().await,
+            Negative::EscalateEarly => self.escalate_early().await,
+            Negative::WriteBeforeHardDelete => self.write_before_hard_delete().await,
+            Negative::WriteLeaseLapse => self.write_lease_lapse().await,
+            Negative::ConcurrentPreLocks => self.concurrent_pre_locks().await,
+        }
+    }
+
     /// Takes the pre-lock a negative check stands on; without it the check cannot run.
     async fn must_pre_lock(&self) -> Result<Reply, Abort> {
         match self.pre_lock("preLock", None).await? {
