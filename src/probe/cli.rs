@@ -53,16 +53,14 @@ pub struct ServeArgs {
     pub config: PathBuf,
 }
 
-/// `lockprobe check-config FILE`: exit 0 when valid, 64 naming the bad field otherwise.
-pub fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
-    let config = load(path)?;
+/// The `check-config` verdict for a configuration that loaded and validated.
+pub fn print_config_ok(path: &std::path::Path, config: &Config) {
     println!(
         "{}: ok ({} target{})",
         path.display(),
         config.targets.len(),
         if config.targets.len() == 1 { "" } else { "s" }
     );
-    Ok(())
 }
 
 /// Loads and validates the configuration; problems are usage errors naming the field.
