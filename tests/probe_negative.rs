@@ -11,11 +11,13 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use lockprobe::metrics::Metrics;
 use lockprobe::probe::observer::TracingObserver;
 use lockprobe::probe::report::{CycleReport, CycleResult};
 use lockprobe::probe::scenario::Scenario;
 use lockprobe::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
 use lockprobe::probe::state::StateFile;
+use lockprobe::probe::status::ProbeStatus;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -240,6 +242,27 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
         }
     }
     assert!(state.entries().is_empty(), "{:?}", state.entries());
+
+    // No token reaches the JSON or JUnit report, the metrics, the status API or its page.
+    let metrics = Metrics::new().unwrap();
+    let status = ProbeStatus::new();
+    metrics.record_cycle(&report);
+    status.record_cycle(&report);
+    let status_json = status.to_json(&metrics);
+    let outputs = [
+        ("json report", report.to_json().to_string()),
+        ("junit report", report.to_junit()),
+        ("metrics", metrics.render()),
+        ("status api", status_json.to_string()),
+        ("status page", lockprobe::status_page::render(&status_json)),
+    ];
+    let issued = fake.issued.lock().unwrap().clone();
+    assert!(!issued.is_empty());
+    for (_, token) in &issued {
+        for (name, text) in &outputs {
+            assert!(!text.contains(token.as_str()), "{name} shows token {token}");
+        }
+    }
 }
 
 #[tokio::test]
