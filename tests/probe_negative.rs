@@ -385,3 +385,20 @@ async fn convergence_is_timed_from_the_pre_lock_not_after_the_user_checks() {
         .expect("the fake shows the lock at once");
     assert!(observed < 0.1, "observed {observed}s includes the user checks");
 }
+
+#[tokio::test]
+async fn a_pre_lock_without_a_declared_delay_stops_the_walk_before_escalating() {
+    // NaN serialises as null: the lock view carries no usable convergence delay.
+    let (url, fake) = start_fake(f64::NAN).await;
+    let report = scenario(&url, Arc::new(StateFile::in_memory()))
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
+    let main: Vec<_> = report.assertions.iter().filter(|a| a.check == "cycle").collect();
+    assert!(
+        main.iter()
+            .any(|a| a.op == "convergence-delay" && a.observed == "missing" && !a.passed),
+        "{main:#?}"
+    );
+    assert!(!main.iter().any(|a| a.op == "escalate"), "{main:#?}");
+    assert_eq!(unreleased(&fake, "probe-0001"), Vec::<String>::new());
+}

@@ -366,14 +366,13 @@ impl<'a> Check<'a> {
         }
     }
 
-    pub(super) fn declared(&self, r: &Reply) -> Duration {
-        let secs = r
-            .body
+    /// The convergence delay a lock view declares; `None` when it is missing or not a
+    /// usable number of seconds.
+    pub(super) fn declared(&self, r: &Reply) -> Option<Duration> {
+        r.body
             .get("convergenceDelaySeconds")
             .and_then(Value::as_f64)
-            .filter(|d| d.is_finite() && *d >= 0.0)
-            .unwrap_or(0.0);
-        Duration::from_secs_f64(secs)
+            .and_then(|d| Duration::try_from_secs_f64(d).ok())
     }
 
     /// How long to wait after a pre-lock before escalating: declared delay plus buffer,

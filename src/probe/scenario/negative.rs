@@ -65,7 +65,8 @@ impl Check<'_> {
     /// Pre-locks and waits until the lock is effective everywhere.
     pub(super) async fn pre_lock_and_wait(&self) -> Result<(), Abort> {
         let r = self.must_pre_lock().await?;
-        let wait = self.escalation_wait(self.declared(&r));
+        // The main walk judges the declaration; here it only paces a test resource.
+        let wait = self.escalation_wait(self.declared(&r).unwrap_or_default());
         self.step(&format!(
             "waiting {:.3}s for the pre-lock to take effect",
             wait.as_secs_f64()

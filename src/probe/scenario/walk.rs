@@ -51,7 +51,20 @@ impl Check<'_> {
             return Err(Abort::Stop);
         }
         let t0 = Instant::now();
-        let declared = self.declared(&r);
+        // Without a declared delay there is no safe time to escalate: the walk stops (and
+        // releases) rather than guess.
+        let Some(declared) = self.declared(&r) else {
+            self.assert(
+                "preLock",
+                "convergence-delay",
+                None,
+                "declared",
+                "missing",
+                r.elapsed,
+                Some("no usable convergenceDelaySeconds in the lock view".into()),
+            );
+            return Err(Abort::Stop);
+        };
         *lock(&self.rec.declared) = Some(declared.as_secs_f64());
         if let Some(expected) = s.expected_convergence {
             let same = (declared.as_secs_f64() - expected.as_secs_f64()).abs() < 0.001;
