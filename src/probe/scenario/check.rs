@@ -167,6 +167,37 @@ impl<'a> Check<'a> {
         Ok((r, ok))
     }
 
+    /// A lock call the rest of the check stands on: the check stops unless it gave
+    /// `expected` (the failed assertion is already recorded).
+    pub(super) async fn must_lock_op(
+        &self,
+        phase: &str,
+        op: &str,
+        expected: &str,
+        fut: impl Future<Output = Result<Reply, TargetError>>,
+    ) -> Result<Reply, Abort> {
+        match self.lock_op(phase, op, expected, fut).await? {
+            (r, true) => Ok(r),
+            (_, false) => Err(Abort::Stop),
+        }
+    }
+
+    /// User operations on every instance, each `(op, key kind, expected outcome)` on the
+    /// key `<kind>-<instance>`.
+    pub(super) async fn on_every_instance(
+        &self,
+        phase: &str,
+        ops: [(&str, &str, &str); 3],
+    ) -> Result<(), Abort> {
+        for i in 0..self.instances() {
+            for (op, kind, expected) in ops {
+                self.user_op(phase, op, i, &format!("{kind}-{i}"), expected)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// A user operation on `instance` whose enforcement outcome must be `expected`.
     pub(super) async fn user_op(
         &self,

@@ -171,40 +171,32 @@ impl Check<'_> {
         self.pre_lock_and_wait().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
-        let (_, ok) = self
-            .lock_op(
+        self.must_lock_op(
+            "hardDelete",
+            "escalate",
+            "200",
+            c.escalate(
+                0,
+                &self.resource,
+                &self.token(),
                 "hardDelete",
-                "escalate",
-                "200",
-                c.escalate(
-                    0,
-                    &self.resource,
-                    &self.token(),
-                    "hardDelete",
-                    s.leases.hard_delete,
-                ),
-            )
-            .await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
-        let (_, ok) = self
-            .lock_op(
+                s.leases.hard_delete,
+            ),
+        )
+        .await?;
+        self.must_lock_op(
+            "write",
+            "escalate",
+            "200",
+            c.escalate(
+                0,
+                &self.resource,
+                &self.token(),
                 "write",
-                "escalate",
-                "200",
-                c.escalate(
-                    0,
-                    &self.resource,
-                    &self.token(),
-                    "write",
-                    s.leases.short_write,
-                ),
-            )
-            .await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
+                s.leases.short_write,
+            ),
+        )
+        .await?;
         let lapse = s.leases.short_write + s.buffer.max(Duration::from_millis(200));
         self.step(&format!(
             "waiting {:.3}s for the write lease to lapse",

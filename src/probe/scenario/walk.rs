@@ -91,42 +91,28 @@ impl Check<'_> {
         ));
         // Side by side: convergence is timed from the pre-lock, so the user operations
         // must not run first and add their own latency to it.
-        let unrestricted = async {
-            for i in 0..n {
-                self.user_op("preLock", "read", i, &format!("keep-{i}"), "allow")
-                    .await?;
-                self.user_op("preLock", "write", i, &format!("pl-{i}"), "allow")
-                    .await?;
-                self.user_op("preLock", "delete", i, &format!("pl-{i}"), "allow")
-                    .await?;
-            }
-            Ok(())
-        };
+        let unrestricted = self.on_every_instance(
+            "preLock",
+            [("read", "keep", "allow"), ("write", "pl", "allow"), ("delete", "pl", "allow")],
+        );
         futures::future::try_join(self.converge(t0, wait), unrestricted).await?;
         tokio::time::sleep_until((t0 + wait).into()).await;
 
         self.step("escalating to hardDelete");
-        let (_, ok) = self
-            .lock_op(
-                "hardDelete",
-                "escalate",
-                "200",
-                c.escalate(0, &res, &self.token(), "hardDelete", s.leases.hard_delete),
-            )
-            .await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
+        self.must_lock_op(
+            "hardDelete",
+            "escalate",
+            "200",
+            c.escalate(0, &res, &self.token(), "hardDelete", s.leases.hard_delete),
+        )
+        .await?;
         lock(&self.rec.phases).push(("preLock".into(), t0.elapsed().as_secs_f64()));
         let t1 = Instant::now();
-        for i in 0..n {
-            self.user_op("hardDelete", "read", i, &format!("keep-{i}"), "allow")
-                .await?;
-            self.user_op("hardDelete", "write", i, &format!("keep-{i}"), "allow")
-                .await?;
-            self.user_op("hardDelete", "delete", i, &format!("del-{i}"), "tombstone")
-                .await?;
-        }
+        self.on_every_instance(
+            "hardDelete",
+            [("read", "keep", "allow"), ("write", "keep", "allow"), ("delete", "del", "tombstone")],
+        )
+        .await?;
         for i in 0..n {
             for j in 0..n {
                 // The contract demands a tombstone here, whatever the delete answered.
@@ -136,35 +122,25 @@ impl Check<'_> {
         }
 
         self.step("escalating to write");
-        let (_, ok) = self
-            .lock_op(
-                "write",
-                "escalate",
-                "200",
-                c.escalate(0, &res, &self.token(), "write", s.leases.write),
-            )
-            .await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
+        self.must_lock_op(
+            "write",
+            "escalate",
+            "200",
+            c.escalate(0, &res, &self.token(), "write", s.leases.write),
+        )
+        .await?;
         lock(&self.rec.phases).push(("hardDelete".into(), t1.elapsed().as_secs_f64()));
         let t2 = Instant::now();
-        for i in 0..n {
-            self.user_op("write", "read", i, &format!("keep-{i}"), "allow")
-                .await?;
-            self.user_op("write", "write", i, &format!("wl-{i}"), "block")
-                .await?;
-            self.user_op("write", "delete", i, &format!("wl-{i}"), "block")
-                .await?;
-        }
+        self.on_every_instance(
+            "write",
+            [("read", "keep", "allow"), ("write", "wl", "block"), ("delete", "wl", "block")],
+        )
+        .await?;
 
         self.step(&format!("swapping {res} to {to:?}"));
-        let (r, ok) = self
-            .lock_op("swap", "swap", "200", c.swap(0, &res, &self.token(), &to))
+        let r = self
+            .must_lock_op("swap", "swap", "200", c.swap(0, &res, &self.token(), &to))
             .await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
         lock(&self.rec.phases).push(("write".into(), t2.elapsed().as_secs_f64()));
         self.dropped();
         self.assert(
@@ -192,13 +168,12 @@ impl Check<'_> {
                 r.elapsed,
                 None,
             );
-            self.user_op("swap", "read", i, &format!("keep-{i}"), "allow")
-                .await?;
-            self.user_op("swap", "write", i, &format!("post-{i}"), "allow")
-                .await?;
-            self.user_op("swap", "delete", i, &format!("post-{i}"), "allow")
-                .await?;
         }
+        self.on_every_instance(
+            "swap",
+            [("read", "keep", "allow"), ("write", "post", "allow"), ("delete", "post", "allow")],
+        )
+        .await?;
 
         self.step(&format!("checking every item at {to:?} on every instance"));
         let model: Vec<(String, Item)> = lock(&self.items).clone().into_iter().collect();
