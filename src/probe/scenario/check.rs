@@ -182,6 +182,19 @@ impl<'a> Check<'a> {
         }
     }
 
+    /// Escalates the held lock to `phase` (`hardDelete` or `write`) with `lease`; the check
+    /// stops unless the service agrees.
+    pub(super) async fn escalate_to(&self, phase: &str, lease: Duration) -> Result<Reply, Abort> {
+        let c = &self.sc.client;
+        self.must_lock_op(
+            phase,
+            "escalate",
+            "200",
+            c.escalate(0, &self.resource, &self.token(), phase, lease),
+        )
+        .await
+    }
+
     /// User operations on every instance, each `(op, key kind, expected outcome)` on the
     /// key `<kind>-<instance>`.
     pub(super) async fn on_every_instance(

@@ -171,32 +171,8 @@ impl Check<'_> {
         self.pre_lock_and_wait().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
-        self.must_lock_op(
-            "hardDelete",
-            "escalate",
-            "200",
-            c.escalate(
-                0,
-                &self.resource,
-                &self.token(),
-                "hardDelete",
-                s.leases.hard_delete,
-            ),
-        )
-        .await?;
-        self.must_lock_op(
-            "write",
-            "escalate",
-            "200",
-            c.escalate(
-                0,
-                &self.resource,
-                &self.token(),
-                "write",
-                s.leases.short_write,
-            ),
-        )
-        .await?;
+        self.escalate_to("hardDelete", s.leases.hard_delete).await?;
+        self.escalate_to("write", s.leases.short_write).await?;
         let lapse = s.leases.short_write + s.buffer.max(Duration::from_millis(200));
         self.step(&format!(
             "waiting {:.3}s for the write lease to lapse",

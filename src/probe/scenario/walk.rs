@@ -99,13 +99,7 @@ impl Check<'_> {
         tokio::time::sleep_until((t0 + wait).into()).await;
 
         self.step("escalating to hardDelete");
-        self.must_lock_op(
-            "hardDelete",
-            "escalate",
-            "200",
-            c.escalate(0, &res, &self.token(), "hardDelete", s.leases.hard_delete),
-        )
-        .await?;
+        self.escalate_to("hardDelete", s.leases.hard_delete).await?;
         lock(&self.rec.phases).push(("preLock".into(), t0.elapsed().as_secs_f64()));
         let t1 = Instant::now();
         self.on_every_instance(
@@ -122,13 +116,7 @@ impl Check<'_> {
         }
 
         self.step("escalating to write");
-        self.must_lock_op(
-            "write",
-            "escalate",
-            "200",
-            c.escalate(0, &res, &self.token(), "write", s.leases.write),
-        )
-        .await?;
+        self.escalate_to("write", s.leases.write).await?;
         lock(&self.rec.phases).push(("hardDelete".into(), t1.elapsed().as_secs_f64()));
         let t2 = Instant::now();
         self.on_every_instance(
