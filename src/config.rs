@@ -314,6 +314,20 @@ impl Config {
                     return Err(ConfigError::invalid(f(name), "must be longer than zero"));
                 }
             }
+            // Every cycle holds its pre-lock through the wait before escalating: a lease or
+            // a timeout that ends first would fail (or cancel) every cycle.
+            let wait = t.cache_ttl.0 + t.replication_bound.0 + t.buffer.0;
+            for (name, d) in [("leases.pre_lock", t.leases.pre_lock), ("timeout", t.timeout)] {
+                if d.0 <= wait {
+                    return Err(ConfigError::invalid(
+                        f(name),
+                        format!(
+                            "must be longer than cache_ttl + replication_bound + buffer ({}), the wait before escalating",
+                            humantime::format_duration(wait)
+                        ),
+                    ));
+                }
+            }
             if t.leases.short_write.0 >= t.leases.write.0 {
                 return Err(ConfigError::invalid(
                     f("leases.short_write"),
@@ -461,6 +475,15 @@ short_write = "30s"
     fn pool_too_small_for_concurrency() {
         let e = err_of(&GOOD.replace("pool_size = 14", "pool_size = 9"));
         assert!(e.starts_with("targets[0].pool_size:"), "{e}");
+    }
+
+    #[test]
+    fn a_pre_lock_lease_or_timeout_within_the_convergence_wait_is_refused() {
+        // cache_ttl 1h + replication_bound 5m + buffer 10m = 1h15m before escalating.
+        let e = err_of(&GOOD.replace("pre_lock = \"48h\"", "pre_lock = \"1h\""));
+        assert!(e.starts_with("targets[0].leases.pre_lock:") && e.contains("1h 15m"), "{e}");
+        let e = err_of(&GOOD.replace("timeout = \"60h\"", "timeout = \"75m\""));
+        assert!(e.starts_with("targets[0].timeout:"), "{e}");
     }
 
     #[test]

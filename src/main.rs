@@ -68,7 +68,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Service(args) => service::cli::run(*args, shutdown).await.map(|()| 0),
             Command::Demo(args) => demo::run(*args, shutdown).await,
-            Command::Validate(args) => probe_cli::validate(args).await,
+            Command::Validate(args) => probe_cli::validate(args, shutdown).await,
             Command::Serve(args) => lockprobe::serve::run(args, shutdown).await.map(|()| 0),
             Command::Monitor(cmd) => lockprobe::monitor::cli::run(*cmd, shutdown).await.map(|()| 0),
             Command::CheckConfig { file } => lockprobe::serve::check_config(&file).map(|()| 0),

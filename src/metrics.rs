@@ -172,7 +172,7 @@ impl Metrics {
         let observed = GaugeVec::new(
             Opts::new(
                 "lockprobe_convergence_observed_seconds",
-                "Slowest instance's time to show the last pre-lock on its routing path.",
+                "Slowest instance's time to show the last pre-lock on its routing path (at least the whole wait when one never did).",
             ),
             &["target"],
         )?;
@@ -365,10 +365,12 @@ mod tests {
                 InstanceConvergence {
                     instance: "a".into(),
                     observed_seconds: Some(0.9),
+                    bound_seconds: 2.0,
                 },
                 InstanceConvergence {
                     instance: "b".into(),
                     observed_seconds: None,
+                    bound_seconds: 2.0,
                 },
             ],
         }
@@ -387,7 +389,9 @@ mod tests {
             r#"lockprobe_lock_phase_duration_seconds_count{phase="preLock",target="demo"} 1"#,
             r#"lockprobe_read_through_latency_seconds_count{target="demo"} 3"#,
             r#"lockprobe_convergence_declared_seconds{target="demo"} 1.5"#,
-            r#"lockprobe_convergence_observed_seconds{target="demo"} 0.9"#,
+            // Instance b never showed the lock within the 2s watched: the slowest took at
+            // least that, above the 1.5s declared, which is what the alert compares.
+            r#"lockprobe_convergence_observed_seconds{target="demo"} 2"#,
             r#"lockprobe_convergence_violations_total{target="demo"} 1"#,
             "lockprobe_probe_duration_seconds_bucket",
         ] {

@@ -85,7 +85,8 @@ pub fn check_config(path: &Path) -> anyhow::Result<()> {
     if let Some(table) = &config.monitor {
         MonitorSection::from_table(table).map_err(|e| UsageError::new(format!("{}: {e}", path.display())))?;
     }
-    probe_cli::check_config(path)
+    probe_cli::print_config_ok(path, &config);
+    Ok(())
 }
 
 /// `lockprobe serve --config FILE`: runs until `shutdown`.

@@ -46,16 +46,29 @@ short_write = "1s"
     path
 }
 
-fn serve(config: &Path, key: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_lockprobe"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .env(KEY_ENV, key)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
+/// A running `lockprobe serve`, killed when dropped so a failed assertion never leaves a
+/// probe running on its every-second schedule after the test.
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(config: &Path, key: &str) -> Serve {
+    Serve(
+        Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .env(KEY_ENV, key)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 fn state_tokens(dir: &Path) -> Vec<(String, bool)> {
@@ -76,6 +89,20 @@ fn state_tokens(dir: &Path) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// Waits until the probe has recorded the token of its main resource's pre-lock.
+async fn wait_for_main_token(dir: &Path) {
+    wait_for(
+        "the token in the state file",
+        Duration::from_secs(20),
+        async || {
+            state_tokens(dir)
+                .iter()
+                .any(|(r, has_token)| r == "probe-0001" && *has_token)
+        },
+    )
+    .await;
+}
+
 async fn wait_for(what: &str, timeout: Duration, mut cond: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !cond().await {
@@ -90,19 +117,9 @@ async fn killed_probe_leaves_no_lock_after_restart() {
     let dir = tempfile::tempdir().unwrap();
 
     // First run: every second; it pre-locks probe-0001 and sits in the convergence wait.
-    let mut first = serve(&config(dir.path(), &svc.urls, "* * * * * *"), &svc.key);
-    wait_for(
-        "the token in the state file",
-        Duration::from_secs(20),
-        async || {
-            state_tokens(dir.path())
-                .iter()
-                .any(|(r, has_token)| r == "probe-0001" && *has_token)
-        },
-    )
-    .await;
-    first.kill().unwrap();
-    first.wait().unwrap();
+    let first = serve(&config(dir.path(), &svc.urls, "* * * * * *"), &svc.key);
+    wait_for_main_token(dir.path()).await;
+    drop(first);
 
     // The kill left the lock behind.
     let view = route(&svc.urls[0], "probe-0001").await;
@@ -113,7 +130,7 @@ async fn killed_probe_leaves_no_lock_after_restart() {
     );
 
     // Second run never fires a cycle (year 2099), so only recovery can touch the lock.
-    let mut second = serve(&config(dir.path(), &svc.urls, "0 0 0 1 1 * 2099"), &svc.key);
+    let second = serve(&config(dir.path(), &svc.urls, "0 0 0 1 1 * 2099"), &svc.key);
     wait_for(
         "the left-over lock to be released",
         Duration::from_secs(15),
@@ -135,8 +152,7 @@ async fn killed_probe_leaves_no_lock_after_restart() {
         )
         .await;
     }
-    second.kill().unwrap();
-    second.wait().unwrap();
+    drop(second);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,25 +160,19 @@ async fn sigterm_mid_cycle_releases_the_lock_before_exit() {
     let svc = start_service(vec![], Duration::from_secs(1), Duration::from_millis(500)).await;
     let dir = tempfile::tempdir().unwrap();
     let mut probe = serve(&config(dir.path(), &svc.urls, "* * * * * *"), &svc.key);
-    wait_for(
-        "the token in the state file",
-        Duration::from_secs(20),
-        async || {
-            state_tokens(dir.path())
-                .iter()
-                .any(|(r, has_token)| r == "probe-0001" && *has_token)
-        },
-    )
-    .await;
+    wait_for_main_token(dir.path()).await;
     let status = Command::new("kill")
-        .args(["-TERM", &probe.id().to_string()])
+        .args(["-TERM", &probe.0.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || probe.wait().unwrap())
-        .await
-        .unwrap();
-    assert!(exit.success(), "{exit:?}");
+    let mut exit = None;
+    wait_for("the probe to exit on SIGTERM", Duration::from_secs(10), async || {
+        exit = probe.0.try_wait().unwrap();
+        exit.is_some()
+    })
+    .await;
+    assert!(exit.is_some_and(|e| e.success()), "{exit:?}");
     // Released on the way out: nothing held, nothing left in the state file.
     assert!(route(&svc.urls[0], "probe-0001").await["lock"].is_null());
     assert!(state_tokens(dir.path()).is_empty());

@@ -11,11 +11,13 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use lockprobe::metrics::Metrics;
 use lockprobe::probe::observer::TracingObserver;
 use lockprobe::probe::report::{CycleReport, CycleResult};
 use lockprobe::probe::scenario::Scenario;
 use lockprobe::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
 use lockprobe::probe::state::StateFile;
+use lockprobe::probe::status::ProbeStatus;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -23,15 +25,24 @@ use tokio_util::sync::CancellationToken;
 struct Fake {
     items: Mutex<HashMap<String, Value>>,
     released: Mutex<Vec<String>>,
+    /// `(resource, token)` of every pre-lock granted.
+    issued: Mutex<Vec<(String, String)>>,
+    /// Tokens presented to release.
+    released_tokens: Mutex<Vec<String>>,
     declared: f64,
+    /// Status of a granted pre-lock (201 per the contract).
+    grant_status: u16,
+    /// How long each item read, write and delete takes.
+    item_delay: Duration,
 }
 
 type S = State<Arc<Fake>>;
 
 async fn pre_lock(State(f): S, Path(id): Path<String>) -> impl IntoResponse {
     let token = format!("tok-{id}-{}", rand_suffix());
+    f.issued.lock().unwrap().push((id, token.clone()));
     (
-        StatusCode::CREATED,
+        StatusCode::from_u16(f.grant_status).unwrap(),
         Json(
             json!({"token": token, "phase": "preLock", "convergenceDelaySeconds": f.declared, "location": "westeurope"}),
         ),
@@ -51,7 +62,14 @@ async fn swap(Json(body): Json<Value>) -> Json<Value> {
     Json(json!({"location": body["targetLocation"], "lock": null, "source": "store"}))
 }
 
-async fn release(State(f): S, Path(id): Path<String>) -> StatusCode {
+async fn release(
+    State(f): S,
+    Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
+) -> StatusCode {
+    if let Some(t) = headers.get("lock-token").and_then(|v| v.to_str().ok()) {
+        f.released_tokens.lock().unwrap().push(t.to_string());
+    }
     f.released.lock().unwrap().push(id);
     StatusCode::NO_CONTENT
 }
@@ -61,6 +79,7 @@ async fn route() -> Json<Value> {
 }
 
 async fn read(State(f): S, Path((id, key)): Path<(String, String)>) -> axum::response::Response {
+    tokio::time::sleep(f.item_delay).await;
     match f.items.lock().unwrap().get(&format!("{id}/{key}")) {
         Some(v) => Json(json!({"key": key, "value": v, "tombstone": false})).into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
@@ -72,6 +91,7 @@ async fn write(
     Path((id, key)): Path<(String, String)>,
     Json(body): Json<Value>,
 ) -> StatusCode {
+    tokio::time::sleep(f.item_delay).await;
     f.items
         .lock()
         .unwrap()
@@ -80,15 +100,22 @@ async fn write(
 }
 
 async fn delete(State(f): S, Path((id, key)): Path<(String, String)>) -> StatusCode {
+    tokio::time::sleep(f.item_delay).await;
     f.items.lock().unwrap().remove(&format!("{id}/{key}"));
     StatusCode::NO_CONTENT
 }
 
 async fn start_fake(declared: f64) -> (String, Arc<Fake>) {
-    let fake = Arc::new(Fake {
+    start_fake_with(Fake {
         declared,
+        grant_status: 201,
         ..Fake::default()
-    });
+    })
+    .await
+}
+
+async fn start_fake_with(fake: Fake) -> (String, Arc<Fake>) {
+    let fake = Arc::new(fake);
     let app = Router::new()
         .route("/v1/resources/{id}/lock", post(pre_lock).delete(release))
         .route("/v1/resources/{id}/lock/escalate", post(ok))
@@ -128,6 +155,18 @@ fn scenario(url: &str, state: Arc<StateFile>) -> Scenario {
         owner: "test".into(),
     };
     Scenario::new(settings, state, Arc::new(TracingObserver)).unwrap()
+}
+
+/// Tokens granted on `resource` that were never presented to release.
+fn unreleased(fake: &Fake, resource: &str) -> Vec<String> {
+    let released = fake.released_tokens.lock().unwrap().clone();
+    fake.issued
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(r, t)| r == resource && !released.contains(t))
+        .map(|(_, t)| t.clone())
+        .collect()
 }
 
 fn resources() -> Vec<String> {
@@ -195,6 +234,55 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
     );
     // The main resource swapped (the lock ended with it) and the lapsed lease swapped too.
     assert!(!released.iter().any(|x| x == "probe-0001"), "{released:?}");
+    // Every other lock granted (the lapsed lease's swapped), the second pre-lock's
+    // included, was released by its token.
+    for r in &resources()[1..] {
+        if r != "probe-0006" {
+            assert_eq!(unreleased(&fake, r), Vec::<String>::new(), "{r}");
+        }
+    }
+    assert!(state.entries().is_empty(), "{:?}", state.entries());
+
+    // No token reaches the JSON or JUnit report, the metrics, the status API or its page.
+    let metrics = Metrics::new().unwrap();
+    let status = ProbeStatus::new();
+    metrics.record_cycle(&report);
+    status.record_cycle(&report);
+    let status_json = status.to_json(&metrics);
+    let outputs = [
+        ("json report", report.to_json().to_string()),
+        ("junit report", report.to_junit()),
+        ("metrics", metrics.render()),
+        ("status api", status_json.to_string()),
+        ("status page", lockprobe::status_page::render(&status_json)),
+    ];
+    let issued = fake.issued.lock().unwrap().clone();
+    assert!(!issued.is_empty());
+    for (_, token) in &issued {
+        for (name, text) in &outputs {
+            assert!(!text.contains(token.as_str()), "{name} shows token {token}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_lock_granted_under_an_unexpected_status_is_still_released() {
+    // 200 instead of 201: every pre-lock assertion fails, but each token is a live lock.
+    let (url, fake) = start_fake_with(Fake {
+        declared: 0.1,
+        grant_status: 200,
+        ..Fake::default()
+    })
+    .await;
+    let state = Arc::new(StateFile::in_memory());
+    let report = scenario(&url, state.clone())
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
+    assert_eq!(report.result, CycleResult::Failed);
+    assert!(!fake.issued.lock().unwrap().is_empty());
+    for r in resources() {
+        assert_eq!(unreleased(&fake, &r), Vec::<String>::new(), "{r}");
+    }
     assert!(state.entries().is_empty(), "{:?}", state.entries());
 }
 
@@ -276,4 +364,41 @@ async fn a_release_that_failed_earlier_is_retried_before_the_resource_is_reused(
             ("fake".to_string(), "probe-0099".to_string())
         ]
     );
+}
+
+#[tokio::test]
+async fn convergence_is_timed_from_the_pre_lock_not_after_the_user_checks() {
+    // The route view shows the lock at once; each item operation takes 60ms, so the
+    // three pre-lock user checks take 180ms. Observed convergence must not include them.
+    let (url, _fake) = start_fake_with(Fake {
+        declared: 0.5,
+        grant_status: 201,
+        item_delay: Duration::from_millis(60),
+        ..Fake::default()
+    })
+    .await;
+    let report = scenario(&url, Arc::new(StateFile::in_memory()))
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
+    let observed = report.observed_convergence[0]
+        .observed_seconds
+        .expect("the fake shows the lock at once");
+    assert!(observed < 0.1, "observed {observed}s includes the user checks");
+}
+
+#[tokio::test]
+async fn a_pre_lock_without_a_declared_delay_stops_the_walk_before_escalating() {
+    // NaN serialises as null: the lock view carries no usable convergence delay.
+    let (url, fake) = start_fake(f64::NAN).await;
+    let report = scenario(&url, Arc::new(StateFile::in_memory()))
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
+    let main: Vec<_> = report.assertions.iter().filter(|a| a.check == "cycle").collect();
+    assert!(
+        main.iter()
+            .any(|a| a.op == "convergence-delay" && a.observed == "missing" && !a.passed),
+        "{main:#?}"
+    );
+    assert!(!main.iter().any(|a| a.op == "escalate"), "{main:#?}");
+    assert_eq!(unreleased(&fake, "probe-0001"), Vec::<String>::new());
 }

@@ -109,6 +109,17 @@ async fn passes_against_the_reference_service() {
             "{check} missing"
         );
     }
+    // The cutover lost nothing as seen from every instance, not only the first.
+    for url in &svc.urls {
+        assert!(
+            run.json["assertions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["op"] == "items" && a["instance"] == url.as_str()),
+            "no item check after the swap on {url}"
+        );
+    }
     // Both instances showed the lock within the bound and converged.
     let conv = run.json["observedConvergence"].as_array().unwrap();
     assert_eq!(conv.len(), 2);
@@ -266,4 +277,61 @@ async fn bad_usage_exits_64_naming_the_flag() {
         String::from_utf8_lossy(&out.stderr).contains("--buffer"),
         "{out:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_releases_the_lock_and_exits() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let svc = start_service(vec![], TTL, BOUND).await;
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"));
+    cmd.arg("validate");
+    for u in &svc.urls {
+        cmd.args(["--endpoint", u]);
+    }
+    // A long buffer keeps the cycle waiting with its pre-lock held until the interrupt.
+    let mut child = cmd
+        .args(["--test-prefix", "probe-", "--buffer", "60s"])
+        .env("LOCKPROBE_LOCK_API_KEY", &svc.key)
+        .env_remove("LOCKPROBE_STATE_FILE")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut resource = None;
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(rest) = line.split("cycle: pre-lock ").nth(1) {
+                resource = rest.split_whitespace().next().map(str::to_string);
+            }
+            if line.contains("measuring convergence") {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("validate reaches the convergence wait");
+    let resource = resource.expect("validate names the resource it pre-locks");
+
+    let pid = child.id().unwrap().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("validate stops on SIGINT instead of finishing its 60s wait")
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "an interrupted validate is not a pass");
+
+    // The lock was released: a new pre-lock on the same resource is granted.
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/resources/{resource}/lock", svc.urls[0]))
+        .bearer_auth(&svc.key)
+        .json(&serde_json::json!({"owner": "test", "durationSeconds": 60}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201, "{:?}", r.text().await);
 }

@@ -53,16 +53,14 @@ pub struct ServeArgs {
     pub config: PathBuf,
 }
 
-/// `lockprobe check-config FILE`: exit 0 when valid, 64 naming the bad field otherwise.
-pub fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
-    let config = load(path)?;
+/// The `check-config` verdict for a configuration that loaded and validated.
+pub fn print_config_ok(path: &std::path::Path, config: &Config) {
     println!(
         "{}: ok ({} target{})",
         path.display(),
         config.targets.len(),
         if config.targets.len() == 1 { "" } else { "s" }
     );
-    Ok(())
 }
 
 /// Loads and validates the configuration; problems are usage errors naming the field.
@@ -73,8 +71,9 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<Config> {
     })
 }
 
-/// `lockprobe validate`: returns the exit code (0 passed, 1 failed).
-pub async fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
+/// `lockprobe validate`: returns the exit code (0 passed, 1 failed or interrupted by
+/// `shutdown`).
+pub async fn validate(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
     let opts = ValidateOptions {
         endpoints: args.endpoints.clone(),
         expect_convergence: args.expect_convergence,
@@ -83,7 +82,7 @@ pub async fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
         api_key: std::env::var(API_KEY_ENV).unwrap_or_default(),
         state_file: args.state_file.clone(),
     };
-    let report = match validate::run(&opts, Arc::new(PrintObserver)).await {
+    let report = match validate::run(&opts, Arc::new(PrintObserver), shutdown).await {
         Ok(r) => r,
         Err(ValidateError::Usage(m)) => return Err(UsageError::new(m).into()),
         Err(e) => return Err(e.into()),
@@ -109,12 +108,6 @@ pub async fn validate(args: ValidateArgs) -> anyhow::Result<u8> {
         println!("  {}", a.line());
     }
     Ok(1)
-}
-
-/// `lockprobe serve --config FILE`: runs until `shutdown`.
-pub async fn serve(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let config = load(&args.config)?;
-    serve_config(&args, config, Probe::new()?, shutdown).await
 }
 
 /// Runs `probe` on the targets of an already loaded `config` until `shutdown` (the

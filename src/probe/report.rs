@@ -12,6 +12,9 @@ use serde_json::{json, Value};
 /// User-visible outcomes of the enforcement table in DESIGN.md.
 const ENFORCEMENT_OUTCOMES: [&str; 3] = ["allow", "block", "tombstone"];
 
+/// Observed outcome of a 423 that lacks the `Retry-After` the contract requires.
+pub const BLOCK_WITHOUT_RETRY_AFTER: &str = "423 without Retry-After";
+
 /// One check: what was done, what was expected, what was seen.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -39,6 +42,15 @@ pub struct Assertion {
     pub detail: Option<String>,
 }
 
+/// The enforcement decision an outcome stands for, if it stands for one.
+fn decision(outcome: &str) -> Option<&str> {
+    match outcome {
+        o if ENFORCEMENT_OUTCOMES.contains(&o) => Some(o),
+        BLOCK_WITHOUT_RETRY_AFTER => Some("block"),
+        _ => None,
+    }
+}
+
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
@@ -58,12 +70,16 @@ impl Assertion {
         format!("{}/{}", self.phase, self.op)
     }
 
-    /// A wrong allow / block / tombstone outcome on a user operation.
+    /// A wrong allow / block / tombstone decision on a user operation. A 423 without
+    /// `Retry-After` is still a block: it fails its assertion either way, but it is an
+    /// enforcement violation only where the phase demanded allow or tombstone.
     pub fn is_enforcement_violation(&self) -> bool {
         !self.passed
             && matches!(self.op.as_str(), "read" | "write" | "delete")
-            && ENFORCEMENT_OUTCOMES.contains(&self.expected.as_str())
-            && ENFORCEMENT_OUTCOMES.contains(&self.observed.as_str())
+            && match (decision(&self.expected), decision(&self.observed)) {
+                (Some(expected), Some(observed)) => expected != observed,
+                _ => false,
+            }
     }
 
     /// One line for people: `PASS preLock/write @ http://.. expected allow, observed allow (3ms)`.
@@ -119,6 +135,9 @@ pub struct InstanceConvergence {
     pub instance: String,
     /// Seconds from the pre-lock until the route view showed it; `None` if it never did.
     pub observed_seconds: Option<f64>,
+    /// How long the probe watched (declared delay + buffer): the least an instance that
+    /// never showed the lock took.
+    pub bound_seconds: f64,
 }
 
 /// Everything one cycle found.
@@ -167,11 +186,13 @@ impl CycleReport {
             .count()
     }
 
-    /// Slowest instance's observed convergence (what alerts compare with the declared value).
+    /// Slowest instance's observed convergence (what alerts compare with the declared
+    /// value). An instance that never showed the lock counts with the whole bound it was
+    /// watched for: leaving it out would report the fast instances and hide the violation.
     pub fn max_observed_convergence(&self) -> Option<f64> {
         self.observed_convergence
             .iter()
-            .filter_map(|c| c.observed_seconds)
+            .map(|c| c.observed_seconds.unwrap_or(c.bound_seconds))
             .reduce(f64::max)
     }
 
@@ -331,6 +352,10 @@ mod tests {
         assert!(assertion("cycle", "delete", "tombstone", "allow").is_enforcement_violation());
         assert!(!assertion("cycle", "write", "block", "block").is_enforcement_violation());
         assert!(!assertion("cycle", "write", "block", "500 internal").is_enforcement_violation());
+        // A block without Retry-After is a block: wrong where allow was due, and only a
+        // missing header (a failed assertion, not a violation) where block was due.
+        assert!(assertion("cycle", "write", "allow", BLOCK_WITHOUT_RETRY_AFTER).is_enforcement_violation());
+        assert!(!assertion("cycle", "write", "block", BLOCK_WITHOUT_RETRY_AFTER).is_enforcement_violation());
         assert!(
             !assertion("cycle", "escalate", "200", "409 invalid-transition")
                 .is_enforcement_violation()

@@ -6,7 +6,6 @@
 //! `check` holds the per-resource helpers (assertions, lock bookkeeping, release),
 //! `walk` the main migration walk, `negative` the refusals the service must make.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
@@ -14,6 +13,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use check::Check;
+use negative::Negative;
 
 use super::observer::Observer;
 use super::report::{Assertion, CycleReport, CycleResult, InstanceConvergence};
@@ -154,36 +154,16 @@ impl Scenario {
         let main = Check::new(self, &rec, "cycle", &resources[0]);
         let main_out = main.guarded(&cancel, main.walk()).await;
 
-        let negatives = [
-            ("negative/second-pre-lock", 1),
-            ("negative/wrong-token", 2),
-            ("negative/escalate-early", 3),
-            ("negative/write-before-hard-delete", 4),
-            ("negative/write-lease-lapse", 5),
-            ("negative/concurrent-pre-locks", 6),
-        ];
-        let checks: Vec<Check<'_>> = negatives
-            .iter()
-            .map(|(name, i)| Check::new(self, &rec, name, &resources[*i]))
+        let checks: Vec<(Negative, Check<'_>)> = Negative::ALL
+            .into_iter()
+            .zip(&resources[1..])
+            .map(|(n, resource)| (n, Check::new(self, &rec, n.name(), resource)))
             .collect();
         let outs = if matches!(main_out, Err(Abort::Cancelled) | Err(Abort::Transport(_))) {
             Vec::new()
         } else {
-            futures::future::join_all(checks.iter().map(|c| {
-                let fut: std::pin::Pin<Box<dyn Future<Output = Result<(), Abort>> + Send + '_>> =
-                    match c.name.as_str() {
-                        "negative/second-pre-lock" => Box::pin(c.second_pre_lock()),
-                        "negative/wrong-token" => Box::pin(c.wrong_token()),
-                        "negative/escalate-early" => Box::pin(c.escalate_early()),
-                        "negative/write-before-hard-delete" => {
-                            Box::pin(c.write_before_hard_delete())
-                        }
-                        "negative/write-lease-lapse" => Box::pin(c.write_lease_lapse()),
-                        _ => Box::pin(c.concurrent_pre_locks()),
-                    };
-                c.guarded(&cancel, fut)
-            }))
-            .await
+            futures::future::join_all(checks.iter().map(|(n, c)| c.guarded(&cancel, c.negative(*n))))
+                .await
         };
 
         let mut error = None;

@@ -136,6 +136,10 @@ impl TargetClient {
         )
     }
 
+    fn item_url(&self, instance: usize, resource: &str, key: &str) -> String {
+        self.url(instance, resource, &format!("/items/{key}"))
+    }
+
     fn guard(&self, resource: &str) -> Result<(), TargetError> {
         if resource.starts_with(&self.prefix) {
             Ok(())
@@ -282,11 +286,8 @@ impl TargetClient {
         resource: &str,
         key: &str,
     ) -> Result<Reply, TargetError> {
-        self.send(
-            self.http
-                .get(self.url(instance, resource, &format!("/items/{key}"))),
-        )
-        .await
+        self.send(self.http.get(self.item_url(instance, resource, key)))
+            .await
     }
 
     /// `PUT /items/{key}`.
@@ -299,7 +300,7 @@ impl TargetClient {
     ) -> Result<Reply, TargetError> {
         let req = self
             .http
-            .put(self.url(instance, resource, &format!("/items/{key}")))
+            .put(self.item_url(instance, resource, key))
             .json(&json!({ "value": value }));
         self.send(req).await
     }
@@ -311,11 +312,8 @@ impl TargetClient {
         resource: &str,
         key: &str,
     ) -> Result<Reply, TargetError> {
-        self.send(
-            self.http
-                .delete(self.url(instance, resource, &format!("/items/{key}"))),
-        )
-        .await
+        self.send(self.http.delete(self.item_url(instance, resource, key)))
+            .await
     }
 }
 

@@ -113,10 +113,13 @@ impl ValidateOptions {
     }
 }
 
-/// Runs the validation and returns its report (`result` tells pass or fail).
+/// Runs the validation and returns its report (`result` tells pass or fail). `cancel`
+/// (SIGINT, SIGTERM) stops the cycle early; its locks are released on the way out and the
+/// report says the cycle was cancelled.
 pub async fn run(
     opts: &ValidateOptions,
     observer: Arc<dyn Observer>,
+    cancel: CancellationToken,
 ) -> Result<CycleReport, ValidateError> {
     opts.check()?;
     let state = Arc::new(match &opts.state_file {
@@ -133,9 +136,7 @@ pub async fn run(
     let resources: Vec<String> = (0..RESOURCES_PER_CYCLE)
         .map(|i| format!("{}v{run_id}-{i}", opts.test_prefix))
         .collect();
-    Ok(scenario
-        .run_cycle(&resources, CancellationToken::new())
-        .await)
+    Ok(scenario.run_cycle(&resources, cancel).await)
 }
 
 /// Writes the JUnit XML and JSON reports where asked.

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{lock, Abort, Item, Recorder, Scenario};
-use crate::probe::report::Assertion;
+use crate::probe::report::{Assertion, BLOCK_WITHOUT_RETRY_AFTER};
 use crate::probe::target::{Reply, TargetError};
 
 /// One check on one resource, with the lock it holds (if any).
@@ -28,7 +28,7 @@ pub(super) struct Check<'a> {
 pub(super) fn classify(op: &str, r: &Reply) -> String {
     match (op, r.status) {
         (_, 423) if r.retry_after.is_some() => "block".into(),
-        (_, 423) => "423 without Retry-After".into(),
+        (_, 423) => BLOCK_WITHOUT_RETRY_AFTER.into(),
         ("read", 200) if r.body.get("tombstone") == Some(&Value::Bool(true)) => "tombstone".into(),
         ("read", 200) => "allow".into(),
         ("read", 404) => "absent".into(),
@@ -40,6 +40,11 @@ pub(super) fn classify(op: &str, r: &Reply) -> String {
         ("delete", 404) => "absent".into(),
         _ => r.outcome(),
     }
+}
+
+/// The token of a lock call that succeeded, i.e. a lock that is now live.
+pub(super) fn granted(r: &Reply) -> Option<&str> {
+    (200..300).contains(&r.status).then(|| r.str_field("token")).flatten()
 }
 
 impl<'a> Check<'a> {
@@ -162,6 +167,50 @@ impl<'a> Check<'a> {
         Ok((r, ok))
     }
 
+    /// A lock call the rest of the check stands on: the check stops unless it gave
+    /// `expected` (the failed assertion is already recorded).
+    pub(super) async fn must_lock_op(
+        &self,
+        phase: &str,
+        op: &str,
+        expected: &str,
+        fut: impl Future<Output = Result<Reply, TargetError>>,
+    ) -> Result<Reply, Abort> {
+        match self.lock_op(phase, op, expected, fut).await? {
+            (r, true) => Ok(r),
+            (_, false) => Err(Abort::Stop),
+        }
+    }
+
+    /// Escalates the held lock to `phase` (`hardDelete` or `write`) with `lease`; the check
+    /// stops unless the service agrees.
+    pub(super) async fn escalate_to(&self, phase: &str, lease: Duration) -> Result<Reply, Abort> {
+        let c = &self.sc.client;
+        self.must_lock_op(
+            phase,
+            "escalate",
+            "200",
+            c.escalate(0, &self.resource, &self.token(), phase, lease),
+        )
+        .await
+    }
+
+    /// User operations on every instance, each `(op, key kind, expected outcome)` on the
+    /// key `<kind>-<instance>`.
+    pub(super) async fn on_every_instance(
+        &self,
+        phase: &str,
+        ops: [(&str, &str, &str); 3],
+    ) -> Result<(), Abort> {
+        for i in 0..self.instances() {
+            for (op, kind, expected) in ops {
+                self.user_op(phase, op, i, &format!("{kind}-{i}"), expected)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// A user operation on `instance` whose enforcement outcome must be `expected`.
     pub(super) async fn user_op(
         &self,
@@ -264,28 +313,43 @@ impl<'a> Check<'a> {
                 ),
             )
             .await;
-        match &out {
-            Ok((r, true)) => match r.str_field("token") {
-                Some(token) => self.hold(token),
-                None => {
-                    self.assert(
-                        phase,
-                        "pre-lock",
-                        None,
-                        "token",
-                        "no token in lock view",
-                        r.elapsed,
-                        None,
-                    );
-                    let _ = self.sc.state.forget(&s.name, &self.resource);
-                    return Err(Abort::Stop);
-                }
-            },
-            _ => {
+        if let Ok((r, ok)) = &out {
+            // A token in a success answer is a live lock, even under an unexpected status:
+            // holding it is what gets it released.
+            if let Some(token) = granted(r) {
+                self.hold(token);
+                return out;
+            }
+            if *ok {
+                self.assert(
+                    phase,
+                    "pre-lock",
+                    None,
+                    "token",
+                    "no token in lock view",
+                    r.elapsed,
+                    None,
+                );
                 let _ = self.sc.state.forget(&s.name, &self.resource);
+                return Err(Abort::Stop);
             }
         }
+        let _ = self.sc.state.forget(&s.name, &self.resource);
         out
+    }
+
+    /// Releases a lock the service granted where it should have refused (a second
+    /// pre-lock, an extra winner of a race): the check has failed already, and the lock
+    /// must not outlive it.
+    pub(super) async fn release_unexpected(&self, r: &Reply) {
+        let Some(token) = granted(r) else {
+            return;
+        };
+        if let Ok(r) = self.sc.client.release(0, &self.resource, token).await {
+            if !matches!(r.status, 204 | 410) {
+                tracing::warn!(resource = %self.resource, status = r.status, "could not release a lock granted in error");
+            }
+        }
     }
 
     pub(super) fn hold(&self, token: &str) {
@@ -346,14 +410,13 @@ impl<'a> Check<'a> {
         }
     }
 
-    pub(super) fn declared(&self, r: &Reply) -> Duration {
-        let secs = r
-            .body
+    /// The convergence delay a lock view declares; `None` when it is missing or not a
+    /// usable number of seconds.
+    pub(super) fn declared(&self, r: &Reply) -> Option<Duration> {
+        r.body
             .get("convergenceDelaySeconds")
             .and_then(Value::as_f64)
-            .filter(|d| d.is_finite() && *d >= 0.0)
-            .unwrap_or(0.0);
-        Duration::from_secs_f64(secs)
+            .and_then(|d| Duration::try_from_secs_f64(d).ok())
     }
 
     /// How long to wait after a pre-lock before escalating: declared delay plus buffer,

@@ -2,11 +2,58 @@
 
 use std::time::{Duration, Instant};
 
-use super::check::Check;
+use super::check::{granted, Check};
 use crate::probe::target::Reply;
 use super::Abort;
 
+/// The negative checks of a cycle, each run on its own resource after the main walk.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Negative {
+    SecondPreLock,
+    WrongToken,
+    EscalateEarly,
+    WriteBeforeHardDelete,
+    WriteLeaseLapse,
+    ConcurrentPreLocks,
+}
+
+impl Negative {
+    /// Every negative check, in the order of the cycle's resources 1.. .
+    pub(super) const ALL: [Self; 6] = [
+        Self::SecondPreLock,
+        Self::WrongToken,
+        Self::EscalateEarly,
+        Self::WriteBeforeHardDelete,
+        Self::WriteLeaseLapse,
+        Self::ConcurrentPreLocks,
+    ];
+
+    /// The check's name in reports (`negative/<name>`).
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::SecondPreLock => "negative/second-pre-lock",
+            Self::WrongToken => "negative/wrong-token",
+            Self::EscalateEarly => "negative/escalate-early",
+            Self::WriteBeforeHardDelete => "negative/write-before-hard-delete",
+            Self::WriteLeaseLapse => "negative/write-lease-lapse",
+            Self::ConcurrentPreLocks => "negative/concurrent-pre-locks",
+        }
+    }
+}
+
 impl Check<'_> {
+    /// Runs the negative check `which` on this check's resource.
+    pub(super) async fn negative(&self, which: Negative) -> Result<(), Abort> {
+        match which {
+            Negative::SecondPreLock => self.second_pre_lock().await,
+            Negative::WrongToken => self.wrong_token().await,
+            Negative::EscalateEarly => self.escalate_early().await,
+            Negative::WriteBeforeHardDelete => self.write_before_hard_delete().await,
+            Negative::WriteLeaseLapse => self.write_lease_lapse().await,
+            Negative::ConcurrentPreLocks => self.concurrent_pre_locks().await,
+        }
+    }
+
     /// Takes the pre-lock a negative check stands on; without it the check cannot run.
     async fn must_pre_lock(&self) -> Result<Reply, Abort> {
         match self.pre_lock("preLock", None).await? {
@@ -18,7 +65,8 @@ impl Check<'_> {
     /// Pre-locks and waits until the lock is effective everywhere.
     pub(super) async fn pre_lock_and_wait(&self) -> Result<(), Abort> {
         let r = self.must_pre_lock().await?;
-        let wait = self.escalation_wait(self.declared(&r));
+        // The main walk judges the declaration; here it only paces a test resource.
+        let wait = self.escalation_wait(self.declared(&r).unwrap_or_default());
         self.step(&format!(
             "waiting {:.3}s for the pre-lock to take effect",
             wait.as_secs_f64()
@@ -34,15 +82,17 @@ impl Check<'_> {
         ));
         self.must_pre_lock().await?;
         let s = &self.sc.settings;
-        self.lock_op(
-            "preLock",
-            "pre-lock-again",
-            "423 lock-held",
-            self.sc
-                .client
-                .pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None),
-        )
-        .await?;
+        let (r, _) = self
+            .lock_op(
+                "preLock",
+                "pre-lock-again",
+                "423 lock-held",
+                self.sc
+                    .client
+                    .pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None),
+            )
+            .await?;
+        self.release_unexpected(&r).await;
         Ok(())
     }
 
@@ -121,40 +171,8 @@ impl Check<'_> {
         self.pre_lock_and_wait().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
-        let (_, ok) = self
-            .lock_op(
-                "hardDelete",
-                "escalate",
-                "200",
-                c.escalate(
-                    0,
-                    &self.resource,
-                    &self.token(),
-                    "hardDelete",
-                    s.leases.hard_delete,
-                ),
-            )
-            .await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
-        let (_, ok) = self
-            .lock_op(
-                "write",
-                "escalate",
-                "200",
-                c.escalate(
-                    0,
-                    &self.resource,
-                    &self.token(),
-                    "write",
-                    s.leases.short_write,
-                ),
-            )
-            .await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
+        self.escalate_to("hardDelete", s.leases.hard_delete).await?;
+        self.escalate_to("write", s.leases.short_write).await?;
         let lapse = s.leases.short_write + s.buffer.max(Duration::from_millis(200));
         self.step(&format!(
             "waiting {:.3}s for the write lease to lapse",
@@ -214,8 +232,9 @@ impl Check<'_> {
         let mut others = Vec::new();
         for r in replies {
             match r {
-                Ok(r) if r.status == 201 => {
-                    winners.push(r.str_field("token").unwrap_or_default().to_string())
+                // Any granted lock is a winner, whatever its status: it must be released.
+                Ok(r) if granted(&r).is_some() => {
+                    winners.push(granted(&r).unwrap_or_default().to_string())
                 }
                 Ok(r) if r.outcome() == "423 lock-held" => losers_ok += 1,
                 Ok(r) => others.push(r.outcome()),

@@ -1,6 +1,7 @@
 //! Unit tests of the outcome vocabulary.
 
 use super::check::classify;
+use super::negative::Negative;
 use super::walk::route_summary;
 use crate::probe::target::Reply;
 use serde_json::{json, Value};
@@ -97,5 +98,13 @@ fn route_summary_distinguishes_outcomes() {
             "b"
         ),
         "moved-still-locked"
+    );
+}
+
+#[test]
+fn a_cycle_has_one_resource_per_negative_check_plus_the_main_one() {
+    assert_eq!(
+        crate::probe::settings::RESOURCES_PER_CYCLE,
+        1 + Negative::ALL.len()
     );
 }

@@ -51,7 +51,20 @@ impl Check<'_> {
             return Err(Abort::Stop);
         }
         let t0 = Instant::now();
-        let declared = self.declared(&r);
+        // Without a declared delay there is no safe time to escalate: the walk stops (and
+        // releases) rather than guess.
+        let Some(declared) = self.declared(&r) else {
+            self.assert(
+                "preLock",
+                "convergence-delay",
+                None,
+                "declared",
+                "missing",
+                r.elapsed,
+                Some("no usable convergenceDelaySeconds in the lock view".into()),
+            );
+            return Err(Abort::Stop);
+        };
         *lock(&self.rec.declared) = Some(declared.as_secs_f64());
         if let Some(expected) = s.expected_convergence {
             let same = (declared.as_secs_f64() - expected.as_secs_f64()).abs() < 0.001;
@@ -71,46 +84,29 @@ impl Check<'_> {
         }
         let wait = self.escalation_wait(declared);
 
-        self.step("pre-lock: nothing may be restricted yet");
-        for i in 0..n {
-            self.user_op("preLock", "read", i, &format!("keep-{i}"), "allow")
-                .await?;
-            self.user_op("preLock", "write", i, &format!("pl-{i}"), "allow")
-                .await?;
-            self.user_op("preLock", "delete", i, &format!("pl-{i}"), "allow")
-                .await?;
-        }
-
         self.step(&format!(
-            "measuring convergence on {n} instances (declared {:.3}s, waiting {:.3}s)",
+            "measuring convergence on {n} instances (declared {:.3}s, waiting {:.3}s) while checking nothing is restricted yet",
             declared.as_secs_f64(),
             wait.as_secs_f64()
         ));
-        self.converge(t0, wait).await?;
+        // Side by side: convergence is timed from the pre-lock, so the user operations
+        // must not run first and add their own latency to it.
+        let unrestricted = self.on_every_instance(
+            "preLock",
+            [("read", "keep", "allow"), ("write", "pl", "allow"), ("delete", "pl", "allow")],
+        );
+        futures::future::try_join(self.converge(t0, wait), unrestricted).await?;
         tokio::time::sleep_until((t0 + wait).into()).await;
 
         self.step("escalating to hardDelete");
-        let (_, ok) = self
-            .lock_op(
-                "hardDelete",
-                "escalate",
-                "200",
-                c.escalate(0, &res, &self.token(), "hardDelete", s.leases.hard_delete),
-            )
-            .await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
+        self.escalate_to("hardDelete", s.leases.hard_delete).await?;
         lock(&self.rec.phases).push(("preLock".into(), t0.elapsed().as_secs_f64()));
         let t1 = Instant::now();
-        for i in 0..n {
-            self.user_op("hardDelete", "read", i, &format!("keep-{i}"), "allow")
-                .await?;
-            self.user_op("hardDelete", "write", i, &format!("keep-{i}"), "allow")
-                .await?;
-            self.user_op("hardDelete", "delete", i, &format!("del-{i}"), "tombstone")
-                .await?;
-        }
+        self.on_every_instance(
+            "hardDelete",
+            [("read", "keep", "allow"), ("write", "keep", "allow"), ("delete", "del", "tombstone")],
+        )
+        .await?;
         for i in 0..n {
             for j in 0..n {
                 // The contract demands a tombstone here, whatever the delete answered.
@@ -120,35 +116,19 @@ impl Check<'_> {
         }
 
         self.step("escalating to write");
-        let (_, ok) = self
-            .lock_op(
-                "write",
-                "escalate",
-                "200",
-                c.escalate(0, &res, &self.token(), "write", s.leases.write),
-            )
-            .await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
+        self.escalate_to("write", s.leases.write).await?;
         lock(&self.rec.phases).push(("hardDelete".into(), t1.elapsed().as_secs_f64()));
         let t2 = Instant::now();
-        for i in 0..n {
-            self.user_op("write", "read", i, &format!("keep-{i}"), "allow")
-                .await?;
-            self.user_op("write", "write", i, &format!("wl-{i}"), "block")
-                .await?;
-            self.user_op("write", "delete", i, &format!("wl-{i}"), "block")
-                .await?;
-        }
+        self.on_every_instance(
+            "write",
+            [("read", "keep", "allow"), ("write", "wl", "block"), ("delete", "wl", "block")],
+        )
+        .await?;
 
         self.step(&format!("swapping {res} to {to:?}"));
-        let (r, ok) = self
-            .lock_op("swap", "swap", "200", c.swap(0, &res, &self.token(), &to))
+        let r = self
+            .must_lock_op("swap", "swap", "200", c.swap(0, &res, &self.token(), &to))
             .await?;
-        if !ok {
-            return Err(Abort::Stop);
-        }
         lock(&self.rec.phases).push(("write".into(), t2.elapsed().as_secs_f64()));
         self.dropped();
         self.assert(
@@ -176,50 +156,62 @@ impl Check<'_> {
                 r.elapsed,
                 None,
             );
-            self.user_op("swap", "read", i, &format!("keep-{i}"), "allow")
-                .await?;
-            self.user_op("swap", "write", i, &format!("post-{i}"), "allow")
-                .await?;
-            self.user_op("swap", "delete", i, &format!("post-{i}"), "allow")
-                .await?;
         }
+        self.on_every_instance(
+            "swap",
+            [("read", "keep", "allow"), ("write", "post", "allow"), ("delete", "post", "allow")],
+        )
+        .await?;
 
-        self.step(&format!("checking every item at {to:?}"));
+        self.step(&format!("checking every item at {to:?} on every instance"));
         let model: Vec<(String, Item)> = lock(&self.items).clone().into_iter().collect();
         for (key, item) in model {
-            let r = self
-                .call("swap", "items", Some(0), "present", c.read(0, &res, &key))
-                .await?;
-            let (expected, observed) = match &item {
-                Item::Present(v) => (
-                    "present",
-                    match (r.status, r.body.get("tombstone"), r.body.get("value")) {
-                        (200, Some(Value::Bool(true)), _) => "tombstone".to_string(),
-                        (200, _, Some(got)) if got == v => "present".to_string(),
-                        (200, _, _) => "wrong-value".to_string(),
-                        (404, _, _) => "absent".to_string(),
-                        _ => r.outcome(),
-                    },
-                ),
-                Item::Tombstone | Item::Absent => (
-                    "not-resurrected",
-                    match (r.status, r.body.get("tombstone")) {
-                        (200, Some(Value::Bool(true))) | (404, _) => "not-resurrected".to_string(),
-                        (200, _) => "resurrected".to_string(),
-                        _ => r.outcome(),
-                    },
-                ),
-            };
-            self.assert(
+            for i in 0..n {
+                self.item_after_swap(i, &key, &item).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `key` on `instance` after the swap: what was written is there with its value,
+    /// what was deleted or tombstoned has not come back.
+    async fn item_after_swap(&self, instance: usize, key: &str, item: &Item) -> Result<(), Abort> {
+        let expected = match item {
+            Item::Present(_) => "present",
+            Item::Tombstone | Item::Absent => "not-resurrected",
+        };
+        let r = self
+            .call(
                 "swap",
                 "items",
-                Some(0),
+                Some(instance),
                 expected,
-                &observed,
-                r.elapsed,
-                Some(format!("item {key}")),
-            );
-        }
+                self.sc.client.read(instance, &self.resource, key),
+            )
+            .await?;
+        let observed = match item {
+            Item::Present(v) => match (r.status, r.body.get("tombstone"), r.body.get("value")) {
+                (200, Some(Value::Bool(true)), _) => "tombstone".to_string(),
+                (200, _, Some(got)) if got == v => "present".to_string(),
+                (200, _, _) => "wrong-value".to_string(),
+                (404, _, _) => "absent".to_string(),
+                _ => r.outcome(),
+            },
+            Item::Tombstone | Item::Absent => match (r.status, r.body.get("tombstone")) {
+                (200, Some(Value::Bool(true))) | (404, _) => "not-resurrected".to_string(),
+                (200, _) => "resurrected".to_string(),
+                _ => r.outcome(),
+            },
+        };
+        self.assert(
+            "swap",
+            "items",
+            Some(instance),
+            expected,
+            &observed,
+            r.elapsed,
+            Some(format!("item {key}")),
+        );
         Ok(())
     }
 
@@ -311,6 +303,7 @@ impl Check<'_> {
             lock(&self.rec.convergence).push(InstanceConvergence {
                 instance: url,
                 observed_seconds: observed.map(|d| d.as_secs_f64()),
+                bound_seconds: wait.as_secs_f64(),
             });
             let (obs, detail) = match observed {
                 Some(d) => ("lock-visible", format!("visible after {:.3}s (bound {:.3}s)", d.as_secs_f64(), wait.as_secs_f64())),
