@@ -1,22 +1,31 @@
 //! lockprobe: synthetic probes and convergence monitoring for routing-embedded
 //! migration locks.
 //!
-//! Layers, bottom up (each only imports the ones above it):
+//! Layers, bottom up (each imports only what is listed before it):
 //!
 //! - [`clock`]: the one source of time; a system clock and a manual clock.
 //! - [`routing::document`]: the location document and its schema versioning.
+//! - [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
+//!   [`store::cosmos`] the Azure Cosmos DB backend.
 //! - [`routing`]: the lock lifecycle (pure), enforcement, the tiered cache and the
 //!   `RoutingClient` a service links.
-//! - [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default.
 //! - [`service`]: the reference service speaking the probe contract over the routing library.
 //! - [`usage`]: command-line usage errors (exit 64).
-//! - [`probe`]: the black-box probe (contract client, cycles, scheduler, reports); HTTP only.
+//!
+//! Beside them, judging them from outside:
+//!
+//! - [`probe`]: the black-box probe (contract client, cycles, scheduler, reports). It
+//!   speaks HTTP to the service it judges and imports none of the layers above but
+//!   [`usage`]; it uses [`config`], [`metrics`] and [`server`].
 //! - [`config`]: the TOML configuration of `serve`, validated with errors naming the field.
 //! - [`metrics`]: the probe's Prometheus registry and exact HDR percentiles.
 //! - [`server`]: the probe's HTTP server: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`, `/`.
-//! - [`demo`]: `lockprobe demo`: store, reference service and probe wired in one process.
 //! - [`status_page`]: the human status page at `/`, rendered from the status API's JSON.
-//! - [`monitor`]: the convergence monitor over the store's change stream.
+//! - [`monitor`]: the convergence monitor; reads the store's change stream, never the probe.
+//!
+//! Wiring, one command each:
+//!
+//! - [`demo`]: `lockprobe demo`: store, reference service, probe and monitor in one process.
 //! - [`serve`]: `lockprobe serve`: the probe and, when configured, the monitor in one process.
 
 pub mod clock;

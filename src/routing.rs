@@ -2,7 +2,7 @@
 //!
 //! - [`document`]: the location document (schema, versioning, lock token).
 //! - [`lifecycle`]: pre-lock, escalate, renew, swap, release as pure functions.
-//! - [`enforce`]: operation x resolved lock state -> allow / block / tombstone.
+//! - [`mod@enforce`]: operation x resolved lock state -> allow / block / tombstone.
 //! - [`cache`]: tiered TTL cache.
 //! - [`client`]: `RoutingClient`, resolve with read-through and the lock operations.
 

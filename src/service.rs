@@ -4,7 +4,7 @@
 //! - [`lock_api`]: the orchestrator's lock calls, behind a bearer key and an optional
 //!   test-resource prefix.
 //! - [`data_api`]: the route view and the item API, with allow / block / tombstone
-//!   from [`crate::routing::enforce`] and `Server-Timing` on every answer.
+//!   from [`crate::routing::enforce()`] and `Server-Timing` on every answer.
 //! - [`items`]: user data, one item store per location.
 //! - [`input`], [`error`]: request checks and problem+json errors.
 //!

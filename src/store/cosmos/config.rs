@@ -14,7 +14,7 @@ use azure_core::http::Url;
 /// Command-line flags of the Cosmos store, to flatten into `service` and `demo`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CosmosArgs {
-    /// Account endpoint, e.g. https://myaccount.documents.azure.com:443/
+    /// Account endpoint, e.g. `https://myaccount.documents.azure.com:443/`
     #[arg(long = "cosmos-endpoint", env = "LOCKPROBE_COSMOS_ENDPOINT", value_name = "URL")]
     pub endpoint: Option<String>,
 
