@@ -35,6 +35,41 @@ pub struct Versioned {
     pub etag: ETag,
 }
 
+/// The calls of a [`LocationStore`], for counters, fault injection and metrics labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// `read(.., WriteRegion)`.
+    ReadWriteRegion,
+    /// `read(.., Replica)`.
+    ReadReplica,
+    /// `create`.
+    Create,
+    /// `replace`.
+    Replace,
+    /// `read_changes`.
+    ReadChanges,
+    /// `scan`.
+    Scan,
+}
+
+impl OpKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [OpKind; 6] =
+        [OpKind::ReadWriteRegion, OpKind::ReadReplica, OpKind::Create, OpKind::Replace, OpKind::ReadChanges, OpKind::Scan];
+
+    /// The name used as a metrics label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpKind::ReadWriteRegion => "read_write_region",
+            OpKind::ReadReplica => "read_replica",
+            OpKind::Create => "create",
+            OpKind::Replace => "replace",
+            OpKind::ReadChanges => "read_changes",
+            OpKind::Scan => "scan",
+        }
+    }
+}
+
 /// Which copy a point read goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadFrom {

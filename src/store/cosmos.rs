@@ -50,7 +50,7 @@ pub use config::{ChangeStreamMode, CosmosArgs, CosmosAuth, CosmosConfig, CosmosC
 pub use metrics::{CosmosMetrics, Op};
 
 use self::poll::{Candidate, PollCursor};
-use super::{Change, ChangeBatch, ChangeCursor, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use super::{Change, ChangeBatch, ChangeCursor, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned};
 use crate::routing::document::LocationDocument;
 
 /// Fields Cosmos DB adds to every document. They are not part of the location
@@ -188,7 +188,7 @@ impl CosmosStore {
             None => Query::from(format!("SELECT TOP {fetch} * FROM c ORDER BY c._ts")),
         };
         let rows = self
-            .call(Op::ReadChanges, async {
+            .call(Op::Store(OpKind::ReadChanges), async {
                 let (rows, charge) = run_query(&self.write_region, query).await?;
                 let candidates = rows
                     .into_iter()
@@ -218,7 +218,7 @@ impl CosmosStore {
         if let Some(token) = token {
             options = options.with_continuation_token(token);
         }
-        self.call(Op::ReadChanges, async {
+        self.call(Op::Store(OpKind::ReadChanges), async {
             let mut pages = self
                 .write_region
                 .query_change_feed::<Value>(FeedScope::full_container(), ChangeFeedStartFrom::Beginning, Some(options))
@@ -448,8 +448,8 @@ async fn create_if_missing(client: &CosmosClient, config: &CosmosConfig) -> Resu
 impl LocationStore for CosmosStore {
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
         let (op, container) = match from {
-            ReadFrom::WriteRegion => (Op::ReadWriteRegion, &self.write_region),
-            ReadFrom::Replica => (Op::ReadReplica, &self.replica),
+            ReadFrom::WriteRegion => (Op::Store(OpKind::ReadWriteRegion), &self.write_region),
+            ReadFrom::Replica => (Op::Store(OpKind::ReadReplica), &self.replica),
         };
         self.call(op, async {
             let response = container.read_item(id.to_owned(), id, None).await?;
@@ -463,7 +463,7 @@ impl LocationStore for CosmosStore {
 
     async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
         let body = strip_system_fields(doc.to_json());
-        self.call(Op::Create, async {
+        self.call(Op::Store(OpKind::Create), async {
             let response = self.write_region.create_item(doc.id.clone(), &doc.id, &body, None).await?;
             let charge = response.diagnostics().total_request_charge().value();
             let etag = response.headers().etag().map(|e| ETag(e.to_string()));
@@ -476,7 +476,7 @@ impl LocationStore for CosmosStore {
     async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
         let body = strip_system_fields(doc.to_json());
         let options = ItemWriteOptions::default().with_precondition(Precondition::if_match(if_match.0.clone()));
-        self.call(Op::Replace, async {
+        self.call(Op::Store(OpKind::Replace), async {
             let response = self.write_region.replace_item(doc.id.clone(), &doc.id, &body, Some(options)).await?;
             let charge = response.diagnostics().total_request_charge().value();
             let etag = response.headers().etag().map(|e| ETag(e.to_string()));
@@ -503,7 +503,7 @@ impl LocationStore for CosmosStore {
                 .map_err(|e| StoreError::Unavailable(format!("cannot build scan query: {e}")))?,
             None => Query::from(format!("SELECT TOP {limit} * FROM c ORDER BY c.id")),
         };
-        self.call(Op::Scan, async {
+        self.call(Op::Store(OpKind::Scan), async {
             let (rows, charge) = run_query(&self.write_region, query).await?;
             let docs = rows
                 .into_iter()

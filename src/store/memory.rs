@@ -36,24 +36,7 @@ impl Default for MemoryStoreConfig {
 }
 
 /// Kinds of store call, for fault injection and counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum OpKind {
-    /// `read(.., WriteRegion)`.
-    ReadWriteRegion,
-    /// `read(.., Replica)`.
-    ReadReplica,
-    /// `create`.
-    Create,
-    /// `replace`.
-    Replace,
-    /// `read_changes`.
-    ReadChanges,
-    /// `scan`.
-    Scan,
-}
-
-const ALL_KINDS: [OpKind; 6] =
-    [OpKind::ReadWriteRegion, OpKind::ReadReplica, OpKind::Create, OpKind::Replace, OpKind::ReadChanges, OpKind::Scan];
+pub use super::OpKind;
 
 /// What an injected fault does to a call.
 #[derive(Debug, Clone)]
@@ -208,7 +191,7 @@ impl MemoryStore {
 }
 
 fn kind_index(kind: OpKind) -> usize {
-    ALL_KINDS.iter().position(|k| *k == kind).expect("every kind is listed")
+    OpKind::ALL.iter().position(|k| *k == kind).expect("every kind is listed")
 }
 
 impl State {

@@ -7,21 +7,13 @@ use std::time::Duration;
 
 use prometheus::{CounterVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
+use crate::store::OpKind;
+
 /// Which store call a measurement belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// Point read from the write region.
-    ReadWriteRegion,
-    /// Point read from a replica.
-    ReadReplica,
-    /// Create.
-    Create,
-    /// Replace.
-    Replace,
-    /// Change stream page.
-    ReadChanges,
-    /// Scan page.
-    Scan,
+    /// One of the [`LocationStore`](crate::store::LocationStore) calls.
+    Store(OpKind),
     /// Creating the database and container at start.
     Setup,
 }
@@ -30,12 +22,7 @@ impl Op {
     /// The `op` label value.
     pub fn as_str(self) -> &'static str {
         match self {
-            Op::ReadWriteRegion => "read_write_region",
-            Op::ReadReplica => "read_replica",
-            Op::Create => "create",
-            Op::Replace => "replace",
-            Op::ReadChanges => "read_changes",
-            Op::Scan => "scan",
+            Op::Store(kind) => kind.as_str(),
             Op::Setup => "setup",
         }
     }
