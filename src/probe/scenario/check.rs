@@ -182,6 +182,21 @@ impl<'a> Check<'a> {
         }
     }
 
+    /// Escalates from `held` (in force since `since`) to `next`, records how long `held`
+    /// was held, and returns when `next` began.
+    pub(super) async fn escalate_after(
+        &self,
+        held: &str,
+        since: Instant,
+        next: &str,
+        lease: Duration,
+    ) -> Result<Instant, Abort> {
+        self.step(&format!("escalating to {next}"));
+        self.escalate_to(next, lease).await?;
+        lock(&self.rec.phases).push((held.into(), since.elapsed().as_secs_f64()));
+        Ok(Instant::now())
+    }
+
     /// Escalates the held lock to `phase` (`hardDelete` or `write`) with `lease`; the check
     /// stops unless the service agrees.
     pub(super) async fn escalate_to(&self, phase: &str, lease: Duration) -> Result<Reply, Abort> {

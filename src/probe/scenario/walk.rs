@@ -98,10 +98,7 @@ impl Check<'_> {
         futures::future::try_join(self.converge(t0, wait), unrestricted).await?;
         tokio::time::sleep_until((t0 + wait).into()).await;
 
-        self.step("escalating to hardDelete");
-        self.escalate_to("hardDelete", s.leases.hard_delete).await?;
-        lock(&self.rec.phases).push(("preLock".into(), t0.elapsed().as_secs_f64()));
-        let t1 = Instant::now();
+        let t1 = self.escalate_after("preLock", t0, "hardDelete", s.leases.hard_delete).await?;
         self.on_every_instance(
             "hardDelete",
             [("read", "keep", "allow"), ("write", "keep", "allow"), ("delete", "del", "tombstone")],
@@ -115,10 +112,7 @@ impl Check<'_> {
             }
         }
 
-        self.step("escalating to write");
-        self.escalate_to("write", s.leases.write).await?;
-        lock(&self.rec.phases).push(("hardDelete".into(), t1.elapsed().as_secs_f64()));
-        let t2 = Instant::now();
+        let t2 = self.escalate_after("hardDelete", t1, "write", s.leases.write).await?;
         self.on_every_instance(
             "write",
             [("read", "keep", "allow"), ("write", "wl", "block"), ("delete", "wl", "block")],
