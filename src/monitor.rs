@@ -36,7 +36,14 @@ pub use tracker::{Event, Outcome, Rules, Seen, Tracker};
 
 use crate::clock::Clock;
 use crate::routing::document::LocationDocument;
-use crate::store::{ChangeCursor, LocationStore, StoreError};
+use crate::routing::lifecycle;
+use crate::store::{ChangeCursor, LocationStore, StoreError, Versioned};
+
+/// A stored version as readers take it: a write that landed too late is void, a
+/// pre-lock starts from its commit (see [`lifecycle::settle`]).
+fn settled(v: &Versioned) -> LocationDocument {
+    lifecycle::settle(v.doc.clone(), v.committed_at)
+}
 
 /// How many orphan ids the status API lists.
 const STATUS_ORPHAN_IDS: usize = 20;
@@ -165,8 +172,8 @@ impl Monitor {
             let now = self.clock.now();
             let mut inner = self.inner.lock().expect("monitor mutex poisoned");
             for change in &batch.changes {
-                let at = change.committed_at.min(now);
-                self.apply(&mut inner, &change.doc.doc, at, Seen::Stream);
+                let at = change.doc.committed_at.min(now);
+                self.apply(&mut inner, &settled(&change.doc), at, Seen::Stream);
             }
         }
         self.metrics.changes.inc_by(n as u64);
@@ -211,7 +218,7 @@ impl Monitor {
             {
                 let mut inner = self.inner.lock().expect("monitor mutex poisoned");
                 for v in &page {
-                    self.apply(&mut inner, &v.doc, read_at, Seen::Scan);
+                    self.apply(&mut inner, &settled(v), read_at, Seen::Scan);
                 }
             }
             documents += page.len();

@@ -3,6 +3,7 @@
 //! - [`document`]: the location document (schema, versioning, lock token).
 //! - [`lifecycle`]: pre-lock, escalate, renew, swap, release as pure functions.
 //! - [`mod@enforce`]: operation x resolved lock state -> allow / block / tombstone.
+//! - [`freshness`]: when a cached or replicated view may be acted on.
 //! - [`cache`]: tiered TTL cache.
 //! - [`client`]: `RoutingClient`, resolve with read-through and the lock operations.
 
@@ -10,9 +11,10 @@ pub mod cache;
 pub mod client;
 pub mod document;
 pub mod enforce;
+pub mod freshness;
 pub mod lifecycle;
 
-pub use client::{ClientOptions, Grant, Resolved, RoutingClient, RoutingError, Source};
+pub use client::{ClientOptions, Grant, Resolved, RoutingClient, RoutingError, Source, SwapPlan};
 pub use document::{LocationDocument, LockInfo, LockToken, Phase};
 pub use enforce::{enforce, Decision, Operation};
-pub use lifecycle::{LockError, LockPolicy, PreLockRequest};
+pub use lifecycle::{Deviations, LockCall, LockError, LockPolicy, PreLockRequest};

@@ -32,7 +32,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::routing::cache::TieredCache;
-use crate::routing::{ClientOptions, LockPolicy, RoutingClient};
+use crate::routing::client::DEFAULT_MAX_DECISION_AGE;
+use crate::routing::lifecycle::DEFAULT_SKEW_MARGIN;
+use crate::routing::{ClientOptions, Deviations, LockPolicy, RoutingClient};
 use crate::store::LocationStore;
 use items::ItemStores;
 
@@ -45,6 +47,12 @@ pub enum Fault {
     IgnoreHardDeleteLock,
     /// Declare a convergence delay without the cache TTLs (a misdeclared bound).
     UnderDeclareConvergence,
+    /// Contract version 1's `effectiveAt`: counted from the decider's clock, so a
+    /// pre-lock that the store commits late starts restricting too early.
+    LegacyEffectiveAt,
+    /// Contract version 1's renewal: it takes effect whenever it lands, even after the
+    /// lease lapsed, resurrecting a lease that readers had already seen end.
+    LegacyRenewal,
 }
 
 /// Settings of the reference service.
@@ -67,6 +75,10 @@ pub struct ServiceConfig {
     /// `Retry-After` never exceeds this, so blocked clients come back soon after a
     /// short write lock ends rather than at the end of its lease.
     pub max_retry_after: Duration,
+    /// The clock difference tolerated between instances and the store.
+    pub skew_margin: Duration,
+    /// The oldest routing decision acted on (see [`ClientOptions::max_decision_age`]).
+    pub max_decision_age: Duration,
     /// Deliberate faults (tests of the probe only).
     pub faults: Vec<Fault>,
     /// Store metrics (e.g. Cosmos request charges), served at `GET /metrics` when set.
@@ -86,6 +98,8 @@ impl ServiceConfig {
             max_pre_lock: Duration::from_secs(48 * 3600),
             max_body_bytes: 64 * 1024,
             max_retry_after: Duration::from_secs(5),
+            skew_margin: DEFAULT_SKEW_MARGIN,
+            max_decision_age: DEFAULT_MAX_DECISION_AGE,
             faults: Vec::new(),
             metrics: None,
         }
@@ -138,8 +152,19 @@ pub fn instance(
     items: Arc<ItemStores>,
 ) -> anyhow::Result<Arc<Instance>> {
     let cache = TieredCache::try_new(&config.cache_ttls)?;
-    let policy = LockPolicy { convergence_delay: config.declared_convergence(), max_pre_lock: config.max_pre_lock };
-    let routing = RoutingClient::new(store, clock, cache, policy, ClientOptions::default());
+    let deviations = Deviations {
+        legacy_effective_at: config.has_fault(Fault::LegacyEffectiveAt),
+        legacy_renewal: config.has_fault(Fault::LegacyRenewal),
+        ..Deviations::default()
+    };
+    let policy = LockPolicy {
+        convergence_delay: config.declared_convergence(),
+        max_pre_lock: config.max_pre_lock,
+        skew_margin: config.skew_margin,
+        deviations,
+    };
+    let options = ClientOptions { max_decision_age: config.max_decision_age, ..ClientOptions::default() };
+    let routing = RoutingClient::new(store, clock, cache, policy, options);
     Ok(Arc::new(Instance { index, routing, items, config }))
 }
 

@@ -26,13 +26,27 @@ impl Debug for ETag {
     }
 }
 
-/// A document together with the ETag it was read at.
+/// A document together with the ETag it was read at and when the store committed it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Versioned {
     /// The document.
     pub doc: LocationDocument,
     /// Its version.
     pub etag: ETag,
+    /// When the store committed this version, on the store's clock, as an upper bound
+    /// (Cosmos DB's `_ts` has whole seconds: the end of that second). The routing library
+    /// judges writes whose effect depends on when they landed (a late pre-lock, a renewal
+    /// that landed after its lease) by this instant, so every reader judges alike.
+    pub committed_at: DateTime<Utc>,
+}
+
+/// What a successful write reports: the new version and when it was committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The new version.
+    pub etag: ETag,
+    /// When the store committed it (store clock, an upper bound; see [`Versioned::committed_at`]).
+    pub committed_at: DateTime<Utc>,
 }
 
 /// The calls of a [`LocationStore`], for counters, fault injection and metrics labels.
@@ -57,6 +71,11 @@ impl OpKind {
     pub const ALL: [OpKind; 6] =
         [OpKind::ReadWriteRegion, OpKind::ReadReplica, OpKind::Create, OpKind::Replace, OpKind::ReadChanges, OpKind::Scan];
 
+    /// Whether the call writes (and so may fail with an unknown outcome).
+    pub fn is_write(self) -> bool {
+        matches!(self, OpKind::Create | OpKind::Replace)
+    }
+
     /// The name used as a metrics label.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -79,13 +98,11 @@ pub enum ReadFrom {
     Replica,
 }
 
-/// One committed write, as the change stream delivers it.
+/// One committed write, as the change stream delivers it (`doc.committed_at` says when).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
     /// The document as written.
     pub doc: Versioned,
-    /// When the store committed it (store time, coarse).
-    pub committed_at: DateTime<Utc>,
 }
 
 /// Where a change-stream reader stands. Opaque; start from [`ChangeCursor::beginning`].
@@ -124,6 +141,11 @@ pub enum StoreError {
     /// The store could not be reached or failed; nothing was written by this call.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// A write failed in a way that does not say whether the store applied it (a
+    /// timeout after the request was sent, a connection lost mid-answer): it may be
+    /// committed now, or later. Only writes fail this way; callers must find out.
+    #[error("outcome of the write unknown: {0}")]
+    OutcomeUnknown(String),
     /// The stored document cannot be used by this library version.
     #[error(transparent)]
     Document(#[from] DocumentError),
@@ -136,11 +158,11 @@ pub trait LocationStore: Debug + Send + Sync + 'static {
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError>;
 
     /// Creates `doc` if no document has its id; `Conflict` otherwise.
-    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError>;
+    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError>;
 
     /// Replaces the document if its current ETag is `if_match`; `PreconditionFailed`
     /// otherwise, and nothing is written.
-    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError>;
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError>;
 
     /// Up to `limit` committed changes after `cursor`.
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError>;

@@ -23,6 +23,8 @@ fn policy() -> LockPolicy {
     LockPolicy {
         convergence_delay: 10 * S,
         max_pre_lock: 600 * S,
+        skew_margin: Duration::ZERO,
+        deviations: Default::default(),
     }
 }
 
@@ -52,9 +54,9 @@ fn migration(hd: u64, w: u64, sw: u64) -> Mig {
     let doc = LocationDocument::new("r1", "westeurope");
     let token = LockToken::generate();
     let pre = lifecycle::pre_lock(&doc, &req(), token.clone(), &policy(), at(0)).unwrap();
-    let hard = lifecycle::escalate(&pre, &token, Phase::HardDelete, 100 * S, at(hd)).unwrap();
-    let write = lifecycle::escalate(&hard, &token, Phase::Write, 30 * S, at(w)).unwrap();
-    let swapped = lifecycle::swap(&write, &token, "northeurope", at(sw)).unwrap();
+    let hard = lifecycle::escalate(&pre, &token, Phase::HardDelete, 100 * S, &policy(), at(hd)).unwrap();
+    let write = lifecycle::escalate(&hard, &token, Phase::Write, 30 * S, &policy(), at(w)).unwrap();
+    let swapped = lifecycle::swap(&write, &token, "northeurope", &policy(), at(sw)).unwrap();
     Mig {
         token,
         docs: vec![
@@ -189,8 +191,8 @@ fn swap_collapsed_with_the_next_pre_lock_is_still_a_swap() {
 fn release_and_renewals_are_seen() {
     let mig = migration(15, 40, 52);
     let hard = &mig.docs[1].0;
-    let renewed = lifecycle::renew(hard, &mig.token, 100 * S, at(20)).unwrap();
-    let renewed = lifecycle::renew(&renewed, &mig.token, 100 * S, at(25)).unwrap();
+    let renewed = lifecycle::renew(hard, &mig.token, 100 * S, &policy(), at(20)).unwrap();
+    let renewed = lifecycle::renew(&renewed, &mig.token, 100 * S, &policy(), at(25)).unwrap();
     let released = lifecycle::release(&renewed, &mig.token, at(30)).unwrap();
     let mut tracker = Tracker::new(rules());
     let events = feed(
@@ -372,9 +374,9 @@ fn an_escalation_collapsed_with_a_later_renewal_is_not_timed() {
     // Latest-only delivery: hardDelete at 15 s and a renewal at 25 s arrive as one
     // version, committed at 25 s. 25 s is when the renewal happened, not the escalation.
     let mig = migration(15, 40, 52);
-    let renewed = lifecycle::renew(&mig.docs[1].0, &mig.token, 100 * S, at(25)).unwrap();
-    let write = lifecycle::escalate(&renewed, &mig.token, Phase::Write, 30 * S, at(40)).unwrap();
-    let swapped = lifecycle::swap(&write, &mig.token, "northeurope", at(52)).unwrap();
+    let renewed = lifecycle::renew(&mig.docs[1].0, &mig.token, 100 * S, &policy(), at(25)).unwrap();
+    let write = lifecycle::escalate(&renewed, &mig.token, Phase::Write, 30 * S, &policy(), at(40)).unwrap();
+    let swapped = lifecycle::swap(&write, &mig.token, "northeurope", &policy(), at(52)).unwrap();
     let later = [(renewed, at(25)), (write, at(40)), (swapped, at(52))];
 
     let mut tracker = Tracker::new(rules());

@@ -8,6 +8,8 @@
 //! Whether an entry may be *served* (rather than only telling the client to read
 //! through) is decided once, when it is stored, as an absolute instant: the hit path is
 //! then one hash lookup and two integer compares, with times as Unix nanoseconds.
+//! Fetch times are lower bounds of the true instant and lookups compare an upper bound
+//! ([`crate::clock::Clock::upper_unix_nanos`]), so an entry expires early, never late.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -54,6 +56,16 @@ pub struct TieredCache {
 #[error("cache: {0}")]
 pub struct CacheConfigError(String);
 
+// A panic elsewhere cannot leave a map half-updated (each critical section is one
+// insert, read or retain), so a poisoned lock is recovered rather than propagated.
+fn read(map: &RwLock<HashMap<String, Entry>>) -> std::sync::RwLockReadGuard<'_, HashMap<String, Entry>> {
+    map.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write(map: &RwLock<HashMap<String, Entry>>) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Entry>> {
+    map.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
@@ -78,7 +90,7 @@ impl TieredCache {
     /// the faster ones, keeping its fetch time.
     pub fn lookup(&self, id: &str, now_ns: i64) -> Lookup {
         for (depth, tier) in self.tiers.iter().enumerate() {
-            let entries = tier.entries.read().expect("cache lock poisoned");
+            let entries = read(&tier.entries);
             let Some(entry) = entries.get(id) else { continue };
             let fresh_until = entry.fetched_ns.saturating_add(tier.ttl_ns);
             if now_ns >= fresh_until {
@@ -90,7 +102,7 @@ impl TieredCache {
                 let entry = entry.clone();
                 drop(entries);
                 for faster in &self.tiers[..depth] {
-                    faster.entries.write().expect("cache lock poisoned").insert(id.to_owned(), entry.clone());
+                    write(&faster.entries).insert(id.to_owned(), entry.clone());
                 }
             }
             return answer;
@@ -103,7 +115,7 @@ impl TieredCache {
     pub fn put(&self, id: &str, record: Arc<Versioned>, fetched_ns: i64, serve_until_ns: i64) {
         let entry = Entry { record, fetched_ns, serve_until_ns };
         for tier in &self.tiers {
-            tier.entries.write().expect("cache lock poisoned").insert(id.to_owned(), entry.clone());
+            write(&tier.entries).insert(id.to_owned(), entry.clone());
         }
     }
 
@@ -111,7 +123,7 @@ impl TieredCache {
     /// documents it no longer serves.
     pub fn evict_expired(&self, now_ns: i64) {
         for tier in &self.tiers {
-            tier.entries.write().expect("cache lock poisoned").retain(|_, e| now_ns < e.fetched_ns.saturating_add(tier.ttl_ns));
+            write(&tier.entries).retain(|_, e| now_ns < e.fetched_ns.saturating_add(tier.ttl_ns));
         }
     }
 }
@@ -125,7 +137,7 @@ mod tests {
     const S: i64 = 1_000_000_000;
 
     fn record(location: &str) -> Arc<Versioned> {
-        Arc::new(Versioned { doc: LocationDocument::new("r", location), etag: ETag("e".into()) })
+        Arc::new(Versioned { doc: LocationDocument::new("r", location), etag: ETag("e".into()), committed_at: chrono::DateTime::UNIX_EPOCH })
     }
 
     fn served(l: &Lookup) -> bool {

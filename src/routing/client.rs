@@ -1,14 +1,19 @@
 //! `RoutingClient`: what a service links to resolve routes and mutate locks.
 //!
 //! Resolve goes through the tiered cache; a cached document carrying a started lock
-//! is re-read from the write region (never a replica) on every resolve. Lock
-//! operations read from the write region, apply a pure lifecycle transition and write
-//! it back with If-Match on the ETag read; on 412 they re-read and re-decide, up to a
-//! retry budget. A successful operation makes exactly one write.
+//! is re-read from the write region (never a replica) on every resolve. Every document
+//! read is settled ([`lifecycle::settle`]) with its commit time before anything acts on
+//! it. Lock operations read from the write region, decide with the pure lifecycle and
+//! write it back with If-Match on the ETag read; on 412 they re-read and re-decide, up
+//! to a retry budget. A successful operation makes exactly one write; an idempotency
+//! key (the caller's, or one the client makes up) lets a repeat or an ambiguous
+//! outcome find out what the first write did.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use chrono::{DateTime, Utc};
 
@@ -16,9 +21,10 @@ use futures::future::{ready, Either, FutureExt};
 
 use super::cache::{Lookup, TieredCache};
 use super::document::{DocumentError, LocationDocument, LockInfo, LockToken, Phase};
-use super::lifecycle::{self, LockError, LockPolicy, PreLockRequest};
-use crate::clock::{to_chrono, unix_nanos, Clock};
-use crate::store::{LocationStore, ReadFrom, StoreError, Versioned};
+use super::freshness;
+use super::lifecycle::{self, Decided, LockCall, LockError, LockPolicy, PreLockRequest};
+use crate::clock::{span, to_chrono, unix_nanos, Clock};
+use crate::store::{Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 
 /// Which way a resolve went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +99,10 @@ pub enum RoutingError {
     /// The store failed; nothing was written.
     #[error("routing store unavailable: {0}")]
     Unavailable(String),
+    /// A write may or may not have been applied (and may still land): the caller must
+    /// repeat the call with the same idempotency key to learn its outcome.
+    #[error("the outcome of the write is unknown: {0}")]
+    OutcomeUnknown(String),
     /// The stored document is unusable by this version.
     #[error(transparent)]
     Document(#[from] DocumentError),
@@ -103,6 +113,7 @@ impl From<StoreError> for RoutingError {
         match e {
             StoreError::NotFound => RoutingError::NotFound,
             StoreError::Unavailable(m) => RoutingError::Unavailable(m),
+            StoreError::OutcomeUnknown(m) => RoutingError::OutcomeUnknown(m),
             StoreError::Document(d) => RoutingError::Document(d),
             // Callers handle these where they can happen; anywhere else they mean the
             // store broke its contract.
@@ -114,17 +125,32 @@ impl From<StoreError> for RoutingError {
 /// Tuning of the client's protocol (not of the locks themselves).
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
-    /// Attempts per lock operation when writes race (412).
+    /// Attempts per lock operation when writes race (412) or end ambiguously.
     pub retry_budget: u32,
-    /// A lock this close to its effectiveAt already counts as started, to absorb clock
-    /// skew between the service that computed effectiveAt and this one.
-    pub skew_margin: Duration,
+    /// The oldest routing decision this client acts on: a store read that took longer
+    /// (a slow or late answer) is refused rather than enforced, since the lock may have
+    /// changed meanwhile. It bounds how long after a restricting write an operation
+    /// decided before it can still be applied; a swap copies data only once that long
+    /// has passed since the write lock began.
+    pub max_decision_age: Duration,
 }
+
+/// The decision age when none is configured.
+pub const DEFAULT_MAX_DECISION_AGE: Duration = Duration::from_secs(1);
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        Self { retry_budget: 8, skew_margin: Duration::from_millis(500) }
+        Self { retry_budget: 8, max_decision_age: DEFAULT_MAX_DECISION_AGE }
     }
+}
+
+/// What [`RoutingClient::prepare_swap`] found.
+#[derive(Debug, Clone)]
+pub enum SwapPlan {
+    /// The swap can be made: copy the data, then call [`RoutingClient::swap_with_key`].
+    Copy(Versioned),
+    /// This key's swap took effect already: answer as then, copy nothing.
+    AlreadySwapped(Versioned),
 }
 
 /// The routing library's entry point for one service instance (one cache).
@@ -149,7 +175,7 @@ impl RoutingClient {
         Self { store, clock, cache, policy, options }
     }
 
-    /// The lock policy (declared convergence delay, maximum pre-lock).
+    /// The lock policy (declared convergence delay, maximum pre-lock, skew margin).
     pub fn policy(&self) -> &LockPolicy {
         &self.policy
     }
@@ -167,7 +193,7 @@ impl RoutingClient {
     /// Resolves the routing document of `id`. A servable cache hit completes without
     /// an await point or allocation; misses and read-throughs go to the store.
     pub fn resolve<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Resolved, RoutingError>> + Send + 'a {
-        match self.cache.lookup(id, self.clock.now_unix_nanos()) {
+        match self.cache.lookup(id, self.clock.upper_unix_nanos()) {
             Lookup::Serve(record) => {
                 Either::Left(ready(Ok(Resolved { record, source: Source::Cache, store_time: Duration::ZERO })))
             }
@@ -178,22 +204,36 @@ impl RoutingClient {
 
     async fn resolve_from_store(&self, id: &str) -> Result<Resolved, RoutingError> {
         let fetched = self.fetch_time();
-        let now = fetched.0;
         let started = Instant::now();
         let replica = match self.store.read(id, ReadFrom::Replica).await {
-            Ok(replica) => replica,
+            Ok(replica) => self.fresh_enough(started, replica)?,
             // A replica that lags may not have a new document yet; only the write region
             // can say that the resource does not exist.
             Err(StoreError::NotFound) => return self.read_write_region(id, Source::Store).await,
             Err(e) => return Err(e.into()),
         };
-        if replica.doc.primary.lock.as_ref().is_some_and(|l| self.replica_may_lag_on(l, now)) {
+        let replica = Versioned { doc: lifecycle::settle(replica.doc, replica.committed_at), ..replica };
+        let lagging = replica.doc.primary.lock.as_ref();
+        if lagging.is_some_and(|l| freshness::replica_view_needs_write_region(l, fetched.0, &self.policy)) {
             // Never enforce on a replica's view of a lock: it may lag.
             return self.read_write_region(id, Source::ReadThrough).await;
         }
         let record = Arc::new(replica);
         self.remember(id, record.clone(), fetched);
         Ok(Resolved { record, source: Source::Store, store_time: started.elapsed() })
+    }
+
+    /// A read that took longer than [`ClientOptions::max_decision_age`] is not acted on.
+    fn fresh_enough(&self, started: Instant, read: Versioned) -> Result<Versioned, RoutingError> {
+        let took = started.elapsed();
+        if took > self.options.max_decision_age {
+            return Err(RoutingError::Unavailable(format!(
+                "the routing store answered after {:.3}s, later than the {:.3}s a decision may take",
+                took.as_secs_f64(),
+                self.options.max_decision_age.as_secs_f64()
+            )));
+        }
+        Ok(read)
     }
 
     /// Resolves `id`, first creating its document at `home` if it has none.
@@ -203,103 +243,128 @@ impl RoutingClient {
             other => return other,
         }
         let doc = LocationDocument::new(id, home);
+        let started = Instant::now();
         match self.store.create(&doc).await {
-            Ok(etag) => {
-                let record = Arc::new(Versioned { doc, etag });
+            Ok(committed) => {
+                let record = Arc::new(Versioned { doc, etag: committed.etag, committed_at: committed.committed_at });
                 self.remember(id, record.clone(), self.fetch_time());
-                Ok(Resolved { record, source: Source::Store, store_time: Duration::ZERO })
+                Ok(Resolved { record, source: Source::Store, store_time: started.elapsed() })
             }
             // Someone else created it first: theirs is the document.
             Err(StoreError::Conflict) => self.read_write_region(id, Source::Store).await,
+            // Our create may land yet; whatever the write region says now is the answer,
+            // and if it has nothing yet, nothing was done for the caller either.
+            Err(StoreError::OutcomeUnknown(why)) => match self.read_write_region(id, Source::Store).await {
+                Err(RoutingError::NotFound) => Err(RoutingError::Unavailable(why)),
+                other => other,
+            },
             Err(e) => Err(e.into()),
         }
     }
 
     /// Takes a pre-lock; the new token is in the grant and nowhere else.
     pub async fn pre_lock(&self, id: &str, req: &PreLockRequest) -> Result<Grant, RoutingError> {
-        self.grant(id, None, req).await
+        self.grant(id, None, req, None).await
     }
 
     /// Takes a pre-lock, creating the document at `home` in that same single write when
     /// the resource has none yet: a refused request then leaves no document behind.
     pub async fn pre_lock_or_create(&self, id: &str, home: &str, req: &PreLockRequest) -> Result<Grant, RoutingError> {
-        self.grant(id, Some(home), req).await
+        self.grant(id, Some(home), req, None).await
     }
 
-    async fn grant(&self, id: &str, home: Option<&str>, req: &PreLockRequest) -> Result<Grant, RoutingError> {
-        let token = LockToken::generate();
-        let policy = self.policy.clone();
-        let record = self
-            .mutate_or_create(id, home, |doc, now| lifecycle::pre_lock(doc, req, token.clone(), &policy, now))
-            .await?;
+    /// [`Self::pre_lock_or_create`] under the caller's idempotency key: repeated with
+    /// the same key and request, it returns the same token while that token holds the
+    /// lock, and never a fresh lock.
+    pub async fn pre_lock_with_key(
+        &self,
+        id: &str,
+        home: &str,
+        req: &PreLockRequest,
+        key: Option<&str>,
+    ) -> Result<Grant, RoutingError> {
+        self.grant(id, Some(home), req, key).await
+    }
+
+    async fn grant(&self, id: &str, home: Option<&str>, req: &PreLockRequest, key: Option<&str>) -> Result<Grant, RoutingError> {
+        let call = LockCall::PreLock { request: req.clone(), token: LockToken::generate() };
+        let record = self.call(id, home, &call, key).await?;
+        // A replay hands back the token the key's first call was granted.
+        let token = record.doc.primary.lock.as_ref().map(|l| l.token.clone()).ok_or(RoutingError::Lock(LockError::TokenMismatch))?;
         Ok(Grant { record, token })
     }
 
     /// Escalates to `phase` with a lease of `duration`.
     pub async fn escalate(&self, id: &str, token: &LockToken, phase: Phase, duration: Duration) -> Result<Versioned, RoutingError> {
-        self.mutate(id, |doc, now| lifecycle::escalate(doc, token, phase, duration, now)).await
+        self.call(id, None, &LockCall::Escalate { token: token.clone(), phase, duration }, None).await
     }
 
     /// Renews the lease by `duration` (capped by the parent lease and the maximum).
     pub async fn renew(&self, id: &str, token: &LockToken, duration: Duration) -> Result<Versioned, RoutingError> {
-        self.mutate(id, |doc, now| lifecycle::renew(doc, token, duration, now)).await
+        self.call(id, None, &LockCall::Renew { token: token.clone(), duration }, None).await
     }
 
     /// Switches the location to `target` and clears the lock in one write.
     pub async fn swap(&self, id: &str, token: &LockToken, target: &str) -> Result<Versioned, RoutingError> {
-        self.mutate(id, |doc, now| lifecycle::swap(doc, token, target, now)).await
+        self.swap_with_key(id, token, target, None).await
+    }
+
+    /// [`Self::swap`] under the caller's idempotency key.
+    pub async fn swap_with_key(&self, id: &str, token: &LockToken, target: &str, key: Option<&str>) -> Result<Versioned, RoutingError> {
+        self.call(id, None, &LockCall::Swap { token: token.clone(), target: target.to_owned() }, key).await
     }
 
     /// Releases the lock; the location is unchanged.
     pub async fn release(&self, id: &str, token: &LockToken) -> Result<Versioned, RoutingError> {
-        self.mutate(id, |doc, now| lifecycle::release(doc, token, now)).await
+        self.call(id, None, &LockCall::Release { token: token.clone() }, None).await
     }
 
     /// Reads the authoritative document and checks that the swap of `token` to
     /// `target` would be accepted now, without writing: the copy of user data that must
     /// happen under the write lock before the swap then runs only for a swap that can
-    /// succeed, and never copies to a target the swap would refuse.
-    pub async fn check_swap(&self, id: &str, token: &LockToken, target: &str) -> Result<Versioned, RoutingError> {
-        let record = self.store.read(id, ReadFrom::WriteRegion).await?;
-        lifecycle::swap(&record.doc, token, target, self.clock.now())?;
-        Ok(record)
+    /// succeed, and never copies to a target the swap would refuse. Returns once no
+    /// operation decided before the write lock began can still be applied (the decision
+    /// age, plus the skew margin between the store's clock and this one), so the copy
+    /// sees every write that was accepted. A swap this key already made is reported as
+    /// such: nothing is copied again.
+    pub async fn prepare_swap(&self, id: &str, token: &LockToken, target: &str, key: Option<&str>) -> Result<SwapPlan, RoutingError> {
+        let call = LockCall::Swap { token: token.clone(), target: target.to_owned() };
+        let key = key.map(|k| format!("k:{k}")).unwrap_or_else(|| "w:check".into());
+        let record = self.read_settled(id).await?;
+        match lifecycle::decide(&record.doc, &call, &key, &self.policy, self.clock.now())? {
+            Decided::Replayed => return Ok(SwapPlan::AlreadySwapped(record)),
+            Decided::Write(_) => {}
+        }
+        let since = record.doc.primary.lock.as_ref().and_then(|l| l.phase_since).unwrap_or(record.committed_at);
+        let quiet = since
+            .checked_add_signed(to_chrono(self.options.max_decision_age + self.policy.skew_margin))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let wait = span(self.clock.now(), quiet);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        Ok(SwapPlan::Copy(record))
     }
 
-    /// Whether a replica's view of `lock` could differ from the write region's in a way
-    /// that matters: the lock has started, and it is live or lapsed so recently that a
-    /// renewal made before the lapse may not have replicated yet (the lock's declared
-    /// convergence delay covers the replication bound). Long-lapsed locks are final.
-    fn replica_may_lag_on(&self, lock: &LockInfo, now: DateTime<Utc>) -> bool {
-        self.has_started(lock, now) && now < lock.expires_at + lock.convergence_delay()
+    /// The authoritative document, settled.
+    async fn read_settled(&self, id: &str) -> Result<Versioned, RoutingError> {
+        let read = self.store.read(id, ReadFrom::WriteRegion).await?;
+        Ok(Versioned { doc: lifecycle::settle(read.doc, read.committed_at), ..read })
     }
 
-    fn has_started(&self, lock: &LockInfo, now: DateTime<Utc>) -> bool {
-        lock.effective_at <= now + to_chrono(self.options.skew_margin)
-    }
-
-    /// Caches `record`, fetched at `fetched`. It may be served until its lock (if any)
-    /// starts; a document carrying a started lock that was live when fetched is never
-    /// served from cache, since that lock may since have been escalated, renewed or
-    /// swapped and only the write region can say what holds now. A lock that had lapsed
-    /// (by more than the skew margin) when the document was fetched is final: an
-    /// expired token can do nothing.
+    /// Caches `record`, fetched at `fetched`, under the freshness rule
+    /// ([`freshness::serve_until`]).
     fn remember(&self, id: &str, record: Arc<Versioned>, (fetched, fetched_ns): (DateTime<Utc>, i64)) {
-        let serve_until = match &record.doc.primary.lock {
-            // Within the skew margin of its end a lease may still be live by another
-            // clock (and be renewed), so only a lock lapsed by more than that is final.
-            Some(lock) if lock.expires_at + to_chrono(self.options.skew_margin) > fetched => {
-                unix_nanos(lock.effective_at - to_chrono(self.options.skew_margin))
-            }
-            _ => i64::MAX,
-        };
+        let serve_until = unix_nanos(freshness::serve_until(&record.doc, fetched, &self.policy));
         self.cache.put(id, record, fetched_ns, serve_until);
     }
 
     /// The fetch time of a document about to be read: as a date for lock arithmetic, and
-    /// on the cache's own (possibly coarse) clock, so entries age on the clock that
-    /// checks them. Taken before the read, so an entry never outlives its TTL.
+    /// in nanoseconds for the cache. Taken before the read, so an entry never outlives
+    /// its TTL.
     fn fetch_time(&self) -> (DateTime<Utc>, i64) {
-        (self.clock.now(), self.clock.now_unix_nanos())
+        let now = self.clock.now();
+        (now, unix_nanos(now))
     }
 
     /// Reads the authoritative copy and caches it. `source` says why: a read-through of a
@@ -309,49 +374,79 @@ impl RoutingClient {
     async fn read_write_region(&self, id: &str, source: Source) -> Result<Resolved, RoutingError> {
         let fetched = self.fetch_time();
         let started = Instant::now();
-        let record = Arc::new(self.store.read(id, ReadFrom::WriteRegion).await?);
+        let read = self.store.read(id, ReadFrom::WriteRegion).await?;
+        let read = self.fresh_enough(started, read)?;
+        let record = Arc::new(Versioned { doc: lifecycle::settle(read.doc, read.committed_at), ..read });
         let store_time = started.elapsed();
         self.remember(id, record.clone(), fetched);
         Ok(Resolved { record, source, store_time })
     }
 
-    /// Read, decide, write-if-match; on 412 re-read and re-decide.
-    async fn mutate<F>(&self, id: &str, decide: F) -> Result<Versioned, RoutingError>
-    where
-        F: Fn(&LocationDocument, DateTime<Utc>) -> Result<LocationDocument, LockError>,
-    {
-        self.mutate_or_create(id, None, decide).await
-    }
-
-    /// [`Self::mutate`]; with `home`, a missing document is decided on as a new one at
-    /// `home` and written with create-if-absent, where losing the race to create (409)
-    /// re-reads and re-decides like a 412.
-    async fn mutate_or_create<F>(&self, id: &str, home: Option<&str>, decide: F) -> Result<Versioned, RoutingError>
-    where
-        F: Fn(&LocationDocument, DateTime<Utc>) -> Result<LocationDocument, LockError>,
-    {
+    /// Makes a lock call under idempotency key `key` (the caller's, or a fresh one).
+    ///
+    /// Read the settled document from the write region, decide, write-if-match (or
+    /// create-if-absent at `home`), and judge the written version by its commit time.
+    /// A 412 or 409 re-reads and re-decides; the decision then recognises a write of
+    /// this call that landed (a store's internal retry can answer 412 to its own
+    /// write). A write whose outcome is unknown is resolved by the next read: if the
+    /// document still stands at the version the write was conditional on, the write may
+    /// yet land and the outcome stays unknown; otherwise it either landed (its record is
+    /// there) or never can (its condition is gone), and the decision proceeds.
+    pub async fn call(&self, id: &str, home: Option<&str>, call: &LockCall, key: Option<&str>) -> Result<Versioned, RoutingError> {
+        let key = match key {
+            Some(k) => format!("k:{k}"),
+            None => format!("w:{}", hex::encode(rand::random::<[u8; 8]>())),
+        };
+        let mut unresolved: Option<(Option<ETag>, String)> = None;
         for _ in 0..self.options.retry_budget {
-            let (current, etag) = match (self.store.read(id, ReadFrom::WriteRegion).await, home) {
-                (Ok(current), _) => (current.doc, Some(current.etag)),
-                (Err(StoreError::NotFound), Some(home)) => (LocationDocument::new(id, home), None),
-                (Err(e), _) => return Err(e.into()),
+            let (base, etag) = match (self.read_settled(id).await, home) {
+                (Ok(current), _) => (current, true),
+                (Err(RoutingError::NotFound), Some(home)) => {
+                    let fresh = LocationDocument::new(id, home);
+                    (Versioned { doc: fresh, etag: ETag(String::new()), committed_at: DateTime::<Utc>::MIN_UTC }, false)
+                }
+                (Err(e), _) => return Err(unresolved.map_or(e, |(_, why)| RoutingError::OutcomeUnknown(why))),
             };
-            let next = decide(&current, self.clock.now())?;
-            let written = match &etag {
+            let condition = etag.then(|| base.etag.clone());
+            if let Some((written_on, why)) = &unresolved {
+                if *written_on == condition && !lifecycle::took_effect(&base.doc, &key) {
+                    // Still at the version the write needs: it may land yet.
+                    return Err(RoutingError::OutcomeUnknown(why.clone()));
+                }
+            }
+            let next = match lifecycle::decide(&base.doc, call, &key, &self.policy, self.clock.now())? {
+                Decided::Replayed => return Ok(base),
+                Decided::Write(next) => next,
+            };
+            let written = match &condition {
                 Some(etag) => self.store.replace(&next, etag).await,
                 None => self.store.create(&next).await,
             };
             match written {
-                Ok(etag) => {
-                    let written = Versioned { doc: next, etag };
-                    self.remember(id, Arc::new(written.clone()), self.fetch_time());
-                    return Ok(written);
-                }
-                Err(StoreError::PreconditionFailed) if etag.is_some() => continue,
-                Err(StoreError::Conflict) if etag.is_none() => continue,
+                Ok(committed) => return self.judge(id, next, committed, &key),
+                Err(StoreError::PreconditionFailed) if condition.is_some() => unresolved = None,
+                Err(StoreError::Conflict) if condition.is_none() => unresolved = None,
+                Err(StoreError::OutcomeUnknown(why)) => unresolved = Some((condition, why)),
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(RoutingError::RetryExhausted { attempts: self.options.retry_budget })
+        match unresolved {
+            Some((_, why)) => Err(RoutingError::OutcomeUnknown(why)),
+            None => Err(RoutingError::RetryExhausted { attempts: self.options.retry_budget }),
+        }
+    }
+
+    /// The written version as every reader will take it: a call that landed after the
+    /// lease it relied on took no effect, and its caller hears that the lease expired.
+    fn judge(&self, id: &str, written: LocationDocument, committed: Committed, key: &str) -> Result<Versioned, RoutingError> {
+        let lease_end = written.pending.as_ref().and_then(|p| p.void_if_committed_after);
+        let doc = lifecycle::settle(written, committed.committed_at);
+        let record = Versioned { doc, etag: committed.etag, committed_at: committed.committed_at };
+        self.remember(id, Arc::new(record.clone()), self.fetch_time());
+        if !lifecycle::took_effect(&record.doc, key) {
+            let expired_at = lease_end.unwrap_or(committed.committed_at);
+            return Err(RoutingError::Lock(LockError::LeaseExpired { expired_at }));
+        }
+        Ok(record)
     }
 }

@@ -45,9 +45,97 @@ pub struct LocationDocument {
     pub secondary: Option<Section>,
     /// True from pre-lock until swap or release.
     pub migrating: bool,
+    /// The effect of the last write that depends on when the store committed it (a
+    /// pre-lock's start, a lease-bound call's validity). Readers settle it with the
+    /// version's commit time; the next write stores the settled state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Box<PendingEffect>>,
+    /// Recent lock calls (bounded), so a repeated call returns the first one's outcome
+    /// and a writer recognises its own committed write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operations: Vec<OperationRecord>,
     /// Fields written by other versions (and store metadata), preserved on rewrite.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// What the last write means depends on when the store committed it.
+///
+/// A write is decided on one clock and committed later on the store's; some rules can
+/// only be judged by the commit time, which every reader gets with the version:
+/// a pre-lock restricts nothing before its commit + the declared delay (+ skew margin),
+/// and a call that relied on a live lease is void when it landed after that lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingEffect {
+    /// A pre-lock: its `effectiveAt` (and the leases counted from it) are no earlier
+    /// than the commit + this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective_after_commit_seconds: Option<f64>,
+    /// The write relied on a lease ending here: committed later, it takes no effect and
+    /// readers see `previous`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub void_if_committed_after: Option<DateTime<Utc>>,
+    /// The document this write replaced (settled), restored when the write is void.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Box<LocationDocument>>,
+    /// The write began the lock's current phase: the commit time becomes `phaseSince`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub phase_starts: bool,
+    /// The key of the call that made this write: a void write's record is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Digest of the routing and lock state this write produced. A writer that does not
+    /// know this field keeps it unchanged while changing that state; the digest then no
+    /// longer matches and the stale record is ignored instead of misapplied.
+    pub digest: String,
+}
+
+/// The lock calls, as recorded for replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CallKind {
+    /// `POST /lock`.
+    PreLock,
+    /// `POST /lock/escalate`.
+    Escalate,
+    /// `POST /lock/renew`.
+    Renew,
+    /// `POST /lock/swap`.
+    Swap,
+    /// `DELETE /lock`.
+    Release,
+}
+
+impl CallKind {
+    /// The name used on the wire and in logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallKind::PreLock => "preLock",
+            CallKind::Escalate => "escalate",
+            CallKind::Renew => "renew",
+            CallKind::Swap => "swap",
+            CallKind::Release => "release",
+        }
+    }
+}
+
+/// One lock call that took effect, kept so that a repeat is recognised.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationRecord {
+    /// `k:<Idempotency-Key>` from a caller, or `w:<random>` for a call without one (the
+    /// library's own retries recognise their write by it).
+    pub key: String,
+    /// Which call it was.
+    pub call: CallKind,
+    /// Digest of the request (call, body, token): a key reused for another request is
+    /// refused.
+    pub request: String,
+    /// Digest of the token of the lock the call created or acted on (never the token).
+    pub lock: String,
+    /// Kept at least until then (the lock's ceiling, so it outlives every lease).
+    pub keep_until: DateTime<Utc>,
 }
 
 /// A location and the lock on it.
@@ -85,6 +173,14 @@ pub struct LockInfo {
     pub max_expires_at: DateTime<Utc>,
     /// How many times the lease was renewed.
     pub renewals: u32,
+    /// The convergence delay declared when the lock was granted (absent in documents
+    /// of earlier versions, where it is `effectiveAt - acquiredAt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub convergence_delay_seconds: Option<f64>,
+    /// When the store committed the write that began the current phase (absent until
+    /// known, and in documents of earlier versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_since: Option<DateTime<Utc>>,
     /// Fields written by other versions, preserved on rewrite.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -159,6 +255,23 @@ impl LockToken {
         let (a, b) = (self.0.as_bytes(), other.0.as_bytes());
         a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
+
+    /// A one-way digest that identifies the token in records without revealing it.
+    pub fn digest(&self) -> String {
+        digest_hex(&[b"lockprobe-token:", self.0.as_bytes()])
+    }
+}
+
+/// SHA-256 over `parts`, hex, truncated to 128 bits (enough to tell values apart; the
+/// inputs that matter, tokens, are 128-bit random already).
+pub fn digest_hex(parts: &[&[u8]]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    hex::encode(&hasher.finalize()[..16])
 }
 
 impl fmt::Debug for LockToken {
@@ -181,7 +294,9 @@ impl LockInfo {
 
     /// The convergence delay declared when the lock was taken.
     pub fn convergence_delay(&self) -> chrono::TimeDelta {
-        self.effective_at - self.acquired_at
+        self.convergence_delay_seconds
+            .and_then(|s| chrono::TimeDelta::try_milliseconds((s * 1000.0).round() as i64))
+            .unwrap_or(self.effective_at - self.acquired_at)
     }
 }
 
@@ -194,8 +309,26 @@ impl LocationDocument {
             primary: Section { location: location.into(), lock: None, extra: Map::new() },
             secondary: None,
             migrating: false,
+            pending: None,
+            operations: Vec::new(),
             extra: Map::new(),
         }
+    }
+
+    /// Digest of the routing and lock state as a library that does not know
+    /// [`PendingEffect`] would see and change it: the sections and the migrating flag,
+    /// without fields other versions added (their serialization is not ours to fix).
+    pub fn state_digest(&self) -> String {
+        fn bare(section: &Section) -> Section {
+            Section {
+                location: section.location.clone(),
+                lock: section.lock.as_ref().map(|l| LockInfo { extra: Map::new(), ..l.clone() }),
+                extra: Map::new(),
+            }
+        }
+        let state = (bare(&self.primary), self.secondary.as_ref().map(bare), self.migrating);
+        let bytes = serde_json::to_vec(&state).expect("sections always serialize");
+        digest_hex(&[b"lockprobe-state:", &bytes])
     }
 
     /// Parses a stored document, refusing unsupported major versions.

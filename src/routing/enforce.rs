@@ -1,15 +1,22 @@
 //! The allow / block / tombstone decision the routing path hands to a service.
 //!
-//! Exactly the table in DESIGN.md: reads are never blocked; an effective hard-delete
-//! lock turns deletes into tombstones; an effective write lock blocks writes and
-//! deletes (retriable); no lock, a pre-lock, or an expired lock restricts nothing.
+//! The enforcement table: reads are never blocked; a hard-delete lock turns deletes
+//! into tombstones; a write lock blocks writes and deletes (retriable); no lock, a
+//! pre-lock, or an expired lock restricts nothing.
+//!
+//! A lock reaches hard-delete or write only by an escalation, which is granted only
+//! after `effectiveAt` (by the deciding clock, and `effectiveAt` already carries the
+//! skew margin), so an escalated lock is in force from the moment it is seen: a reader
+//! whose clock runs behind must not wait for `effectiveAt` by its own clock. It stays
+//! in force until its lease has ended by every clock within the skew margin, so a
+//! reader whose clock runs ahead never lifts it early.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use super::document::{LockInfo, Phase};
-use crate::clock::span;
+use crate::clock::{span, to_chrono};
 
 /// A user operation on a resource's data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,25 +43,27 @@ pub enum Decision {
     Tombstone,
 }
 
-/// Decides `op` under `lock` (the primary lock as resolved on the routing path) at `now`.
-pub fn enforce(op: Operation, lock: Option<&LockInfo>, now: DateTime<Utc>) -> Decision {
-    let Some(lock) = lock.filter(|l| l.is_live(now) && l.effective_at <= now) else {
+/// Decides `op` under `lock` (the primary lock as resolved on the routing path) at `now`,
+/// with `skew` the skew margin of the deciding service.
+pub fn enforce(op: Operation, lock: Option<&LockInfo>, now: DateTime<Utc>, skew: Duration) -> Decision {
+    let Some(lock) = lock else { return Decision::Allow };
+    let ends = lock.expires_at.checked_add_signed(to_chrono(skew)).unwrap_or(DateTime::<Utc>::MAX_UTC);
+    if now >= ends {
         return Decision::Allow;
-    };
+    }
     match (lock.phase, op) {
         (_, Operation::Read) | (Phase::PreLock, _) => Decision::Allow,
         (Phase::HardDelete, Operation::Write) => Decision::Allow,
         (Phase::HardDelete, Operation::Delete) => Decision::Tombstone,
-        (Phase::Write, Operation::Write | Operation::Delete) => {
-            Decision::Block { retry_after: span(now, lock.expires_at) }
-        }
+        (Phase::Write, Operation::Write | Operation::Delete) => Decision::Block { retry_after: span(now, ends) },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::{to_chrono, Clock, ManualClock};
+    use chrono::TimeDelta;
+    use crate::clock::{Clock, ManualClock};
     use crate::routing::document::LockToken;
     use serde_json::Map;
 
@@ -69,12 +78,16 @@ mod tests {
             pre_lock_expires_at: now + chrono::TimeDelta::seconds(1000),
             max_expires_at: now + chrono::TimeDelta::seconds(2000),
             renewals: 0,
+            convergence_delay_seconds: None,
+            phase_since: None,
             extra: Map::new(),
         }
     }
 
+    const SKEW: Duration = Duration::from_secs(1);
+
     fn row(lock: Option<&LockInfo>, now: DateTime<Utc>) -> [Decision; 3] {
-        [Operation::Read, Operation::Write, Operation::Delete].map(|op| enforce(op, lock, now))
+        [Operation::Read, Operation::Write, Operation::Delete].map(|op| enforce(op, lock, now, SKEW))
     }
 
     const ALLOW_ALL: [Decision; 3] = [Decision::Allow; 3];
@@ -102,29 +115,34 @@ mod tests {
     }
 
     #[test]
-    fn effective_write_lock_blocks_writes_and_deletes_until_the_lease_ends() {
+    fn write_lock_blocks_writes_and_deletes_until_the_lease_ends_by_every_clock() {
         let now = ManualClock::at_epoch().now();
-        let block = Decision::Block { retry_after: Duration::from_secs(100) };
+        let block = Decision::Block { retry_after: Duration::from_secs(101) };
         assert_eq!(row(Some(&lock(Phase::Write, now, -10, 100)), now), [Decision::Allow, block, block]);
     }
 
     #[test]
-    fn expired_lock_of_any_phase_allows_everything() {
+    fn expired_lock_of_any_phase_allows_everything_once_past_the_skew_margin() {
         let now = ManualClock::at_epoch().now();
         for phase in [Phase::PreLock, Phase::HardDelete, Phase::Write] {
+            assert_eq!(row(Some(&lock(phase, now, -100, -2)), now), ALLOW_ALL, "{phase}");
+            // The lease boundary + the margin is already expired.
             assert_eq!(row(Some(&lock(phase, now, -100, -1)), now), ALLOW_ALL, "{phase}");
-            // The lease boundary itself is already expired.
-            assert_eq!(row(Some(&lock(phase, now, -100, 0)), now), ALLOW_ALL, "{phase}");
         }
+        // Within the margin of its end, a lock may still be live by another clock.
+        let short = Decision::Block { retry_after: Duration::from_millis(500) };
+        let lapsing = lock(Phase::Write, now, -100, 0);
+        assert_eq!(enforce(Operation::Write, Some(&lapsing), now + TimeDelta::milliseconds(500), SKEW), short);
     }
 
     #[test]
-    fn not_yet_effective_lock_restricts_nothing() {
-        let clock = ManualClock::at_epoch();
-        let now = clock.now();
-        let l = lock(Phase::Write, now, 5, 100);
-        assert_eq!(row(Some(&l), now), ALLOW_ALL);
-        let later = now + to_chrono(Duration::from_secs(5));
-        assert_eq!(enforce(Operation::Write, Some(&l), later), Decision::Block { retry_after: Duration::from_secs(95) });
+    fn an_escalated_lock_is_in_force_even_if_this_clock_is_behind_its_effective_time() {
+        // Escalation was granted at effectiveAt by the decider's clock; a reader whose
+        // clock lags must not wait for it by its own.
+        let now = ManualClock::at_epoch().now();
+        let behind = lock(Phase::HardDelete, now, 1, 100);
+        assert_eq!(enforce(Operation::Delete, Some(&behind), now, SKEW), Decision::Tombstone);
+        let pre = lock(Phase::PreLock, now, -5, 100);
+        assert_eq!(row(Some(&pre), now), ALLOW_ALL);
     }
 }

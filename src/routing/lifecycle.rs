@@ -1,16 +1,31 @@
 //! The lock lifecycle as pure functions over (document, request, now).
 //!
 //! `preLock -> hardDelete -> write -> swap`, with renew and release from any live
-//! phase. Each function either returns the next document or a typed refusal; the
+//! phase. Each transition either returns the next document or a typed refusal; the
 //! client turns a returned document into exactly one ETag-conditional write. Nothing
-//! here reads a clock or a store, so every rule is testable on its own.
+//! here reads a clock or a store, so every rule is testable on its own, and the model
+//! checker (`tests/model.rs`) runs these same functions.
+//!
+//! Three layers, each built on the one before:
+//!
+//! - the transitions ([`pre_lock`], [`escalate`], [`renew`], [`swap`], [`release`]);
+//! - [`settle`]: what a written document means once the store has committed it. A
+//!   write is decided on one clock and lands later on the store's, so two rules are
+//!   judged by the commit time every reader gets with the version: a pre-lock restricts
+//!   nothing before its commit + the declared delay + the skew margin, and a call that
+//!   relied on a live lease is void when it landed after that lease ended;
+//! - [`decide`]: a lock call with its idempotency key. A repeated call returns the
+//!   first call's outcome instead of acting again, and a writer recognises its own
+//!   committed write after an ambiguous answer.
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Map;
 
-use super::document::{LocationDocument, LockInfo, LockToken, Phase, Section};
+use super::document::{
+    digest_hex, CallKind, LocationDocument, LockInfo, LockToken, OperationRecord, PendingEffect, Phase, Section,
+};
 use crate::clock::to_chrono;
 
 /// Why a lock operation was refused.
@@ -19,7 +34,7 @@ pub enum LockError {
     /// Another token holds a live lock.
     #[error("another migration holds a live lock until {expires_at}")]
     LockHeld {
-        /// When the holder's current lease ends.
+        /// When the holder's current lease ends for everyone (its end + the skew margin).
         expires_at: DateTime<Utc>,
     },
     /// The presented token is not the live lock's.
@@ -37,6 +52,25 @@ pub enum LockError {
     /// A requested duration or value is out of the service's bounds.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The idempotency key was used before for a different request.
+    #[error("the idempotency key was already used for a different request")]
+    KeyReused,
+}
+
+/// Deliberate deviations from the protocol: the behaviours of earlier versions and the
+/// broken designs that the fault campaign, the release gate and the model checker must
+/// catch. All off in the shipped protocol.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Deviations {
+    /// `effectiveAt` counts from the decider's clock, not from the store's commit
+    /// (version 1): a pre-lock that lands late starts restricting too early.
+    pub legacy_effective_at: bool,
+    /// A renewal takes effect whenever it lands, also after its lease lapsed (version 1).
+    pub legacy_renewal: bool,
+    /// Escalation is granted before `effectiveAt`.
+    pub early_escalation: bool,
+    /// Caches serve a document whose lock has started instead of reading through.
+    pub cache_serves_started_locks: bool,
 }
 
 /// The service's timing rules for locks.
@@ -46,12 +80,30 @@ pub struct LockPolicy {
     pub convergence_delay: Duration,
     /// The longest pre-lock (parent lease) the service grants, renewals included.
     pub max_pre_lock: Duration,
+    /// The largest difference tolerated between any two clocks that judge a lock (the
+    /// service instances and the store): restrictions start this much after the
+    /// converged instant and end this much after the lease, by the local clock.
+    pub skew_margin: Duration,
+    /// Off in the shipped protocol; see [`Deviations`].
+    pub deviations: Deviations,
 }
+
+/// The skew margin when none is configured.
+pub const DEFAULT_SKEW_MARGIN: Duration = Duration::from_millis(500);
 
 impl LockPolicy {
     /// The honest declaration: convergence delay = largest cache TTL + replication bound.
     pub fn declared(max_cache_ttl: Duration, replication_bound: Duration, max_pre_lock: Duration) -> Self {
-        Self { convergence_delay: max_cache_ttl + replication_bound, max_pre_lock }
+        Self {
+            convergence_delay: max_cache_ttl + replication_bound,
+            max_pre_lock,
+            skew_margin: DEFAULT_SKEW_MARGIN,
+            deviations: Deviations::default(),
+        }
+    }
+
+    fn margin(&self) -> TimeDelta {
+        to_chrono(self.skew_margin)
     }
 }
 
@@ -66,10 +118,33 @@ pub struct PreLockRequest {
     pub target_location: Option<String>,
 }
 
+/// `t + d`, refused rather than overflowing (a panic on input is never an answer).
+fn later(t: DateTime<Utc>, d: TimeDelta) -> Result<DateTime<Utc>, LockError> {
+    t.checked_add_signed(d)
+        .ok_or_else(|| LockError::InvalidRequest("a requested duration reaches past the representable time".into()))
+}
+
+/// Whether `lock` may still restrict someone by some clock within the margin: its
+/// lease has not ended for everyone yet.
+fn possibly_live(lock: &LockInfo, now: DateTime<Utc>, margin: TimeDelta) -> bool {
+    now < lock.expires_at.checked_add_signed(margin).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+fn positive(field: &str, duration: Duration) -> Result<(), LockError> {
+    if duration.is_zero() {
+        return Err(LockError::InvalidRequest(format!("{field} must be positive")));
+    }
+    Ok(())
+}
+
 /// Grants a pre-lock under the new `token`.
 ///
-/// effectiveAt = now + convergence delay; the pre-lock lease runs `duration` past
-/// effectiveAt, and `max_pre_lock` past it is the ceiling for every later renewal.
+/// The lock restricts nothing until `effectiveAt`, the decide time + convergence delay +
+/// skew margin, which [`settle`] moves to the store's commit + the same once the commit
+/// time is known; the pre-lock lease runs `duration` past effectiveAt, and
+/// `max_pre_lock` past it is the ceiling for every later renewal. A malformed request
+/// is refused before the lock state is looked at. A new token is issued only once the
+/// previous lease has ended by every clock within the skew margin.
 pub fn pre_lock(
     doc: &LocationDocument,
     req: &PreLockRequest,
@@ -77,20 +152,7 @@ pub fn pre_lock(
     policy: &LockPolicy,
     now: DateTime<Utc>,
 ) -> Result<LocationDocument, LockError> {
-    if let Some(live) = doc.live_lock(now) {
-        return Err(LockError::LockHeld { expires_at: live.expires_at });
-    }
-    // A swap's guard keeps the old location refusing writes until caches converge on
-    // the new one; a new target elsewhere would overwrite it, so wait for it to lapse.
-    // (A new migration back to the guarded location locks it anyway, for longer.)
-    if let Some(guard) = swap_guard(doc, now) {
-        if req.target_location.as_deref().is_some_and(|t| t != doc.secondary.as_ref().map_or("", |s| s.location.as_str())) {
-            return Err(LockError::LockHeld { expires_at: guard.expires_at });
-        }
-    }
-    if req.duration.is_zero() {
-        return Err(LockError::InvalidRequest("durationSeconds must be positive".into()));
-    }
+    positive("durationSeconds", req.duration)?;
     if req.duration > policy.max_pre_lock {
         return Err(LockError::InvalidRequest(format!(
             "durationSeconds {} exceeds the service maximum pre-lock of {}",
@@ -101,8 +163,22 @@ pub fn pre_lock(
     if req.target_location.as_deref() == Some(doc.primary.location.as_str()) {
         return Err(LockError::InvalidRequest("targetLocation is the current location".into()));
     }
-    let effective_at = now + to_chrono(policy.convergence_delay);
-    let expires_at = effective_at + to_chrono(req.duration);
+    let margin = policy.margin();
+    if let Some(held) = doc.primary.lock.as_ref().filter(|l| possibly_live(l, now, margin)) {
+        return Err(LockError::LockHeld { expires_at: later(held.expires_at, margin)? });
+    }
+    // A swap's guard keeps the old location refusing writes until caches converge on
+    // the new one; a new target elsewhere would overwrite it, so wait for it to lapse.
+    // (A new migration back to the guarded location locks it anyway, for longer.)
+    if let Some(guard) = swap_guard(doc, now) {
+        if req.target_location.as_deref().is_some_and(|t| t != doc.secondary.as_ref().map_or("", |s| s.location.as_str())) {
+            return Err(LockError::LockHeld { expires_at: guard.expires_at });
+        }
+    }
+    let delay = to_chrono(policy.convergence_delay);
+    let start_after = if policy.deviations.legacy_effective_at { delay } else { delay + margin };
+    let effective_at = later(now, start_after)?;
+    let expires_at = later(effective_at, to_chrono(req.duration))?;
     let lock = LockInfo {
         token,
         phase: Phase::PreLock,
@@ -111,8 +187,10 @@ pub fn pre_lock(
         effective_at,
         expires_at,
         pre_lock_expires_at: expires_at,
-        max_expires_at: effective_at + to_chrono(policy.max_pre_lock),
+        max_expires_at: later(effective_at, to_chrono(policy.max_pre_lock))?,
         renewals: 0,
+        convergence_delay_seconds: Some(policy.convergence_delay.as_secs_f64()),
+        phase_since: None,
         extra: Map::new(),
     };
     let mut next = doc.clone();
@@ -131,10 +209,15 @@ pub fn pre_lock(
             extra: Map::new(),
         });
     }
+    let effective_after_commit_seconds =
+        (!policy.deviations.legacy_effective_at).then(|| start_after.as_seconds_f64());
+    seal(&mut next, PendingEffect { effective_after_commit_seconds, phase_starts: true, ..PendingEffect::empty() });
     Ok(next)
 }
 
-/// The live lock held by `token`, or the refusal explaining why there is none.
+/// The live lock held by `token`, or the refusal explaining why there is none. The
+/// holder's lease ends at `expiresAt` by the deciding clock (readers keep enforcing for
+/// the skew margin beyond it, so the two never leave a gap).
 pub fn held_lock<'a>(doc: &'a LocationDocument, token: &LockToken, now: DateTime<Utc>) -> Result<&'a LockInfo, LockError> {
     match &doc.primary.lock {
         Some(lock) if lock.token.matches(token) => {
@@ -165,54 +248,75 @@ fn sync_target_lock(doc: &mut LocationDocument, token: &LockToken) {
     }
 }
 
+/// A call decided while `lease_end` was live is void if the store commits it later:
+/// the readers that saw the lapse and treated it as final must never be contradicted.
+fn lease_bound(doc: &LocationDocument, lease_end: DateTime<Utc>, phase_starts: bool) -> PendingEffect {
+    PendingEffect {
+        void_if_committed_after: Some(lease_end),
+        previous: Some(Box::new(LocationDocument { operations: Vec::new(), pending: None, ..doc.clone() })),
+        phase_starts,
+        ..PendingEffect::empty()
+    }
+}
+
 /// Escalates the live lock to `phase` (`hardDelete` from `preLock`, `write` from
 /// `hardDelete`), with a new lease of `duration` that never outlives the pre-lock.
+/// Refused before `effectiveAt`; void if it lands after the current lease.
 pub fn escalate(
     doc: &LocationDocument,
     token: &LockToken,
     phase: Phase,
     duration: Duration,
+    policy: &LockPolicy,
     now: DateTime<Utc>,
 ) -> Result<LocationDocument, LockError> {
+    positive("durationSeconds", duration)?;
     let lock = held_lock(doc, token, now)?;
     let allowed = matches!((lock.phase, phase), (Phase::PreLock, Phase::HardDelete) | (Phase::HardDelete, Phase::Write));
     if !allowed {
         return Err(LockError::InvalidTransition(format!("cannot escalate from {} to {}", lock.phase, phase)));
     }
-    if now < lock.effective_at {
+    if now < lock.effective_at && !policy.deviations.early_escalation {
         return Err(LockError::InvalidTransition(format!(
             "cannot escalate before effectiveAt {} (caches may not have converged)",
             lock.effective_at.to_rfc3339()
         )));
     }
-    if duration.is_zero() {
-        return Err(LockError::InvalidRequest("durationSeconds must be positive".into()));
-    }
     let ceiling = lock.pre_lock_expires_at.min(lock.max_expires_at);
+    let lease_end = lock.expires_at;
     let mut next = doc.clone();
     let new = next.primary.lock.as_mut().expect("held_lock found it");
     new.phase = phase;
-    new.expires_at = (now + to_chrono(duration)).min(ceiling);
+    new.expires_at = later(now, to_chrono(duration))?.min(ceiling);
+    new.phase_since = None;
+    let pending = lease_bound(doc, lease_end, true);
+    seal(&mut next, pending);
     Ok(next)
 }
 
 /// Extends the live lock's lease by `duration` from now, never shortening it and never
 /// past the parent lease or the maximum. Renewing a pre-lock extends the parent lease
-/// itself, up to the maximum.
-pub fn renew(doc: &LocationDocument, token: &LockToken, duration: Duration, now: DateTime<Utc>) -> Result<LocationDocument, LockError> {
+/// itself, up to the maximum. Void if it lands after the lease it extends: a lapsed
+/// lease is never resurrected.
+pub fn renew(
+    doc: &LocationDocument,
+    token: &LockToken,
+    duration: Duration,
+    policy: &LockPolicy,
+    now: DateTime<Utc>,
+) -> Result<LocationDocument, LockError> {
+    positive("durationSeconds", duration)?;
     let lock = held_lock(doc, token, now)?;
-    if duration.is_zero() {
-        return Err(LockError::InvalidRequest("durationSeconds must be positive".into()));
-    }
     let wanted = match lock.phase {
         // A pre-lock's lease counts from effectiveAt, as at acquisition.
-        Phase::PreLock => now.max(lock.effective_at) + to_chrono(duration),
-        Phase::HardDelete | Phase::Write => now + to_chrono(duration),
+        Phase::PreLock => later(now.max(lock.effective_at), to_chrono(duration))?,
+        Phase::HardDelete | Phase::Write => later(now, to_chrono(duration))?,
     };
     let ceiling = match lock.phase {
         Phase::PreLock => lock.max_expires_at,
         Phase::HardDelete | Phase::Write => lock.pre_lock_expires_at.min(lock.max_expires_at),
     };
+    let lease_end = lock.expires_at;
     let mut next = doc.clone();
     let new = next.primary.lock.as_mut().expect("held_lock found it");
     new.expires_at = wanted.min(ceiling).max(lock.expires_at);
@@ -221,18 +325,28 @@ pub fn renew(doc: &LocationDocument, token: &LockToken, duration: Duration, now:
     }
     new.renewals = lock.renewals.saturating_add(1);
     sync_target_lock(&mut next, token);
+    let pending =
+        if policy.deviations.legacy_renewal { PendingEffect::empty() } else { lease_bound(doc, lease_end, false) };
+    seal(&mut next, pending);
     Ok(next)
 }
 
 /// Cuts over to `target`: location switched, lock cleared and the old location held
 /// in `secondary` (locked until caches converge on the new one), all in one document.
-pub fn swap(doc: &LocationDocument, token: &LockToken, target: &str, now: DateTime<Utc>) -> Result<LocationDocument, LockError> {
+/// Void if it lands after the write lock's lease: the location then stays where it was.
+pub fn swap(
+    doc: &LocationDocument,
+    token: &LockToken,
+    target: &str,
+    policy: &LockPolicy,
+    now: DateTime<Utc>,
+) -> Result<LocationDocument, LockError> {
+    if target.is_empty() || target == doc.primary.location {
+        return Err(LockError::InvalidRequest(format!("targetLocation {target:?} is not a different location")));
+    }
     let lock = held_lock(doc, token, now)?;
     if lock.phase != Phase::Write {
         return Err(LockError::InvalidTransition(format!("swap needs a write lock; the lock is in {}", lock.phase)));
-    }
-    if target.is_empty() || target == doc.primary.location {
-        return Err(LockError::InvalidRequest(format!("targetLocation {target:?} is not a different location")));
     }
     let declared_by_this_lock =
         |s: &&Section| s.lock.as_ref().is_some_and(|l| l.token.matches(token)) && s.location != target;
@@ -243,25 +357,30 @@ pub fn swap(doc: &LocationDocument, token: &LockToken, target: &str, now: DateTi
         )));
     }
     let old_location = doc.primary.location.clone();
-    let convergence = lock.convergence_delay();
+    let guard_end = later(now, lock.convergence_delay() + policy.margin())?;
     let guard = LockInfo {
         phase: Phase::Write,
         effective_at: now,
-        expires_at: now + convergence,
-        pre_lock_expires_at: now + convergence,
-        max_expires_at: now + convergence,
+        expires_at: guard_end,
+        pre_lock_expires_at: guard_end,
+        max_expires_at: guard_end,
+        phase_since: None,
         extra: Map::new(),
         ..lock.clone()
     };
+    let lease_end = lock.expires_at;
     let mut next = doc.clone();
     next.primary.location = target.to_owned();
     next.primary.lock = None;
     next.secondary = Some(Section { location: old_location, lock: Some(guard), extra: Map::new() });
     next.migrating = false;
+    let pending = lease_bound(doc, lease_end, false);
+    seal(&mut next, pending);
     Ok(next)
 }
 
-/// Releases the live lock held by `token`; the location stays as it is.
+/// Releases the live lock held by `token`; the location stays as it is. A release
+/// that lands late only lifts what had lapsed already, so it carries no condition.
 pub fn release(doc: &LocationDocument, token: &LockToken, now: DateTime<Utc>) -> Result<LocationDocument, LockError> {
     held_lock(doc, token, now)?;
     let mut next = doc.clone();
@@ -271,6 +390,282 @@ pub fn release(doc: &LocationDocument, token: &LockToken, now: DateTime<Utc>) ->
         next.secondary = None;
     }
     Ok(next)
+}
+
+impl PendingEffect {
+    fn empty() -> Self {
+        Self {
+            effective_after_commit_seconds: None,
+            void_if_committed_after: None,
+            previous: None,
+            phase_starts: false,
+            key: None,
+            digest: String::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.effective_after_commit_seconds.is_none() && self.void_if_committed_after.is_none() && !self.phase_starts
+    }
+}
+
+/// Attaches the commit-dependent effect of a write to the document it writes, sealed
+/// with the digest of that document's state.
+fn seal(next: &mut LocationDocument, mut pending: PendingEffect) {
+    if pending.is_empty() {
+        next.pending = None;
+        return;
+    }
+    pending.digest = next.state_digest();
+    next.pending = Some(Box::new(pending));
+}
+
+/// The document as every reader must take it, given that the store committed this
+/// version at `committed_at` (an upper bound, on the store's clock).
+///
+/// A pre-lock's `effectiveAt` and the leases counted from it move no earlier than the
+/// commit + the recorded delay; a lease-bound call that landed after its lease is void
+/// and the document it replaced stands (its lock lapsed); a phase's start becomes the
+/// commit time. The result carries no pending effect: it is what the next write stores.
+/// A pending record left unchanged by a writer that does not know it (its digest no
+/// longer matches the state) is dropped, not applied to someone else's write.
+pub fn settle(mut doc: LocationDocument, committed_at: DateTime<Utc>) -> LocationDocument {
+    let Some(pending) = doc.pending.take() else { return doc };
+    if pending.digest != doc.state_digest() {
+        return doc;
+    }
+    if pending.void_if_committed_after.is_some_and(|deadline| committed_at > deadline) {
+        return void(doc, *pending);
+    }
+    if let Some(seconds) = pending.effective_after_commit_seconds {
+        let floor = TimeDelta::try_milliseconds((seconds * 1000.0).ceil() as i64)
+            .and_then(|d| committed_at.checked_add_signed(d))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        start_no_earlier_than(&mut doc, floor);
+    }
+    if pending.phase_starts {
+        if let Some(lock) = doc.primary.lock.as_mut() {
+            lock.phase_since = Some(committed_at);
+        }
+    }
+    doc
+}
+
+/// A void write: the document it replaced, with the operations recorded since (but
+/// not the void call's own record: it took no effect, and its repeat must say so).
+fn void(doc: LocationDocument, pending: PendingEffect) -> LocationDocument {
+    let Some(previous) = pending.previous else {
+        // Written without its predecessor (never by this library): the safe reading is
+        // that the lease ended where the call needed it.
+        let mut doc = doc;
+        if let (Some(lock), Some(end)) = (doc.primary.lock.as_mut(), pending.void_if_committed_after) {
+            lock.expires_at = lock.expires_at.min(end);
+        }
+        return doc;
+    };
+    let own = pending.key;
+    let operations = doc.operations.into_iter().filter(|r| Some(&r.key) != own.as_ref()).collect();
+    LocationDocument { operations, pending: None, extra: doc.extra, ..*previous }
+}
+
+/// Moves the primary lock (and the target lock of the same token) so that it starts no
+/// earlier than `floor`, its leases counted from the new start.
+fn start_no_earlier_than(doc: &mut LocationDocument, floor: DateTime<Utc>) {
+    let Some(lock) = doc.primary.lock.as_mut() else { return };
+    if lock.effective_at >= floor {
+        return;
+    }
+    let shift = floor - lock.effective_at;
+    let token = lock.token.clone();
+    let move_lock = |l: &mut LockInfo| {
+        let by = |t: DateTime<Utc>| t.checked_add_signed(shift).unwrap_or(DateTime::<Utc>::MAX_UTC);
+        l.effective_at = by(l.effective_at);
+        l.expires_at = by(l.expires_at);
+        l.pre_lock_expires_at = by(l.pre_lock_expires_at);
+        l.max_expires_at = by(l.max_expires_at);
+    };
+    move_lock(lock);
+    if let Some(target) = doc.secondary.as_mut().and_then(|s| s.lock.as_mut()).filter(|l| l.token.matches(&token)) {
+        move_lock(target);
+    }
+}
+
+/// A lock call, with what the caller asked for.
+#[derive(Debug, Clone)]
+pub enum LockCall {
+    /// Take a pre-lock; `token` is the one the service generated for it.
+    PreLock {
+        /// What was asked.
+        request: PreLockRequest,
+        /// The token to issue if the pre-lock is granted.
+        token: LockToken,
+    },
+    /// Escalate to `phase` with a lease of `duration`.
+    Escalate {
+        /// The presented token.
+        token: LockToken,
+        /// `hardDelete` or `write`.
+        phase: Phase,
+        /// The new phase's lease.
+        duration: Duration,
+    },
+    /// Renew by `duration`.
+    Renew {
+        /// The presented token.
+        token: LockToken,
+        /// Requested extension.
+        duration: Duration,
+    },
+    /// Cut over to `target`.
+    Swap {
+        /// The presented token.
+        token: LockToken,
+        /// The new location.
+        target: String,
+    },
+    /// Release.
+    Release {
+        /// The presented token.
+        token: LockToken,
+    },
+}
+
+impl LockCall {
+    /// Which call this is.
+    pub fn kind(&self) -> CallKind {
+        match self {
+            LockCall::PreLock { .. } => CallKind::PreLock,
+            LockCall::Escalate { .. } => CallKind::Escalate,
+            LockCall::Renew { .. } => CallKind::Renew,
+            LockCall::Swap { .. } => CallKind::Swap,
+            LockCall::Release { .. } => CallKind::Release,
+        }
+    }
+
+    /// The token the call presents or (a pre-lock) would issue.
+    pub fn token(&self) -> &LockToken {
+        match self {
+            LockCall::PreLock { token, .. }
+            | LockCall::Escalate { token, .. }
+            | LockCall::Renew { token, .. }
+            | LockCall::Swap { token, .. }
+            | LockCall::Release { token } => token,
+        }
+    }
+
+    /// Digest of what the caller asked (the call, its body and the presented token;
+    /// not the token a pre-lock would issue, which the service chose).
+    pub fn request_digest(&self) -> String {
+        let nanos = |d: &Duration| d.as_nanos().to_le_bytes();
+        let kind = self.kind().as_str().as_bytes();
+        match self {
+            LockCall::PreLock { request, .. } => {
+                let target = request.target_location.as_deref().unwrap_or("\u{0}none");
+                digest_hex(&[kind, request.owner.as_bytes(), &nanos(&request.duration), target.as_bytes()])
+            }
+            LockCall::Escalate { token, phase, duration } => {
+                digest_hex(&[kind, token.digest().as_bytes(), phase.as_str().as_bytes(), &nanos(duration)])
+            }
+            LockCall::Renew { token, duration } => digest_hex(&[kind, token.digest().as_bytes(), &nanos(duration)]),
+            LockCall::Swap { token, target } => digest_hex(&[kind, token.digest().as_bytes(), target.as_bytes()]),
+            LockCall::Release { token } => digest_hex(&[kind, token.digest().as_bytes()]),
+        }
+    }
+
+    /// The transition this call makes, on a settled document.
+    pub fn transition(&self, doc: &LocationDocument, policy: &LockPolicy, now: DateTime<Utc>) -> Result<LocationDocument, LockError> {
+        match self {
+            LockCall::PreLock { request, token } => pre_lock(doc, request, token.clone(), policy, now),
+            LockCall::Escalate { token, phase, duration } => escalate(doc, token, *phase, *duration, policy, now),
+            LockCall::Renew { token, duration } => renew(doc, token, *duration, policy, now),
+            LockCall::Swap { token, target } => swap(doc, token, target, policy, now),
+            LockCall::Release { token } => release(doc, token, now),
+        }
+    }
+}
+
+/// What [`decide`] concluded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decided {
+    /// Write this document, conditional on the version the decision was made on.
+    Write(LocationDocument),
+    /// The call already took effect under this key: answer as the first time, write nothing.
+    Replayed,
+}
+
+/// How many call records a document keeps at most (the newest).
+pub const MAX_OPERATION_RECORDS: usize = 16;
+
+/// Decides a lock call on a settled document under idempotency key `key` (`k:<key>` for
+/// a caller's key, `w:<random>` for a call without one).
+///
+/// A key already recorded for the same request is a replay: a pre-lock whose token
+/// still holds the lock is granted again (410 once lapsed, 409 once released or
+/// swapped, never a fresh lock); an escalate or renew whose token still holds the lock,
+/// a swap and a release succeed again. The same key with another request is refused.
+/// Otherwise the transition runs and the call is recorded in the document it writes.
+pub fn decide(
+    doc: &LocationDocument,
+    call: &LockCall,
+    key: &str,
+    policy: &LockPolicy,
+    now: DateTime<Utc>,
+) -> Result<Decided, LockError> {
+    if let Some(record) = doc.operations.iter().find(|r| r.key == key) {
+        if record.call != call.kind() || record.request != call.request_digest() {
+            return Err(LockError::KeyReused);
+        }
+        replay(doc, call, record, now)?;
+        return Ok(Decided::Replayed);
+    }
+    let mut next = call.transition(doc, policy, now)?;
+    let acted_on = match call {
+        LockCall::PreLock { .. } => next.primary.lock.as_ref(),
+        _ => doc.primary.lock.as_ref(),
+    };
+    let keep_until = acted_on
+        .map(|l| l.max_expires_at.max(l.expires_at))
+        .unwrap_or(now)
+        .checked_add_signed(to_chrono(policy.convergence_delay) + policy.margin())
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        .max(now);
+    next.operations.retain(|r| r.keep_until >= now);
+    next.operations.push(OperationRecord {
+        key: key.to_owned(),
+        call: call.kind(),
+        request: call.request_digest(),
+        lock: call.token().digest(),
+        keep_until,
+    });
+    let excess = next.operations.len().saturating_sub(MAX_OPERATION_RECORDS);
+    next.operations.drain(..excess);
+    if let Some(pending) = next.pending.as_mut() {
+        pending.key = Some(key.to_owned());
+    }
+    Ok(Decided::Write(next))
+}
+
+/// The answer to a repeated call whose first instance took effect.
+fn replay(doc: &LocationDocument, call: &LockCall, record: &OperationRecord, now: DateTime<Utc>) -> Result<(), LockError> {
+    match call {
+        LockCall::PreLock { .. } => match &doc.primary.lock {
+            Some(lock) if lock.token.digest() == record.lock => {
+                if lock.is_live(now) {
+                    Ok(())
+                } else {
+                    Err(LockError::LeaseExpired { expired_at: lock.expires_at })
+                }
+            }
+            _ => Err(LockError::TokenMismatch),
+        },
+        LockCall::Escalate { token, .. } | LockCall::Renew { token, .. } => held_lock(doc, token, now).map(|_| ()),
+        LockCall::Swap { .. } | LockCall::Release { .. } => Ok(()),
+    }
+}
+
+/// Whether the call recorded under `key` took effect in this settled document.
+pub fn took_effect(doc: &LocationDocument, key: &str) -> bool {
+    doc.operations.iter().any(|r| r.key == key)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ const PRE: Duration = Duration::from_secs(3600);
 const MAX: Duration = Duration::from_secs(7200);
 
 fn policy() -> LockPolicy {
-    LockPolicy { convergence_delay: DELAY, max_pre_lock: MAX }
+    LockPolicy { convergence_delay: DELAY, max_pre_lock: MAX, skew_margin: Duration::ZERO, deviations: Deviations::default() }
 }
 
 fn t0() -> DateTime<Utc> {
@@ -98,12 +98,12 @@ fn escalation_path_keeps_the_token_and_caps_by_the_parent_lease() {
     let now = t0();
     let (doc, token) = locked(now);
     let at = now + secs(60);
-    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(600), at).unwrap();
+    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(600), &policy(), at).unwrap();
     assert_eq!(lock(&hd).phase, Phase::HardDelete);
     assert_eq!(lock(&hd).expires_at, at + secs(600));
     assert!(lock(&hd).token.matches(&token));
     // A lease longer than the parent is cut at the parent's end.
-    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(100_000), at + secs(10)).unwrap();
+    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(100_000), &policy(), at + secs(10)).unwrap();
     assert_eq!(lock(&w).phase, Phase::Write);
     assert_eq!(lock(&w).expires_at, lock(&doc).pre_lock_expires_at);
 }
@@ -112,7 +112,7 @@ fn escalation_path_keeps_the_token_and_caps_by_the_parent_lease() {
 fn escalation_before_effective_at_is_refused() {
     let now = t0();
     let (doc, token) = locked(now);
-    let err = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), now + secs(59)).unwrap_err();
+    let err = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), now + secs(59)).unwrap_err();
     assert!(matches!(err, LockError::InvalidTransition(_)), "{err:?}");
 }
 
@@ -122,11 +122,11 @@ fn out_of_order_escalations_are_refused() {
     let (doc, token) = locked(now);
     let at = now + secs(61);
     for phase in [Phase::Write, Phase::PreLock] {
-        assert!(matches!(escalate(&doc, &token, phase, Duration::from_secs(5), at), Err(LockError::InvalidTransition(_))));
+        assert!(matches!(escalate(&doc, &token, phase, Duration::from_secs(5), &policy(), at), Err(LockError::InvalidTransition(_))));
     }
-    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), at).unwrap();
+    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), at).unwrap();
     for phase in [Phase::HardDelete, Phase::PreLock] {
-        assert!(matches!(escalate(&hd, &token, phase, Duration::from_secs(5), at), Err(LockError::InvalidTransition(_))));
+        assert!(matches!(escalate(&hd, &token, phase, Duration::from_secs(5), &policy(), at), Err(LockError::InvalidTransition(_))));
     }
 }
 
@@ -136,9 +136,9 @@ fn wrong_token_is_refused_everywhere() {
     let (doc, _) = locked(now);
     let wrong = LockToken::generate();
     let at = now + secs(61);
-    assert_eq!(escalate(&doc, &wrong, Phase::HardDelete, DELAY, at), Err(LockError::TokenMismatch));
-    assert_eq!(renew(&doc, &wrong, DELAY, at), Err(LockError::TokenMismatch));
-    assert_eq!(swap(&doc, &wrong, "northeurope", at), Err(LockError::TokenMismatch));
+    assert_eq!(escalate(&doc, &wrong, Phase::HardDelete, DELAY, &policy(), at), Err(LockError::TokenMismatch));
+    assert_eq!(renew(&doc, &wrong, DELAY, &policy(), at), Err(LockError::TokenMismatch));
+    assert_eq!(swap(&doc, &wrong, "northeurope", &policy(), at), Err(LockError::TokenMismatch));
     assert_eq!(release(&doc, &wrong, at), Err(LockError::TokenMismatch));
     // And on a document with no lock at all.
     let bare = LocationDocument::new("r", "westeurope");
@@ -149,14 +149,14 @@ fn wrong_token_is_refused_everywhere() {
 fn an_expired_token_can_do_nothing() {
     let now = t0();
     let (doc, token) = locked(now);
-    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(30), now + secs(60)).unwrap();
-    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(1), now + secs(61)).unwrap();
+    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(30), &policy(), now + secs(60)).unwrap();
+    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(1), &policy(), now + secs(61)).unwrap();
     let lapsed = now + secs(62);
     let expired = Err(LockError::LeaseExpired { expired_at: lapsed });
-    assert_eq!(swap(&w, &token, "northeurope", lapsed), expired);
-    assert_eq!(renew(&w, &token, DELAY, lapsed), expired);
+    assert_eq!(swap(&w, &token, "northeurope", &policy(), lapsed), expired);
+    assert_eq!(renew(&w, &token, DELAY, &policy(), lapsed), expired);
     assert_eq!(release(&w, &token, lapsed), expired);
-    assert_eq!(escalate(&hd, &token, Phase::Write, DELAY, now + secs(90)), Err(LockError::LeaseExpired { expired_at: now + secs(90) }));
+    assert_eq!(escalate(&hd, &token, Phase::Write, DELAY, &policy(), now + secs(90)), Err(LockError::LeaseExpired { expired_at: now + secs(90) }));
 }
 
 #[test]
@@ -164,28 +164,28 @@ fn renew_extends_but_never_past_the_parent_or_the_maximum() {
     let now = t0();
     let (doc, token) = locked(now);
     // Renewing the pre-lock extends the parent lease, up to the maximum.
-    let r = renew(&doc, &token, Duration::from_secs(100_000), now + secs(100)).unwrap();
+    let r = renew(&doc, &token, Duration::from_secs(100_000), &policy(), now + secs(100)).unwrap();
     assert_eq!(lock(&r).expires_at, lock(&doc).max_expires_at);
     assert_eq!(lock(&r).pre_lock_expires_at, lock(&doc).max_expires_at);
     assert_eq!(lock(&r).renewals, 1);
     // A child phase is capped by the parent lease.
-    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), now + secs(60)).unwrap();
-    let r = renew(&hd, &token, Duration::from_secs(100_000), now + secs(100)).unwrap();
+    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), now + secs(60)).unwrap();
+    let r = renew(&hd, &token, Duration::from_secs(100_000), &policy(), now + secs(100)).unwrap();
     assert_eq!(lock(&r).expires_at, lock(&doc).pre_lock_expires_at);
     // Renewing never shortens.
-    let short = renew(&hd, &token, Duration::from_secs(1), now + secs(61)).unwrap();
+    let short = renew(&hd, &token, Duration::from_secs(1), &policy(), now + secs(61)).unwrap();
     assert_eq!(lock(&short).expires_at, lock(&hd).expires_at);
-    assert!(matches!(renew(&hd, &token, Duration::ZERO, now + secs(61)), Err(LockError::InvalidRequest(_))));
+    assert!(matches!(renew(&hd, &token, Duration::ZERO, &policy(), now + secs(61)), Err(LockError::InvalidRequest(_))));
 }
 
 #[test]
 fn swap_switches_location_clears_the_lock_and_guards_the_old_location() {
     let now = t0();
     let (doc, token) = locked(now);
-    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), now + secs(60)).unwrap();
-    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(60), now + secs(70)).unwrap();
+    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), now + secs(60)).unwrap();
+    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(60), &policy(), now + secs(70)).unwrap();
     let at = now + secs(80);
-    let swapped = swap(&w, &token, "northeurope", at).unwrap();
+    let swapped = swap(&w, &token, "northeurope", &policy(), at).unwrap();
     assert_eq!(swapped.primary.location, "northeurope");
     assert!(swapped.primary.lock.is_none());
     assert!(!swapped.migrating);
@@ -201,11 +201,11 @@ fn swap_outside_a_write_lock_or_to_the_same_place_is_refused() {
     let now = t0();
     let (doc, token) = locked(now);
     let at = now + secs(61);
-    assert!(matches!(swap(&doc, &token, "northeurope", at), Err(LockError::InvalidTransition(_))));
-    let hd = escalate(&doc, &token, Phase::HardDelete, DELAY, at).unwrap();
-    assert!(matches!(swap(&hd, &token, "northeurope", at), Err(LockError::InvalidTransition(_))));
-    let w = escalate(&hd, &token, Phase::Write, DELAY, at).unwrap();
-    assert!(matches!(swap(&w, &token, "westeurope", at), Err(LockError::InvalidRequest(_))));
+    assert!(matches!(swap(&doc, &token, "northeurope", &policy(), at), Err(LockError::InvalidTransition(_))));
+    let hd = escalate(&doc, &token, Phase::HardDelete, DELAY, &policy(), at).unwrap();
+    assert!(matches!(swap(&hd, &token, "northeurope", &policy(), at), Err(LockError::InvalidTransition(_))));
+    let w = escalate(&hd, &token, Phase::Write, DELAY, &policy(), at).unwrap();
+    assert!(matches!(swap(&w, &token, "westeurope", &policy(), at), Err(LockError::InvalidRequest(_))));
 }
 
 #[test]
@@ -214,10 +214,10 @@ fn swap_must_go_where_the_pre_lock_said() {
     let token = LockToken::generate();
     let r = PreLockRequest { target_location: Some("northeurope".into()), ..req(PRE) };
     let doc = pre_lock(&LocationDocument::new("r", "westeurope"), &r, token.clone(), &policy(), now).unwrap();
-    let hd = escalate(&doc, &token, Phase::HardDelete, DELAY, now + secs(60)).unwrap();
-    let w = escalate(&hd, &token, Phase::Write, DELAY, now + secs(60)).unwrap();
-    assert!(matches!(swap(&w, &token, "eastus", now + secs(61)), Err(LockError::InvalidRequest(_))));
-    assert!(swap(&w, &token, "northeurope", now + secs(61)).is_ok());
+    let hd = escalate(&doc, &token, Phase::HardDelete, DELAY, &policy(), now + secs(60)).unwrap();
+    let w = escalate(&hd, &token, Phase::Write, DELAY, &policy(), now + secs(60)).unwrap();
+    assert!(matches!(swap(&w, &token, "eastus", &policy(), now + secs(61)), Err(LockError::InvalidRequest(_))));
+    assert!(swap(&w, &token, "northeurope", &policy(), now + secs(61)).is_ok());
 }
 
 #[test]
@@ -228,4 +228,240 @@ fn release_clears_the_lock_and_keeps_the_location() {
     assert!(released.primary.lock.is_none());
     assert!(!released.migrating);
     assert_eq!(released.primary.location, "westeurope");
+}
+
+// --- Commit-time rules: `settle` -------------------------------------------------------
+
+const MARGIN: Duration = Duration::from_secs(2);
+
+fn margined() -> LockPolicy {
+    LockPolicy { skew_margin: MARGIN, ..policy() }
+}
+
+/// A pre-lock decided at `now` under `margined()`, settled as committed at `committed`.
+fn committed_pre_lock(now: DateTime<Utc>, committed: DateTime<Utc>) -> (LocationDocument, LockToken) {
+    let token = LockToken::generate();
+    let doc = pre_lock(&LocationDocument::new("r", "westeurope"), &req(PRE), token.clone(), &margined(), now).unwrap();
+    (settle(doc, committed), token)
+}
+
+#[test]
+fn a_pre_lock_starts_no_earlier_than_its_commit_plus_delay_and_margin() {
+    let now = t0();
+    // Committed at once: effectiveAt is the decide time + delay + margin.
+    let (prompt, _) = committed_pre_lock(now, now);
+    assert_eq!(lock(&prompt).effective_at, now + secs(62));
+    assert_eq!(lock(&prompt).phase_since, Some(now));
+    assert!(prompt.pending.is_none(), "settled documents carry no pending effect");
+    // Committed 3 s late (the slow-commit scenario): everything counted from effectiveAt moves.
+    let (late, _) = committed_pre_lock(now, now + secs(3));
+    let l = lock(&late);
+    assert_eq!(l.effective_at, now + secs(65));
+    assert_eq!(l.expires_at, now + secs(65 + 3600));
+    assert_eq!(l.max_expires_at, now + secs(65 + 7200));
+    assert_eq!(l.acquired_at, now, "acquiredAt stays the decision");
+    assert_eq!(l.convergence_delay(), secs(60), "the declared delay is kept apart from the margin");
+}
+
+#[test]
+fn the_legacy_effective_at_counts_from_the_decision_whatever_the_commit() {
+    let now = t0();
+    let legacy = LockPolicy { deviations: Deviations { legacy_effective_at: true, ..Deviations::default() }, ..margined() };
+    let doc = pre_lock(&LocationDocument::new("r", "westeurope"), &req(PRE), LockToken::generate(), &legacy, now).unwrap();
+    let settled = settle(doc, now + secs(3));
+    assert_eq!(lock(&settled).effective_at, now + secs(60));
+}
+
+#[test]
+fn a_target_lock_moves_with_its_pre_lock() {
+    let now = t0();
+    let r = PreLockRequest { target_location: Some("northeurope".into()), ..req(PRE) };
+    let doc = pre_lock(&LocationDocument::new("r", "westeurope"), &r, LockToken::generate(), &margined(), now).unwrap();
+    let settled = settle(doc, now + secs(5));
+    let target = settled.secondary.as_ref().unwrap().lock.as_ref().unwrap();
+    assert_eq!(target.effective_at, lock(&settled).effective_at);
+    assert_eq!(target.expires_at, lock(&settled).expires_at);
+}
+
+/// A pre-lock, settled, escalated to hardDelete at its effectiveAt and settled, then a
+/// short write lock: (write-locked document, token, its lease end).
+fn write_locked(now: DateTime<Utc>) -> (LocationDocument, LockToken, DateTime<Utc>) {
+    let (doc, token) = committed_pre_lock(now, now);
+    let at = lock(&doc).effective_at;
+    let hd = settle(escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(600), &margined(), at).unwrap(), at);
+    assert_eq!(lock(&hd).phase_since, Some(at), "the phase starts when its escalation lands");
+    let w = settle(escalate(&hd, &token, Phase::Write, Duration::from_secs(10), &margined(), at).unwrap(), at);
+    let end = lock(&w).expires_at;
+    (w, token, end)
+}
+
+#[test]
+fn a_renewal_that_lands_after_the_lease_is_void() {
+    let now = t0();
+    let (w, token, end) = write_locked(now);
+    // Decided 0.2 s before the lease ends, committed 1.2 s after it (the late-renewal scenario).
+    let decided = end - TimeDelta::milliseconds(200);
+    let renewed = renew(&w, &token, Duration::from_secs(30), &margined(), decided).unwrap();
+    let landed_late = settle(renewed.clone(), end + TimeDelta::milliseconds(1200));
+    assert_eq!(lock(&landed_late).expires_at, end, "a lapsed lease is never resurrected");
+    assert_eq!(held_lock(&landed_late, &token, end + secs(1)), Err(LockError::LeaseExpired { expired_at: end }));
+    // The same renewal landing in time takes effect.
+    let in_time = settle(renewed, end - TimeDelta::milliseconds(100));
+    assert_eq!(lock(&in_time).expires_at, decided + secs(30));
+}
+
+#[test]
+fn the_legacy_renewal_resurrects_a_lapsed_lease() {
+    let now = t0();
+    let (w, token, end) = write_locked(now);
+    let legacy = LockPolicy { deviations: Deviations { legacy_renewal: true, ..Deviations::default() }, ..margined() };
+    let renewed = renew(&w, &token, Duration::from_secs(30), &legacy, end - TimeDelta::milliseconds(200)).unwrap();
+    let landed_late = settle(renewed, end + TimeDelta::milliseconds(1200));
+    assert!(lock(&landed_late).expires_at > end);
+}
+
+#[test]
+fn an_escalation_or_a_swap_that_lands_after_the_lease_is_void() {
+    let now = t0();
+    let (w, token, end) = write_locked(now);
+    let swapped = swap(&w, &token, "northeurope", &margined(), end - TimeDelta::milliseconds(10)).unwrap();
+    let late = settle(swapped.clone(), end + TimeDelta::milliseconds(1));
+    assert_eq!(late.primary.location, "westeurope", "a void swap leaves the location where it was");
+    assert_eq!(lock(&late).phase, Phase::Write);
+    assert_eq!(lock(&late).expires_at, end);
+    assert_eq!(settle(swapped, end).primary.location, "northeurope", "landing at the lease end is in time");
+
+    let (doc, token) = committed_pre_lock(now, now);
+    let end = lock(&doc).expires_at;
+    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &margined(), end - secs(1)).unwrap();
+    let late = settle(hd, end + secs(1));
+    assert_eq!(lock(&late).phase, Phase::PreLock);
+    assert_eq!(lock(&late).expires_at, end);
+}
+
+#[test]
+fn a_pending_effect_left_behind_by_an_older_writer_is_ignored() {
+    let now = t0();
+    let token = LockToken::generate();
+    let doc = pre_lock(&LocationDocument::new("r", "westeurope"), &req(PRE), token, &margined(), now).unwrap();
+    // A writer that does not know `pending` changes the lock and keeps the field as it was.
+    let mut rewritten = doc.clone();
+    rewritten.primary.location = "eastus".into();
+    let settled = settle(rewritten, now + secs(30));
+    assert_eq!(lock(&settled).effective_at, lock(&doc).effective_at, "not shifted by someone else's commit");
+    assert!(settled.pending.is_none());
+}
+
+#[test]
+fn a_malformed_request_is_refused_before_the_lock_state_is_judged() {
+    let now = t0();
+    let (doc, _) = locked(now);
+    for bad in [Duration::ZERO, MAX + Duration::from_secs(1)] {
+        let err = pre_lock(&doc, &req(bad), LockToken::generate(), &policy(), now).unwrap_err();
+        assert!(matches!(err, LockError::InvalidRequest(_)), "{err:?}");
+    }
+    let wrong = LockToken::generate();
+    assert!(matches!(escalate(&doc, &wrong, Phase::HardDelete, Duration::ZERO, &policy(), now), Err(LockError::InvalidRequest(_))));
+    assert!(matches!(renew(&doc, &wrong, Duration::ZERO, &policy(), now), Err(LockError::InvalidRequest(_))));
+    assert!(matches!(swap(&doc, &wrong, "westeurope", &policy(), now), Err(LockError::InvalidRequest(_))));
+}
+
+#[test]
+fn a_new_token_waits_until_the_old_lease_has_ended_by_every_clock() {
+    let now = t0();
+    let (doc, _) = committed_pre_lock(now, now);
+    let end = lock(&doc).expires_at;
+    let err = pre_lock(&doc, &req(PRE), LockToken::generate(), &margined(), end + secs(1)).unwrap_err();
+    assert_eq!(err, LockError::LockHeld { expires_at: end + secs(2) });
+    assert!(pre_lock(&doc, &req(PRE), LockToken::generate(), &margined(), end + secs(2)).is_ok());
+}
+
+#[test]
+fn durations_past_the_representable_time_are_refused_not_a_panic() {
+    let huge = LockPolicy { max_pre_lock: Duration::from_secs(u64::MAX / 4), convergence_delay: Duration::from_secs(u64::MAX / 4), ..policy() };
+    let err = pre_lock(&LocationDocument::new("r", "w"), &req(PRE), LockToken::generate(), &huge, t0()).unwrap_err();
+    assert!(matches!(err, LockError::InvalidRequest(_)), "{err:?}");
+}
+
+// --- Idempotency: `decide` ----------------------------------------------------------
+
+fn pre_lock_call(token: &LockToken) -> LockCall {
+    LockCall::PreLock { request: req(PRE), token: token.clone() }
+}
+
+fn written(decided: Decided) -> LocationDocument {
+    match decided {
+        Decided::Write(doc) => doc,
+        Decided::Replayed => panic!("expected a write"),
+    }
+}
+
+#[test]
+fn a_repeated_pre_lock_returns_the_first_token_and_never_a_fresh_lock() {
+    let now = t0();
+    let first = LockToken::generate();
+    let doc = settle(written(decide(&LocationDocument::new("r", "w"), &pre_lock_call(&first), "k:a", &margined(), now).unwrap()), now);
+    assert!(took_effect(&doc, "k:a"));
+    // The repeat brings its own fresh token; the answer is the first one's lock.
+    let again = pre_lock_call(&LockToken::generate());
+    assert_eq!(decide(&doc, &again, "k:a", &margined(), now + secs(1)), Ok(Decided::Replayed));
+    // Another key is a new pre-lock, refused while the first holds.
+    assert!(matches!(decide(&doc, &again, "k:b", &margined(), now), Err(LockError::LockHeld { .. })));
+    // Released: the repeat is 409, never a new lock.
+    let released = written(decide(&doc, &LockCall::Release { token: first.clone() }, "k:r", &margined(), now).unwrap());
+    assert_eq!(decide(&released, &again, "k:a", &margined(), now), Err(LockError::TokenMismatch));
+    // Lapsed: 410.
+    let lapsed_at = lock(&doc).expires_at;
+    assert_eq!(decide(&doc, &again, "k:a", &margined(), lapsed_at), Err(LockError::LeaseExpired { expired_at: lapsed_at }));
+}
+
+#[test]
+fn the_same_key_for_another_request_is_refused() {
+    let now = t0();
+    let token = LockToken::generate();
+    let doc = written(decide(&LocationDocument::new("r", "w"), &pre_lock_call(&token), "k:a", &margined(), now).unwrap());
+    let other = LockCall::PreLock { request: req(Duration::from_secs(10)), token: LockToken::generate() };
+    assert_eq!(decide(&doc, &other, "k:a", &margined(), now), Err(LockError::KeyReused));
+    let renew_call = LockCall::Renew { token, duration: DELAY };
+    assert_eq!(decide(&doc, &renew_call, "k:a", &margined(), now), Err(LockError::KeyReused));
+}
+
+#[test]
+fn repeated_escalate_swap_and_release_succeed_again_without_writing() {
+    let now = t0();
+    let (doc, token) = committed_pre_lock(now, now);
+    let at = lock(&doc).effective_at;
+    let up = LockCall::Escalate { token: token.clone(), phase: Phase::HardDelete, duration: DELAY };
+    let hd = settle(written(decide(&doc, &up, "k:e", &margined(), at).unwrap()), at);
+    assert_eq!(decide(&hd, &up, "k:e", &margined(), at), Ok(Decided::Replayed), "not 409 invalid-transition");
+    let w = settle(written(decide(&hd, &LockCall::Escalate { token: token.clone(), phase: Phase::Write, duration: DELAY }, "k:w", &margined(), at).unwrap()), at);
+    let over = LockCall::Swap { token: token.clone(), target: "northeurope".into() };
+    let swapped = settle(written(decide(&w, &over, "k:s", &margined(), at).unwrap()), at);
+    assert_eq!(decide(&swapped, &over, "k:s", &margined(), at), Ok(Decided::Replayed));
+    assert_eq!(decide(&swapped, &up, "k:e", &margined(), at), Err(LockError::TokenMismatch), "the escalation's lock is gone");
+}
+
+#[test]
+fn a_void_call_leaves_no_record_so_its_repeat_is_judged_afresh() {
+    let now = t0();
+    let (w, token, end) = write_locked(now);
+    let call = LockCall::Renew { token: token.clone(), duration: Duration::from_secs(30) };
+    let renewed = written(decide(&w, &call, "k:late", &margined(), end - TimeDelta::milliseconds(200)).unwrap());
+    let late = settle(renewed, end + secs(1));
+    assert!(!took_effect(&late, "k:late"));
+    assert!(matches!(decide(&late, &call, "k:late", &margined(), end + secs(1)), Err(LockError::LeaseExpired { .. })));
+}
+
+#[test]
+fn records_are_bounded_and_outlive_the_lock_they_belong_to() {
+    let now = t0();
+    let (mut doc, token) = committed_pre_lock(now, now);
+    for i in 0..(MAX_OPERATION_RECORDS + 5) {
+        let call = LockCall::Renew { token: token.clone(), duration: Duration::from_secs(1) };
+        doc = settle(written(decide(&doc, &call, &format!("k:{i}"), &margined(), now).unwrap()), now);
+    }
+    assert_eq!(doc.operations.len(), MAX_OPERATION_RECORDS);
+    assert!(doc.operations.iter().all(|r| r.keep_until >= lock(&doc).max_expires_at));
+    let record_json = serde_json::to_string(&doc.operations).unwrap();
+    assert!(!record_json.contains(token.expose()));
 }

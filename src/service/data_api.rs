@@ -43,7 +43,8 @@ fn unresolved(e: RoutingError) -> Response {
 
 /// The decision for `op`, bent by deliberately injected faults.
 fn decide(instance: &Instance, op: Operation, resolved: &Resolved) -> Decision {
-    let decision = enforce(op, resolved.lock(), instance.routing.clock().now());
+    let policy = instance.routing.policy();
+    let decision = enforce(op, resolved.lock(), instance.routing.clock().now(), policy.skew_margin);
     match decision {
         Decision::Block { .. } if instance.config.has_fault(Fault::IgnoreWriteLock) => Decision::Allow,
         Decision::Tombstone if instance.config.has_fault(Fault::IgnoreHardDeleteLock) => Decision::Allow,

@@ -12,6 +12,10 @@ use crate::routing::{LockError, RoutingError};
 /// Prefix of every problem `type`.
 pub const TYPE_PREFIX: &str = "urn:lockprobe:error:";
 
+/// `Retry-After` of an `outcome-unknown` answer: the store's late writes land within
+/// seconds, and a repeat tells the caller what happened.
+pub const OUTCOME_UNKNOWN_RETRY: Duration = Duration::from_secs(1);
+
 /// An error answer of the service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -88,6 +92,17 @@ impl From<RoutingError> for ApiError {
                 tracing::warn!(%cause, "routing store unavailable");
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "the routing store is unavailable; nothing was changed")
             }
+            RoutingError::OutcomeUnknown(cause) => {
+                tracing::warn!(%cause, "outcome of a routing store write unknown");
+                Self {
+                    retry_after: Some(OUTCOME_UNKNOWN_RETRY),
+                    ..Self::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "outcome-unknown",
+                        "the routing store may have applied this call; repeat it with the same Idempotency-Key to learn its outcome",
+                    )
+                }
+            }
             RoutingError::Document(cause) => {
                 tracing::error!(%cause, "unusable location document");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "unsupported-document", "the location document cannot be used by this service version")
@@ -105,6 +120,7 @@ impl From<LockError> for ApiError {
             LockError::LeaseExpired { .. } => Self::new(StatusCode::GONE, "lock-expired", detail),
             LockError::InvalidTransition(_) => Self::new(StatusCode::CONFLICT, "invalid-transition", detail),
             LockError::InvalidRequest(_) => Self::bad_request(detail),
+            LockError::KeyReused => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused", detail),
         }
     }
 }

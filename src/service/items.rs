@@ -20,7 +20,25 @@ type ResourceItems = BTreeMap<String, Item>;
 /// Items of every resource, per location. Shared by all instances of a service.
 #[derive(Debug, Default)]
 pub struct ItemStores {
-    by_location: Mutex<HashMap<String, HashMap<String, ResourceItems>>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    by_location: HashMap<String, HashMap<String, ResourceItems>>,
+    /// How many times the items of (location, resource) changed: a copy can be made
+    /// conditional on the target not having changed since it was looked at.
+    versions: HashMap<(String, String), u64>,
+}
+
+impl Inner {
+    fn items_mut(&mut self, location: &str, resource: &str) -> &mut ResourceItems {
+        self.by_location.entry(location.to_owned()).or_default().entry(resource.to_owned()).or_default()
+    }
+
+    fn changed(&mut self, location: &str, resource: &str) {
+        *self.versions.entry((location.to_owned(), resource.to_owned())).or_default() += 1;
+    }
 }
 
 /// Whether a write created the item or overwrote it.
@@ -33,17 +51,24 @@ pub enum WriteOutcome {
 }
 
 impl ItemStores {
+    /// Every critical section below leaves the maps consistent (one insert, removal or
+    /// whole-resource replacement), so a panic elsewhere while the lock was held is no
+    /// reason to stop serving: the guard is recovered rather than the poison propagated.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Reads an item of `resource` at `location`.
     pub fn get(&self, location: &str, resource: &str, key: &str) -> Option<Item> {
-        let all = self.by_location.lock().expect("item store poisoned");
-        all.get(location)?.get(resource)?.get(key).cloned()
+        let inner = self.lock();
+        inner.by_location.get(location)?.get(resource)?.get(key).cloned()
     }
 
     /// Writes an item.
     pub fn put(&self, location: &str, resource: &str, key: &str, value: Value) -> WriteOutcome {
-        let mut all = self.by_location.lock().expect("item store poisoned");
-        let items = all.entry(location.to_owned()).or_default().entry(resource.to_owned()).or_default();
-        let previous = items.insert(key.to_owned(), Item { value, tombstone: false });
+        let mut inner = self.lock();
+        let previous = inner.items_mut(location, resource).insert(key.to_owned(), Item { value, tombstone: false });
+        inner.changed(location, resource);
         match previous {
             Some(Item { tombstone: false, .. }) => WriteOutcome::Replaced,
             _ => WriteOutcome::Created,
@@ -52,32 +77,51 @@ impl ItemStores {
 
     /// Deletes an item physically; false when there was nothing to delete.
     pub fn remove(&self, location: &str, resource: &str, key: &str) -> bool {
-        let mut all = self.by_location.lock().expect("item store poisoned");
-        all.get_mut(location).and_then(|r| r.get_mut(resource)).and_then(|items| items.remove(key)).is_some()
+        let mut inner = self.lock();
+        let removed = inner.items_mut(location, resource).remove(key).is_some();
+        if removed {
+            inner.changed(location, resource);
+        }
+        removed
     }
 
     /// Turns an item into a tombstone; false when there was no item.
     pub fn tombstone(&self, location: &str, resource: &str, key: &str) -> bool {
-        let mut all = self.by_location.lock().expect("item store poisoned");
-        match all.get_mut(location).and_then(|r| r.get_mut(resource)).and_then(|items| items.get_mut(key)) {
-            Some(item) => {
-                *item = Item { value: Value::Null, tombstone: true };
-                true
-            }
-            None => false,
-        }
+        let mut inner = self.lock();
+        let Some(item) = inner.items_mut(location, resource).get_mut(key) else { return false };
+        *item = Item { value: Value::Null, tombstone: true };
+        inner.changed(location, resource);
+        true
+    }
+
+    /// How many times the items of `resource` at `location` have changed.
+    pub fn version(&self, location: &str, resource: &str) -> u64 {
+        self.lock().versions.get(&(location.to_owned(), resource.to_owned())).copied().unwrap_or(0)
     }
 
     /// Makes `to` hold exactly what `from` holds for `resource`, tombstones included,
     /// so nothing deleted at the source is resurrected from an older copy at the
     /// target. Returns how many items were copied.
     pub fn copy_resource(&self, resource: &str, from: &str, to: &str) -> usize {
-        let mut all = self.by_location.lock().expect("item store poisoned");
-        let items = all.get(from).and_then(|r| r.get(resource)).cloned().unwrap_or_default();
-        let copied = items.len();
-        all.entry(to.to_owned()).or_default().insert(resource.to_owned(), items);
-        copied
+        let mut inner = self.lock();
+        copy(&mut inner, resource, from, to)
     }
+
+    /// [`Self::copy_resource`], only if the target is still at `target_version`
+    /// (see [`Self::version`]); `None`, and nothing copied, if it changed since.
+    pub fn copy_resource_if(&self, resource: &str, from: &str, to: &str, target_version: u64) -> Option<usize> {
+        let mut inner = self.lock();
+        let now = inner.versions.get(&(to.to_owned(), resource.to_owned())).copied().unwrap_or(0);
+        (now == target_version).then(|| copy(&mut inner, resource, from, to))
+    }
+}
+
+fn copy(inner: &mut Inner, resource: &str, from: &str, to: &str) -> usize {
+    let items = inner.by_location.get(from).and_then(|r| r.get(resource)).cloned().unwrap_or_default();
+    let copied = items.len();
+    *inner.items_mut(to, resource) = items;
+    inner.changed(to, resource);
+    copied
 }
 
 #[cfg(test)]
@@ -96,6 +140,19 @@ mod tests {
         assert_eq!(stores.get("b", "r", "stale"), None, "an old copy at the target must not survive");
         assert_eq!(stores.get("b", "r", "live").unwrap().value, json!(2));
         assert!(stores.get("b", "r", "gone").unwrap().tombstone);
+    }
+
+    #[test]
+    fn a_conditional_copy_refuses_a_target_that_changed() {
+        let stores = ItemStores::default();
+        stores.put("a", "r", "k", json!(1));
+        let before = stores.version("b", "r");
+        assert_eq!(stores.copy_resource_if("r", "a", "b", before), Some(1));
+        // A write lands at the new location; a second copy based on the old look must
+        // not overwrite it.
+        stores.put("b", "r", "new", json!(2));
+        assert_eq!(stores.copy_resource_if("r", "a", "b", before), None);
+        assert_eq!(stores.get("b", "r", "new").unwrap().value, json!(2));
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! The orchestrator's lock calls: pre-lock, escalate, renew, swap, release.
 //!
 //! Every call needs the bearer key and, when configured, a test-resource id. The token
-//! is returned only in answers to callers that hold it, and never logged.
+//! is returned only in answers to callers that hold it, and never logged. Every call
+//! takes an optional `Idempotency-Key`: repeated with the same key and body, it returns
+//! the first call's outcome (the pre-lock's token included), so a caller that got
+//! `outcome-unknown` or no answer at all can find out what happened.
 
 use std::sync::Arc;
 
@@ -16,7 +19,7 @@ use super::error::ApiError;
 use super::input::{self, JsonBody};
 use super::Instance;
 use crate::clock::span;
-use crate::routing::{LocationDocument, LockError, LockToken, Phase, PreLockRequest, RoutingError};
+use crate::routing::{LocationDocument, LockCall, LockError, LockToken, Phase, PreLockRequest, RoutingError, SwapPlan};
 
 /// Body of `POST /lock`.
 #[derive(Debug, Deserialize)]
@@ -78,6 +81,20 @@ fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), A
     }
 }
 
+/// The `Idempotency-Key` header, if sent: 1 to 128 printable ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    let bad = || ApiError::bad_request("Idempotency-Key must be 1 to 128 printable ASCII characters");
+    let key = value.to_str().map_err(|_| bad())?;
+    if key.is_empty() || key.len() > MAX_KEY_BYTES || !key.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(bad());
+    }
+    Ok(Some(key.to_owned()))
+}
+
+/// Longest accepted `Idempotency-Key`.
+const MAX_KEY_BYTES: usize = 128;
+
 /// A presented token of plausible length. Bodies carry tokens as [`LockToken`], whose
 /// `Debug` is redacted, so a logged request body cannot leak one.
 fn token(field: &str, presented: LockToken) -> Result<LockToken, ApiError> {
@@ -120,6 +137,7 @@ pub async fn pre_lock(
     body: Result<JsonBody<PreLockBody>, ApiError>,
 ) -> Result<Response, ApiError> {
     authorize(&instance, &headers, &id)?;
+    let key = idempotency_key(&headers)?;
     let JsonBody(body) = body?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     if body.owner.len() > MAX_OWNER_BYTES {
@@ -130,7 +148,7 @@ pub async fn pre_lock(
     }
     let req = PreLockRequest { owner: body.owner, duration, target_location: body.target_location };
     let home = &instance.config.home_location;
-    let grant = instance.routing.pre_lock_or_create(&id, home, &req).await.map_err(|e| match e {
+    let grant = instance.routing.pre_lock_with_key(&id, home, &req, key.as_deref()).await.map_err(|e| match e {
         // The loser learns when the holder's lease ends at the latest.
         RoutingError::Lock(LockError::LockHeld { expires_at }) => {
             ApiError::locked(e.to_string(), span(instance.routing.clock().now(), expires_at))
@@ -149,11 +167,13 @@ pub async fn escalate(
     body: Result<JsonBody<EscalateBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
+    let key = idempotency_key(&headers)?;
     let JsonBody(body) = body?;
     let token = token("token", body.token)?;
     let phase: Phase = body.phase.parse().map_err(ApiError::bad_request)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
-    let record = instance.routing.escalate(&id, &token, phase, duration).await?;
+    let call = LockCall::Escalate { token: token.clone(), phase, duration };
+    let record = instance.routing.call(&id, None, &call, key.as_deref()).await?;
     tracing::info!(resource = %id, instance = instance.index, %phase, "lock escalated");
     Ok(Json(lock_view(&record.doc, &token)))
 }
@@ -166,16 +186,19 @@ pub async fn renew(
     body: Result<JsonBody<RenewBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
+    let key = idempotency_key(&headers)?;
     let JsonBody(body) = body?;
     let token = token("token", body.token)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
-    let record = instance.routing.renew(&id, &token, duration).await?;
+    let call = LockCall::Renew { token: token.clone(), duration };
+    let record = instance.routing.call(&id, None, &call, key.as_deref()).await?;
     tracing::info!(resource = %id, instance = instance.index, "lock renewed");
     Ok(Json(lock_view(&record.doc, &token)))
 }
 
 /// `POST /v1/resources/{id}/lock/swap`: copies the items to the target under the write
-/// lock, then switches location and clears the lock in one write.
+/// lock, then switches location and clears the lock in one write. A swap this key
+/// already made is answered again without copying anything.
 pub async fn swap(
     State(instance): State<Arc<Instance>>,
     Path(id): Path<String>,
@@ -183,18 +206,40 @@ pub async fn swap(
     body: Result<JsonBody<SwapBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
+    let key = idempotency_key(&headers)?;
     let JsonBody(body) = body?;
     let token = token("token", body.token)?;
-    input::check_name("targetLocation", &body.target_location)?;
-    let held = instance.routing.check_swap(&id, &token, &body.target_location).await?;
-    let from = held.doc.primary.location.clone();
-    // Writes are blocked while the write lock holds, so the source is stable; if the
-    // lease lapses before the swap write, the swap fails and the copy is overwritten by
-    // the next migration's copy.
-    let copied = instance.items.copy_resource(&id, &from, &body.target_location);
-    let record = instance.routing.swap(&id, &token, &body.target_location).await?;
-    tracing::info!(resource = %id, instance = instance.index, %from, to = %body.target_location, copied, "swapped");
-    Ok(Json(json!({ "location": record.doc.primary.location, "lock": Value::Null, "source": "store" })))
+    let to = body.target_location;
+    input::check_name("targetLocation", &to)?;
+    let routing = &instance.routing;
+    for _ in 0..SWAP_ATTEMPTS {
+        let held = match routing.prepare_swap(&id, &token, &to, key.as_deref()).await? {
+            SwapPlan::AlreadySwapped(record) => return Ok(Json(route_view(&record.doc))),
+            SwapPlan::Copy(held) => held,
+        };
+        let from = held.doc.primary.location.clone();
+        // Writes are blocked while the write lock holds, so the source is stable. The
+        // copy is conditional on the target being as it was before: a concurrent swap
+        // of the same lock may have finished meanwhile, and writes may already have
+        // landed at the new location that an older copy must not overwrite.
+        let target_before = instance.items.version(&to, &id);
+        let Some(copied) = instance.items.copy_resource_if(&id, &from, &to, target_before) else {
+            tracing::info!(resource = %id, instance = instance.index, "target changed while copying; deciding again");
+            continue;
+        };
+        let record = routing.swap_with_key(&id, &token, &to, key.as_deref()).await?;
+        tracing::info!(resource = %id, instance = instance.index, %from, to = %to, copied, "swapped");
+        return Ok(Json(route_view(&record.doc)));
+    }
+    Err(RoutingError::RetryExhausted { attempts: SWAP_ATTEMPTS }.into())
+}
+
+/// A swap whose copy found the target changed decides again; this many times at most.
+const SWAP_ATTEMPTS: u32 = 3;
+
+/// The route view a swap answers with: the new location, no lock.
+fn route_view(doc: &LocationDocument) -> Value {
+    json!({ "location": doc.primary.location, "lock": Value::Null, "source": "store" })
 }
 
 /// `DELETE /v1/resources/{id}/lock` with `Lock-Token`.
@@ -204,12 +249,13 @@ pub async fn release(
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize(&instance, &headers, &id)?;
+    let key = idempotency_key(&headers)?;
     let raw = headers
         .get("lock-token")
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| ApiError::bad_request("the Lock-Token header is required"))?;
     let token = token("Lock-Token", LockToken::from_presented(raw))?;
-    instance.routing.release(&id, &token).await?;
+    instance.routing.call(&id, None, &LockCall::Release { token }, key.as_deref()).await?;
     tracing::info!(resource = %id, instance = instance.index, "lock released");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -34,7 +34,7 @@ use azure_data_cosmos::feed::FeedScope;
 use azure_data_cosmos::models::{ChangeFeedItem, ContainerProperties};
 use azure_data_cosmos::options::{
     AvailabilityStrategy, BinaryEncodingOptions, ChangeFeedOptions, ChangeFeedStartFrom, ConnectionPoolOptions,
-    EndToEndOperationLatencyPolicy, ExcludedRegions, ItemWriteOptions, MaxItemCountHint, OperationOptions, Precondition,
+    ContentResponseOnWrite, EndToEndOperationLatencyPolicy, ExcludedRegions, ItemWriteOptions, MaxItemCountHint, OperationOptions, Precondition,
     QueryOptions, ReadConsistencyStrategy, Region, ServerCertificateValidation,
 };
 use azure_data_cosmos::{
@@ -50,7 +50,7 @@ pub use config::{ChangeStreamMode, CosmosArgs, CosmosAuth, CosmosConfig, CosmosC
 pub use metrics::{CosmosMetrics, Op};
 
 use self::poll::{Candidate, PollCursor};
-use super::{Change, ChangeBatch, ChangeCursor, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned};
+use super::{Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned};
 use crate::routing::document::LocationDocument;
 
 /// Fields Cosmos DB adds to every document. They are not part of the location
@@ -165,13 +165,13 @@ impl CosmosStore {
             Ok((value, charge)) => ("ok", charge, Ok(value)),
             Err(CallError::Cosmos(err)) => {
                 let charge = err.diagnostics().map(|d| d.total_request_charge().value()).unwrap_or(0.0);
-                let mapped = classify(&err);
+                let mapped = classify(&err, op.is_write());
                 (outcome_label(&mapped), charge, Err(mapped))
             }
             Err(CallError::Store(e, charge)) => (outcome_label(&e), charge, Err(e)),
         };
         self.metrics.observe(op, outcome, charge, started.elapsed());
-        if let Err(StoreError::Unavailable(reason)) = &mapped {
+        if let Err(StoreError::Unavailable(reason) | StoreError::OutcomeUnknown(reason)) = &mapped {
             tracing::warn!(op = op.as_str(), %reason, "cosmos call failed");
         }
         mapped
@@ -259,22 +259,44 @@ impl From<CosmosError> for CallError {
 /// The one place that decides what a Cosmos DB failure means to callers.
 ///
 /// 404 (without a sub-status: a missing parent container is not a missing document),
-/// 409 and 412 are answers about the document; everything else (transport errors,
-/// timeouts, throttling that outlasted the SDK's retries, 5xx, and also 400/401/403,
-/// which mean a misconfigured store) makes the store unavailable.
-pub fn classify(err: &CosmosError) -> StoreError {
+/// 409 and 412 are answers about the document. For a write, a failure that does not
+/// prove the request was refused before it was applied (a timeout, a transport error
+/// after the request left, a 5xx) is [`StoreError::OutcomeUnknown`]: Cosmos DB may
+/// have committed it, now or later. What proves a refusal: any other 4xx but 408 (the
+/// service judged the request and did not apply it), and the SDK's transport failures
+/// that never put the request on the wire (connect, DNS, HTTP/2 negotiation). Every
+/// other failure makes the store [`StoreError::Unavailable`]: for reads, and for the
+/// refused writes (400/401/403 mean a misconfigured store, 429 throttling that
+/// outlasted the SDK's retries).
+pub fn classify(err: &CosmosError, write: bool) -> StoreError {
     let status = err.status();
     if status.is_not_found() {
-        StoreError::NotFound
+        return StoreError::NotFound;
     } else if status.is_conflict() {
-        StoreError::Conflict
+        return StoreError::Conflict;
     } else if status.is_precondition_failed() {
-        StoreError::PreconditionFailed
-    } else {
-        let code = u16::from(status.status_code());
-        let sub = status.sub_status().map(|s| format!("/{s}")).unwrap_or_default();
-        StoreError::Unavailable(format!("cosmos {code}{sub}: {err}"))
+        return StoreError::PreconditionFailed;
     }
+    let code = u16::from(status.status_code());
+    let sub_code = status.sub_status().map(u16::from);
+    let sub = sub_code.map(|s| format!("/{s}")).unwrap_or_default();
+    let message = format!("cosmos {code}{sub}: {err}");
+    if write && !write_was_refused(code, sub_code) {
+        StoreError::OutcomeUnknown(message)
+    } else {
+        StoreError::Unavailable(message)
+    }
+}
+
+/// Sub-statuses of the SDK's own 503 for requests that never reached the wire:
+/// connection failed (20010), DNS failed (20012), HTTP/2 incompatible (20015).
+const NEVER_SENT: [u16; 3] = [20010, 20012, 20015];
+
+/// Whether a failed write provably took no effect.
+fn write_was_refused(code: u16, sub_status: Option<u16>) -> bool {
+    let judged_and_refused = (400..500).contains(&code) && code != 408;
+    let never_sent = code == 503 && sub_status.is_some_and(|s| NEVER_SENT.contains(&s));
+    judged_and_refused || never_sent
 }
 
 fn outcome_label(e: &StoreError) -> &'static str {
@@ -283,6 +305,7 @@ fn outcome_label(e: &StoreError) -> &'static str {
         StoreError::PreconditionFailed => "precondition_failed",
         StoreError::Conflict => "conflict",
         StoreError::Unavailable(_) => "unavailable",
+        StoreError::OutcomeUnknown(_) => "outcome_unknown",
         StoreError::Document(_) => "document_error",
     }
 }
@@ -309,21 +332,53 @@ fn candidate(json: Value) -> Result<Candidate<Change>, StoreError> {
     let etag = take_string(map, "_etag").ok_or_else(|| StoreError::Unavailable("document without _etag".into()))?;
     let ts = map.get("_ts").and_then(Value::as_i64).ok_or_else(|| StoreError::Unavailable("document without _ts".into()))?;
     let id = take_string(map, "id").unwrap_or_default();
-    // `_ts` is whole seconds, truncated: the write happened within the second it names.
-    // Report the end of that second, an upper bound, so a consumer judging "did this
-    // happen too early" (the monitor's early-escalation check) never raises a false
-    // alarm from truncation; durations read this way are off by under a second.
-    let committed_at = DateTime::<Utc>::from_timestamp(ts, 999_999_999).unwrap_or_default();
+    let committed_at = end_of_second(ts);
     let doc = LocationDocument::from_json(strip_system_fields(json))?;
-    let item = Change { doc: Versioned { doc, etag: ETag(etag.clone()) }, committed_at };
+    let item = Change { doc: Versioned { doc, etag: ETag(etag.clone()), committed_at } };
     Ok(Candidate { id, etag, ts, item })
+}
+
+/// `_ts` is whole seconds, truncated: the write happened within the second it names.
+/// The end of that second is the upper bound every reader uses, so a consumer judging
+/// "did this happen too early" (the monitor's early-escalation check, the routing
+/// library's commit rules) never errs on the unsafe side from truncation.
+fn end_of_second(ts: i64) -> DateTime<Utc> {
+    DateTime::<Utc>::from_timestamp(ts, 999_999_999).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// The commit time a stored document carries in `_ts`.
+fn commit_time(json: &Value) -> Result<DateTime<Utc>, StoreError> {
+    json.get("_ts")
+        .and_then(Value::as_i64)
+        .map(end_of_second)
+        .ok_or_else(|| StoreError::Unavailable("cosmos returned a document without _ts".into()))
 }
 
 fn versioned(json: Value, header_etag: Option<String>) -> Result<Versioned, StoreError> {
     let etag = header_etag
         .or_else(|| json.get("_etag").and_then(Value::as_str).map(str::to_owned))
         .ok_or_else(|| StoreError::Unavailable("cosmos returned a document without an etag".into()))?;
-    Ok(Versioned { doc: LocationDocument::from_json(strip_system_fields(json))?, etag: ETag(etag) })
+    let committed_at = commit_time(&json)?;
+    Ok(Versioned { doc: LocationDocument::from_json(strip_system_fields(json))?, etag: ETag(etag), committed_at })
+}
+
+/// Write options that ask for the stored document back, so its `_ts` says when the
+/// write was committed.
+fn write_options() -> ItemWriteOptions {
+    let mut operation = OperationOptions::default();
+    operation.content_response_on_write = Some(ContentResponseOnWrite::Enabled);
+    ItemWriteOptions::default().with_operation_options(operation)
+}
+
+/// The version and commit time of a write's answer (its body is the stored document).
+async fn committed(response: azure_data_cosmos::models::ItemResponse, what: &str) -> Result<(Committed, f64), CallError> {
+    let charge = response.diagnostics().total_request_charge().value();
+    let etag = response.headers().etag().map(|e| ETag(e.to_string()));
+    let body: Value = response.into_model()?;
+    let missing = |field: &str| CallError::Store(StoreError::Unavailable(format!("{what} answered without {field}")), charge);
+    let etag = etag.ok_or_else(|| missing("an etag"))?;
+    let committed_at = commit_time(&body).map_err(|_| missing("the stored document's _ts"))?;
+    Ok((Committed { etag, committed_at }, charge))
 }
 
 /// Runs a cross-partition query to the end, summing the charge of every page.
@@ -461,27 +516,21 @@ impl LocationStore for CosmosStore {
         .await
     }
 
-    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
+    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
         let body = strip_system_fields(doc.to_json());
         self.call(Op::Store(OpKind::Create), async {
-            let response = self.write_region.create_item(doc.id.clone(), &doc.id, &body, None).await?;
-            let charge = response.diagnostics().total_request_charge().value();
-            let etag = response.headers().etag().map(|e| ETag(e.to_string()));
-            etag.map(|e| (e, charge))
-                .ok_or_else(|| CallError::Store(StoreError::Unavailable("create answered without an etag".into()), charge))
+            let response = self.write_region.create_item(doc.id.clone(), &doc.id, &body, Some(write_options())).await?;
+            committed(response, "create").await
         })
         .await
     }
 
-    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
         let body = strip_system_fields(doc.to_json());
-        let options = ItemWriteOptions::default().with_precondition(Precondition::if_match(if_match.0.clone()));
+        let options = write_options().with_precondition(Precondition::if_match(if_match.0.clone()));
         self.call(Op::Store(OpKind::Replace), async {
             let response = self.write_region.replace_item(doc.id.clone(), &doc.id, &body, Some(options)).await?;
-            let charge = response.diagnostics().total_request_charge().value();
-            let etag = response.headers().etag().map(|e| ETag(e.to_string()));
-            etag.map(|e| (e, charge))
-                .ok_or_else(|| CallError::Store(StoreError::Unavailable("replace answered without an etag".into()), charge))
+            committed(response, "replace").await
         })
         .await
     }
@@ -578,6 +627,24 @@ mod tests {
     }
 
     #[test]
+    fn a_write_is_known_refused_only_when_cosmos_judged_it_or_it_never_left() {
+        for (code, sub) in [(400, None), (403, None), (429, Some(3200)), (413, None), (503, Some(20010)), (503, Some(20012))] {
+            assert!(write_was_refused(code, sub), "{code}/{sub:?}");
+        }
+        // A timeout, a transport failure after sending, a server error: maybe applied.
+        for (code, sub) in [(408, None), (408, Some(20008)), (500, None), (503, None), (503, Some(20003)), (503, Some(20011)), (503, Some(20014))] {
+            assert!(!write_was_refused(code, sub), "{code}/{sub:?}");
+        }
+    }
+
+    #[test]
+    fn a_document_without_ts_has_no_commit_time() {
+        let stored = json!({"id": "r1", "schemaVersion": 1, "migrating": false, "secondary": null,
+            "primary": {"location": "westeurope", "lock": null}, "_etag": "e"});
+        assert!(matches!(versioned(stored, None), Err(StoreError::Unavailable(_))));
+    }
+
+    #[test]
     fn candidates_carry_commit_time_and_body_etag() {
         let stored = json!({
             "id": "r1", "schemaVersion": 1, "migrating": false, "secondary": null,
@@ -585,7 +652,7 @@ mod tests {
         });
         let c = candidate(stored).unwrap();
         assert_eq!((c.id.as_str(), c.etag.as_str(), c.ts), ("r1", "e7", 1_767_225_600));
-        assert_eq!(c.item.committed_at.to_rfc3339(), "2026-01-01T00:00:00.999999999+00:00", "the end of the second _ts names");
+        assert_eq!(c.item.doc.committed_at.to_rfc3339(), "2026-01-01T00:00:00.999999999+00:00", "the end of the second _ts names");
         assert_eq!(c.item.doc.etag, ETag("e7".into()));
     }
 }

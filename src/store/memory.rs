@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::{Change, ChangeBatch, ChangeCursor, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use super::{Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use crate::clock::{to_chrono, Clock};
 use crate::routing::document::LocationDocument;
 
@@ -138,13 +138,13 @@ impl MemoryStore {
 
     /// Makes the next `times` calls of `kind` suffer `fault`.
     pub fn inject(&self, kind: OpKind, fault: Fault, times: usize) {
-        let mut faults = self.faults.lock().expect("faults mutex poisoned");
+        let mut faults = self.lock_faults();
         faults.entry(kind).or_default().extend(std::iter::repeat_n(fault, times));
     }
 
     /// Drops every pending injected fault.
     pub fn clear_faults(&self) {
-        self.faults.lock().expect("faults mutex poisoned").clear();
+        self.lock_faults().clear();
     }
 
     /// Calls served so far, by kind.
@@ -165,16 +165,27 @@ impl MemoryStore {
     /// forged partial cutover).
     pub fn put_raw(&self, id: &str, json: Value) -> ETag {
         let now = self.clock.now();
-        let mut state = self.state.lock().expect("store mutex poisoned");
+        let mut state = self.lock_state();
         let etag = state.commit(id, json, now, self.config.change_log_capacity);
-        state.prune(id, now - to_chrono(self.config.replica_lag));
+        state.prune(id, self.replica_horizon(now));
         etag
+    }
+
+    /// The store's state. Every critical section leaves it consistent (a version is
+    /// pushed whole or not at all), so a panic elsewhere while it was held is no reason
+    /// to stop serving: the guard is recovered rather than the poison propagated.
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lock_faults(&self) -> std::sync::MutexGuard<'_, HashMap<OpKind, VecDeque<Fault>>> {
+        self.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Counts the call and applies the next injected fault of its kind, if any.
     async fn enter(&self, kind: OpKind) -> Result<(), StoreError> {
         self.counters[kind_index(kind)].fetch_add(1, Ordering::Relaxed);
-        let fault = self.faults.lock().expect("faults mutex poisoned").get_mut(&kind).and_then(VecDeque::pop_front);
+        let fault = self.lock_faults().get_mut(&kind).and_then(VecDeque::pop_front);
         match fault {
             None => Ok(()),
             Some(Fault::Fail(e)) => Err(e),
@@ -186,7 +197,8 @@ impl MemoryStore {
     }
 
     fn replica_horizon(&self, now: DateTime<Utc>) -> DateTime<Utc> {
-        now - to_chrono(self.config.replica_lag)
+        // Saturating: a lag beyond chrono's range means replicas never catch up.
+        now.checked_sub_signed(to_chrono(self.config.replica_lag)).unwrap_or(DateTime::<Utc>::MIN_UTC)
     }
 }
 
@@ -202,7 +214,7 @@ impl State {
         history.versions.push_back(StoredVersion { json: json.clone(), etag: etag.clone(), committed_at: now });
         if let Ok(doc) = LocationDocument::from_json(json) {
             self.next_seq += 1;
-            self.log.push_back((self.next_seq, Change { doc: Versioned { doc, etag: etag.clone() }, committed_at: now }));
+            self.log.push_back((self.next_seq, Change { doc: Versioned { doc, etag: etag.clone(), committed_at: now } }));
             while self.log.len() > log_capacity {
                 self.log.pop_front();
             }
@@ -227,7 +239,7 @@ impl State {
 }
 
 fn to_versioned(v: &StoredVersion) -> Result<Versioned, StoreError> {
-    Ok(Versioned { doc: LocationDocument::from_json(v.json.clone())?, etag: v.etag.clone() })
+    Ok(Versioned { doc: LocationDocument::from_json(v.json.clone())?, etag: v.etag.clone(), committed_at: v.committed_at })
 }
 
 #[async_trait]
@@ -239,7 +251,7 @@ impl LocationStore for MemoryStore {
         };
         self.enter(kind).await?;
         let now = self.clock.now();
-        let mut state = self.state.lock().expect("store mutex poisoned");
+        let mut state = self.lock_state();
         match from {
             ReadFrom::WriteRegion => to_versioned(state.newest(id).ok_or(StoreError::NotFound)?),
             ReadFrom::Replica => {
@@ -253,27 +265,28 @@ impl LocationStore for MemoryStore {
         }
     }
 
-    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
+    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
         self.enter(OpKind::Create).await?;
         let now = self.clock.now();
-        let mut state = self.state.lock().expect("store mutex poisoned");
+        let mut state = self.lock_state();
         if state.docs.contains_key(&doc.id) {
             return Err(StoreError::Conflict);
         }
-        Ok(state.commit(&doc.id, doc.to_json(), now, self.config.change_log_capacity))
+        let etag = state.commit(&doc.id, doc.to_json(), now, self.config.change_log_capacity);
+        Ok(Committed { etag, committed_at: now })
     }
 
-    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
         self.enter(OpKind::Replace).await?;
         let now = self.clock.now();
-        let mut state = self.state.lock().expect("store mutex poisoned");
+        let mut state = self.lock_state();
         let current = state.newest(&doc.id).ok_or(StoreError::NotFound)?;
         if &current.etag != if_match {
             return Err(StoreError::PreconditionFailed);
         }
         let etag = state.commit(&doc.id, doc.to_json(), now, self.config.change_log_capacity);
         state.prune(&doc.id, self.replica_horizon(now));
-        Ok(etag)
+        Ok(Committed { etag, committed_at: now })
     }
 
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
@@ -283,7 +296,7 @@ impl LocationStore for MemoryStore {
         } else {
             cursor.0.parse().map_err(|_| StoreError::Unavailable(format!("not a memory-store cursor: {:?}", cursor.0)))?
         };
-        let state = self.state.lock().expect("store mutex poisoned");
+        let state = self.lock_state();
         let changes: Vec<Change> =
             state.log.iter().filter(|(seq, _)| *seq > after).take(limit).map(|(_, c)| c.clone()).collect();
         let last = state.log.iter().filter(|(seq, _)| *seq > after).take(limit).last().map(|(s, _)| *s);
@@ -292,7 +305,7 @@ impl LocationStore for MemoryStore {
 
     async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
         self.enter(OpKind::Scan).await?;
-        let state = self.state.lock().expect("store mutex poisoned");
+        let state = self.lock_state();
         let range = match after {
             Some(a) => state.docs.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
             None => state.docs.range::<str, _>(..),
@@ -321,13 +334,14 @@ mod tests {
         let (clock, store) = store(Duration::from_secs(5));
         let doc = LocationDocument::new("r1", "westeurope");
         let first = store.create(&doc).await.unwrap();
+        assert_eq!(first.committed_at, clock.now(), "the memory store commits at once, on its clock");
         assert_eq!(store.read("r1", ReadFrom::Replica).await, Err(StoreError::NotFound));
         clock.advance(Duration::from_secs(5));
-        assert_eq!(store.read("r1", ReadFrom::Replica).await.unwrap().etag, first);
+        assert_eq!(store.read("r1", ReadFrom::Replica).await.unwrap().etag, first.etag);
 
         let mut moved = doc.clone();
         moved.primary.location = "northeurope".into();
-        let second = store.replace(&moved, &first).await.unwrap();
+        let second = store.replace(&moved, &first.etag).await.unwrap().etag;
         assert_eq!(store.read("r1", ReadFrom::WriteRegion).await.unwrap().etag, second);
         assert_eq!(store.read("r1", ReadFrom::Replica).await.unwrap().doc.primary.location, "westeurope");
         clock.advance(Duration::from_secs(5));

@@ -19,6 +19,12 @@ pub enum Op {
 }
 
 impl Op {
+    /// Whether the call writes a document (container setup does not count: its
+    /// failure is reported, never retried by a caller that needs the outcome).
+    pub fn is_write(self) -> bool {
+        matches!(self, Op::Store(kind) if kind.is_write())
+    }
+
     /// The `op` label value.
     pub fn as_str(self) -> &'static str {
         match self {
