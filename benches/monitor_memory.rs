@@ -57,7 +57,7 @@ fn main() {
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let monitor = Monitor::new(store, dyn_clock, MonitorConfig::default(), &registry).unwrap();
 
-    let policy = LockPolicy { convergence_delay: 3600 * S, max_pre_lock: 48 * 3600 * S };
+    let policy = LockPolicy::new(3600 * S, 48 * 3600 * S);
     let req = PreLockRequest { owner: "orchestrator-7".into(), duration: 48 * 3600 * S, target_location: Some("northeurope".into()) };
     let t0 = clock.now();
     let later = t0 + chrono::TimeDelta::hours(2);
@@ -78,9 +78,9 @@ fn main() {
             _ => Some(Phase::Write),
         };
         if let Some(phase) = phase {
-            doc = lifecycle::escalate(&doc, &token, Phase::HardDelete, 6 * 3600 * S, later).unwrap();
+            doc = lifecycle::escalate(&doc, &token, Phase::HardDelete, 6 * 3600 * S, &policy, later).unwrap();
             if phase == Phase::Write {
-                doc = lifecycle::escalate(&doc, &token, Phase::Write, 300 * S, later).unwrap();
+                doc = lifecycle::escalate(&doc, &token, Phase::Write, 300 * S, &policy, later).unwrap();
             }
             monitor.observe(&doc, later, Seen::Stream);
         }

@@ -39,7 +39,7 @@ fn store() -> Arc<MemoryStore> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let store = Arc::new(MemoryStore::new(clock, MemoryStoreConfig::default()));
     for i in 0..RESOURCES {
-        store.create(&LocationDocument::new(id(i), "westeurope")).now_or_never().unwrap().unwrap();
+        store.create(&LocationDocument::new(id(i), "westeurope")).now_or_never().unwrap().unwrap().etag;
     }
     store
 }
@@ -51,7 +51,7 @@ fn client(store: &Arc<MemoryStore>, ttls: &[Duration]) -> RoutingClient {
         store.clone(),
         Arc::new(SystemClock),
         TieredCache::try_new(ttls).unwrap(),
-        LockPolicy { convergence_delay: Duration::ZERO, max_pre_lock: HOUR },
+        LockPolicy::new(Duration::ZERO, HOUR),
         ClientOptions::default(),
     )
 }
@@ -67,7 +67,7 @@ fn bench_resolve(cr: &mut Criterion) {
     let map: HashMap<String, Arc<Versioned>> = (0..RESOURCES)
         .map(|i| {
             let doc = LocationDocument::new(id(i), "westeurope");
-            (id(i), Arc::new(Versioned { doc, etag: ETag(format!("e{i}")) }))
+            (id(i), Arc::new(Versioned { doc, etag: ETag(format!("e{i}")), committed_at: chrono::DateTime::UNIX_EPOCH }))
         })
         .collect();
 

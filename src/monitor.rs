@@ -40,9 +40,12 @@ use crate::routing::lifecycle;
 use crate::store::{ChangeCursor, LocationStore, StoreError, Versioned};
 
 /// A stored version as readers take it: a write that landed too late is void, a
-/// pre-lock starts from its commit (see [`lifecycle::settle`]).
-fn settled(v: &Versioned) -> LocationDocument {
-    lifecycle::settle(v.doc.clone(), v.committed_at)
+/// pre-lock starts from its commit (see [`lifecycle::settle`]). The commit time is
+/// `committed_at`, capped by the caller at its own clock like every time the monitor
+/// takes from the store, so a store clock far ahead cannot push every lock into the
+/// future.
+fn settled(v: &Versioned, committed_at: DateTime<Utc>) -> LocationDocument {
+    lifecycle::settle(v.doc.clone(), committed_at)
 }
 
 /// How many orphan ids the status API lists.
@@ -173,7 +176,7 @@ impl Monitor {
             let mut inner = self.inner.lock().expect("monitor mutex poisoned");
             for change in &batch.changes {
                 let at = change.doc.committed_at.min(now);
-                self.apply(&mut inner, &settled(&change.doc), at, Seen::Stream);
+                self.apply(&mut inner, &settled(&change.doc, at), at, Seen::Stream);
             }
         }
         self.metrics.changes.inc_by(n as u64);
@@ -218,7 +221,7 @@ impl Monitor {
             {
                 let mut inner = self.inner.lock().expect("monitor mutex poisoned");
                 for v in &page {
-                    self.apply(&mut inner, &settled(v), read_at, Seen::Scan);
+                    self.apply(&mut inner, &settled(v, v.committed_at.min(read_at)), read_at, Seen::Scan);
                 }
             }
             documents += page.len();

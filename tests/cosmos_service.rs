@@ -60,7 +60,9 @@ async fn harness_via(via_proxy: bool) -> Harness {
     let store: Arc<dyn LocationStore> = Arc::new(
         cosmos_server::connect_with(&endpoint, &Registry::new(), |args| args.request_timeout = "2s".into()).await,
     );
-    let clock = Arc::new(ManualClock::at_epoch());
+    // The service's clock starts at the real time: Cosmos stamps commits (`_ts`) with its
+    // own, and the routing library starts a pre-lock no earlier than its commit.
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     let config = ServiceConfig {
         cache_ttls: vec![TTL],
         replication_bound: BOUND,
@@ -113,6 +115,13 @@ impl Harness {
     }
 }
 
+/// When a pre-lock's restrictions may start (its commit on the server's clock + the
+/// declared delay + the skew margin), as its lock view says.
+fn effective_at(pre: &Answer) -> chrono::DateTime<chrono::Utc> {
+    let shown = pre.body["effectiveAt"].as_str().expect("a lock view shows effectiveAt");
+    chrono::DateTime::parse_from_rfc3339(shown).unwrap().to_utc()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_full_lifecycle_runs_over_cosmos() {
     let h = harness().await;
@@ -131,7 +140,7 @@ async fn the_full_lifecycle_runs_over_cosmos() {
     // Escalation before effectiveAt is refused; after the convergence delay it is granted.
     let early = h.lock(id, "/escalate", json!({"token": token, "phase": "hardDelete", "durationSeconds": 60})).await;
     assert_eq!((early.status, early.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:invalid-transition"));
-    h.clock.advance(TTL + BOUND);
+    h.clock.set(effective_at(&pre));
     let hd = h.lock(id, "/escalate", json!({"token": token, "phase": "hardDelete", "durationSeconds": 60})).await;
     assert_eq!(hd.status, StatusCode::OK, "{:?}", hd.body);
     let tomb = h.item(1, Method::DELETE, id, "doomed", None).await;
@@ -209,7 +218,7 @@ async fn a_partitioned_cosmos_is_503_writes_nothing_and_the_service_recovers() {
     assert_eq!(pre.status, StatusCode::CREATED);
     let token = pre.body["token"].as_str().unwrap().to_owned();
     let before = h.store.read(id, ReadFrom::WriteRegion).await.unwrap();
-    h.clock.advance(TTL + BOUND);
+    h.clock.set(effective_at(&pre));
 
     h.proxy.as_mut().unwrap().cut().await;
     for (what, answer) in [

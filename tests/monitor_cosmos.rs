@@ -2,8 +2,9 @@
 //! reference service drives over HTTP: through the `_ts` poll and through the
 //! latest-version change feed.
 //!
-//! Lock time runs on a manual clock; Cosmos commit times (`_ts`) are the server's real
-//! time, which the monitor caps at its own clock.
+//! Everything runs on the real clock: Cosmos stamps commits (`_ts`) with the server's
+//! real time, and a pre-lock starts no earlier than its commit, so a manual clock
+//! could not be kept in step with it. The durations are seconds.
 
 #[path = "support/cosmos_server.rs"]
 mod cosmos_server;
@@ -12,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockprobe::clock::{Clock, ManualClock};
+use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::monitor::{Monitor, MonitorConfig, Outcome};
 use lockprobe::service::{start, ServiceConfig};
 use lockprobe::store::LocationStore;
@@ -32,52 +33,59 @@ async fn post(http: &reqwest::Client, url: &str, body: Value) -> (StatusCode, Va
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// Sleeps until the instant a lock view shows as `effectiveAt` (real time).
+async fn until_effective(view: &Value) {
+    let at = chrono::DateTime::parse_from_rfc3339(view["effectiveAt"].as_str().unwrap()).unwrap().to_utc();
+    let wait = (at - SystemClock.now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(50)).await;
+}
+
 async fn watch_a_service_driven_migration(change_stream: &str) {
     let server = CosmosServer::start();
     let store: Arc<dyn LocationStore> = Arc::new(
         cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.change_stream = change_stream.into()).await,
     );
-    let clock = Arc::new(ManualClock::at_epoch());
-    let dyn_clock: Arc<dyn Clock> = clock.clone();
-    // 2 s cache + 1 s replication: declared 3 s.
-    let config = ServiceConfig { cache_ttls: vec![2 * S], replication_bound: S, ..ServiceConfig::new(KEY) };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    // 500 ms cache + 500 ms replication: declared 1 s.
+    let config = ServiceConfig { cache_ttls: vec![S / 2], replication_bound: S / 2, ..ServiceConfig::new(KEY) };
     let shutdown = CancellationToken::new();
     let listen = vec!["127.0.0.1:0".parse::<SocketAddr>().unwrap()];
-    let running = start(config, store.clone(), dyn_clock.clone(), listen, shutdown.clone()).await.unwrap();
+    let running = start(config, store.clone(), clock.clone(), listen, shutdown.clone()).await.unwrap();
     let base = format!("http://{}", running.addrs[0]);
     let http = reqwest::Client::new();
 
     let monitor_config = MonitorConfig {
-        escalation_buffer: S,
-        declared_delay: Some(3 * S),
+        escalation_buffer: Duration::ZERO,
+        declared_delay: Some(S),
         lapse_grace: S,
         ..MonitorConfig::default()
     };
-    let monitor = Monitor::new(store, dyn_clock, monitor_config, &Registry::new()).unwrap();
+    let monitor = Monitor::new(store, clock, monitor_config, &Registry::new()).unwrap();
 
-    // One migration: pre-lock, wait delay + buffer, hardDelete, write, swap.
+    // One migration: pre-lock, wait until it is effective, hardDelete, write, swap.
     let lock = format!("{base}/v1/resources/res-1/lock");
     let (st, pre) = post(&http, &lock, json!({"owner": "orch", "durationSeconds": 60, "targetLocation": "northeurope"})).await;
     assert_eq!(st, StatusCode::CREATED, "{pre}");
     let token = pre["token"].as_str().unwrap().to_owned();
     monitor.drain().await.unwrap();
     assert_eq!(monitor.in_flight(), 1, "{change_stream}: the pre-lock arrived");
-    clock.advance(4 * S);
+    until_effective(&pre).await;
     let esc = format!("{lock}/escalate");
     assert_eq!(post(&http, &esc, json!({"token": token, "phase": "hardDelete", "durationSeconds": 30})).await.0, StatusCode::OK);
     monitor.drain().await.unwrap();
-    clock.advance(5 * S);
+    tokio::time::sleep(S).await;
     assert_eq!(post(&http, &esc, json!({"token": token, "phase": "write", "durationSeconds": 30})).await.0, StatusCode::OK);
     monitor.drain().await.unwrap();
-    clock.advance(2 * S);
     let (st, body) = post(&http, &format!("{lock}/swap"), json!({"token": token, "targetLocation": "northeurope"})).await;
     assert_eq!(st, StatusCode::OK, "{body}");
     monitor.drain().await.unwrap();
 
     // A second resource: a pre-lock nobody comes back to.
-    let (st, _) = post(&http, &format!("{base}/v1/resources/res-2/lock"), json!({"owner": "gone", "durationSeconds": 5})).await;
+    let (st, gone) = post(&http, &format!("{base}/v1/resources/res-2/lock"), json!({"owner": "gone", "durationSeconds": 1})).await;
     assert_eq!(st, StatusCode::CREATED);
-    clock.advance(20 * S);
+    let lapses = chrono::DateTime::parse_from_rfc3339(gone["expiresAt"].as_str().unwrap()).unwrap().to_utc();
+    let wait = (lapses - SystemClock.now()).to_std().unwrap_or_default() + 2 * S;
+    tokio::time::sleep(wait).await;
     monitor.scan_once().await.unwrap();
 
     assert_eq!(monitor.outcomes(Outcome::Swapped), 1, "{change_stream}");
@@ -85,8 +93,9 @@ async fn watch_a_service_driven_migration(change_stream: &str) {
     assert_eq!(monitor.partial_cutovers(), 0, "{change_stream}");
     assert_eq!(monitor.orphan_ids(10), ["res-2"], "{change_stream}: found by the scan");
     let status = monitor.status();
-    assert_eq!(status["escalation_interval"]["max_seconds"], 4.0, "{status}");
-    assert_eq!(status["phase_durations"]["write"]["max_seconds"], 2.0, "{status}");
+    let interval = status["escalation_interval"]["max_seconds"].as_f64().unwrap();
+    assert!(interval >= 1.0, "the escalation waited at least the declared delay: {status}");
+    assert!(status["phase_durations"]["write"]["max_seconds"].as_f64().is_some(), "{status}");
     assert!(!status.to_string().contains(&token));
     shutdown.cancel();
     running.wait().await;
@@ -110,7 +119,6 @@ struct Cli {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockprobe_monitor_store_cosmos_watches_a_database() {
-    use lockprobe::clock::SystemClock;
     use lockprobe::routing::lifecycle::{self, LockPolicy, PreLockRequest};
     use lockprobe::routing::{LocationDocument, LockToken};
 
@@ -135,10 +143,10 @@ async fn lockprobe_monitor_store_cosmos_watches_a_database() {
     let task = tokio::spawn(lockprobe::monitor::cli::run_on(cmd, listener, shutdown.clone()));
 
     let now = SystemClock.now();
-    let policy = LockPolicy { convergence_delay: 60 * S, max_pre_lock: 3600 * S };
+    let policy = LockPolicy::new(60 * S, 3600 * S);
     let req = PreLockRequest { owner: "cli".into(), duration: 600 * S, target_location: None };
     let doc = lifecycle::pre_lock(&LocationDocument::new("res-cli", "westeurope"), &req, LockToken::generate(), &policy, now).unwrap();
-    writer.create(&doc).await.unwrap();
+    writer.create(&doc).await.unwrap().etag;
 
     let url = format!("http://{listen}/api/v1/monitor");
     let http = reqwest::Client::new();

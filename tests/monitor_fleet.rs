@@ -17,7 +17,7 @@ use lockprobe::routing::{
 };
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::routing::LocationDocument;
-use lockprobe::store::{ChangeBatch, ChangeCursor, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use prometheus::{Encoder, TextEncoder};
 
 const S: Duration = Duration::from_secs(1);
@@ -80,10 +80,8 @@ struct Fleet {
 }
 
 fn client(store: &Arc<MemoryStore>, clock: &Arc<ManualClock>, delay: u64) -> Arc<RoutingClient> {
-    let policy = LockPolicy {
-        convergence_delay: S * delay as u32,
-        max_pre_lock: S * 3600,
-    };
+    // No skew margin: the fleet escalates exactly at the declared delay.
+    let policy = LockPolicy { skew_margin: Duration::ZERO, ..LockPolicy::new(S * delay as u32, S * 3600) };
     Arc::new(RoutingClient::new(
         store.clone(),
         clock.clone(),
@@ -389,10 +387,10 @@ impl LocationStore for CosmosLike {
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
         self.inner.read(id, from).await
     }
-    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
+    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
         self.inner.create(doc).await
     }
-    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
         self.inner.replace(doc, if_match).await
     }
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
@@ -409,7 +407,7 @@ impl LocationStore for CosmosLike {
             });
         }
         for c in &mut batch.changes {
-            c.committed_at += self.commit_skew;
+            c.doc.committed_at += self.commit_skew;
         }
         Ok(batch)
     }

@@ -52,7 +52,8 @@ fn at(t0: DateTime<Utc>, secs: u64) -> DateTime<Utc> {
 /// with its commit time, and the outcomes in order.
 fn history(plans: &[Plan]) -> (Vec<(LocationDocument, DateTime<Utc>)>, Vec<Outcome>) {
     let t0 = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().to_utc();
-    let policy = LockPolicy { convergence_delay: S * DELAY as u32, max_pre_lock: 3600 * S };
+    // No skew margin: escalations come exactly at the declared delay.
+    let policy = LockPolicy { skew_margin: Duration::ZERO, ..LockPolicy::new(S * DELAY as u32, 3600 * S) };
     let mut doc = LocationDocument::new("r", "westeurope");
     let mut t = 0;
     let mut versions = Vec::new();
@@ -64,20 +65,20 @@ fn history(plans: &[Plan]) -> (Vec<(LocationDocument, DateTime<Utc>)>, Vec<Outco
         doc = lifecycle::pre_lock(&doc, &req, token.clone(), &policy, at(t0, t)).unwrap();
         versions.push((doc.clone(), at(t0, t)));
         t += DELAY + BUFFER + p.extra_wait;
-        doc = lifecycle::escalate(&doc, &token, Phase::HardDelete, S * p.hd_lease as u32, at(t0, t)).unwrap();
+        doc = lifecycle::escalate(&doc, &token, Phase::HardDelete, S * p.hd_lease as u32, &policy, at(t0, t)).unwrap();
         versions.push((doc.clone(), at(t0, t)));
         for _ in 0..p.renewals {
             t += 1;
-            doc = lifecycle::renew(&doc, &token, S * p.hd_lease as u32, at(t0, t)).unwrap();
+            doc = lifecycle::renew(&doc, &token, S * p.hd_lease as u32, &policy, at(t0, t)).unwrap();
             versions.push((doc.clone(), at(t0, t)));
         }
         t += p.write_after;
-        doc = lifecycle::escalate(&doc, &token, Phase::Write, 30 * S, at(t0, t)).unwrap();
+        doc = lifecycle::escalate(&doc, &token, Phase::Write, 30 * S, &policy, at(t0, t)).unwrap();
         versions.push((doc.clone(), at(t0, t)));
         match p.end {
             End::Swap => {
                 t += p.end_after;
-                doc = lifecycle::swap(&doc, &token, target, at(t0, t)).unwrap();
+                doc = lifecycle::swap(&doc, &token, target, &policy, at(t0, t)).unwrap();
                 versions.push((doc.clone(), at(t0, t)));
                 outcomes.push(Outcome::Swapped);
             }

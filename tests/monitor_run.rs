@@ -15,7 +15,7 @@ use lockprobe::routing::{
     ClientOptions, LocationDocument, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient,
 };
 use lockprobe::store::memory::{Fault, MemoryStore, MemoryStoreConfig, OpKind};
-use lockprobe::store::{ChangeBatch, ChangeCursor, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use prometheus::{Encoder, TextEncoder};
 use tokio_util::sync::CancellationToken;
 
@@ -47,10 +47,8 @@ async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
         store.clone(),
         clock.clone(),
         TieredCache::try_new(&[S]).unwrap(),
-        LockPolicy {
-            convergence_delay: 2 * S,
-            max_pre_lock: 60 * S,
-        },
+        // No skew margin: escalations come exactly at the declared delay.
+        LockPolicy { skew_margin: Duration::ZERO, ..LockPolicy::new(2 * S, 60 * S) },
         ClientOptions::default(),
     );
     let registry = prometheus::Registry::new();
@@ -142,10 +140,10 @@ impl LocationStore for SwapDuringScan {
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
         self.inner.read(id, from).await
     }
-    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
+    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
         self.inner.create(doc).await
     }
-    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
         self.inner.replace(doc, if_match).await
     }
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
@@ -171,7 +169,7 @@ async fn a_swap_committed_while_a_scan_page_is_in_flight_is_not_mistaken_for_a_l
         store.clone(),
         clock.clone(),
         TieredCache::try_new(&[S]).unwrap(),
-        LockPolicy { convergence_delay: 2 * S, max_pre_lock: 300 * S },
+        LockPolicy { skew_margin: Duration::ZERO, ..LockPolicy::new(2 * S, 300 * S) },
         ClientOptions::default(),
     ));
     client.resolve_or_create("r1", "westeurope").await.unwrap();

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::routing::cache::TieredCache;
+use lockprobe::routing::lifecycle;
 use lockprobe::routing::{ClientOptions, Grant, LocationDocument, LockError, LockPolicy, PreLockRequest, RoutingClient, RoutingError};
 use lockprobe::store::memory::{Fault, MemoryStore, MemoryStoreConfig, OpKind};
-use lockprobe::store::{ChangeCursor, LocationStore, ReadFrom, StoreError};
+use lockprobe::store::{ChangeCursor, LocationStore, ReadFrom, StoreError, Versioned};
 
 const TASKS: usize = 50;
 const ROUNDS: usize = 40;
@@ -63,9 +64,9 @@ async fn check_one_winner(store: &MemoryStore, id: &str, results: &[Result<Grant
     let winner = winners[0];
     let lease = winner.record.doc.primary.lock.as_ref().unwrap().expires_at;
     for r in results.iter().filter(|r| r.is_err()) {
-        assert_eq!(r.as_ref().err(), Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease })), "{id}");
+        assert_eq!(r.as_ref().err(), Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease + margin() })), "{id}");
     }
-    let stored = store.read(id, ReadFrom::WriteRegion).await.unwrap();
+    let stored = settled(store, id).await;
     assert_eq!(stored, winner.record, "{id}: the store holds the winner's document");
     assert!(stored.doc.primary.lock.as_ref().unwrap().token.matches(&winner.token));
     let changes = store.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
@@ -78,7 +79,7 @@ async fn fifty_orchestrators_race_and_exactly_one_wins_every_time() {
     let store = store();
     for round in 0..ROUNDS {
         let id = format!("race-{round:02}");
-        store.create(&LocationDocument::new(&id, "westeurope")).await.unwrap();
+        store.create(&LocationDocument::new(&id, "westeurope")).await.unwrap().etag;
         let before = store.counts();
         // Every other round, hold each writer at its replace long enough for all 50 to
         // have read the unlocked document: the race is then certain, not a matter of
@@ -105,7 +106,7 @@ async fn fifty_orchestrators_race_and_exactly_one_wins_every_time() {
 #[tokio::test]
 async fn a_412_with_a_budget_of_one_is_retry_exhausted() {
     let store = store();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
     let before = store.counts();
     store.inject(OpKind::Replace, Fault::Fail(StoreError::PreconditionFailed), 1);
     let r = orchestrator(&store, 1).pre_lock("r", &request(0)).await;
@@ -119,7 +120,18 @@ async fn a_412_with_a_budget_of_one_is_retry_exhausted() {
     let grant = orchestrator(&store, 2).pre_lock("r", &request(0)).await.unwrap();
     let calls = store.counts().since(&before);
     assert_eq!((calls.read_write_region, calls.replace), (2, 2));
-    assert_eq!(store.read("r", ReadFrom::WriteRegion).await.unwrap(), grant.record);
+    assert_eq!(settled(&store, "r").await, grant.record);
+}
+
+/// The document as the routing library reads it: settled by its commit time.
+async fn settled(store: &MemoryStore, id: &str) -> Versioned {
+    let read = store.read(id, ReadFrom::WriteRegion).await.unwrap();
+    Versioned { doc: lifecycle::settle(read.doc, read.committed_at), ..read }
+}
+
+/// A lease ends for everyone the skew margin after it ends for its holder.
+fn margin() -> chrono::TimeDelta {
+    lockprobe::clock::to_chrono(lifecycle::DEFAULT_SKEW_MARGIN)
 }
 
 /// A real race with a budget of one: the losers give up on their 412 instead of
@@ -127,7 +139,7 @@ async fn a_412_with_a_budget_of_one_is_retry_exhausted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_budget_of_one_turns_lost_races_into_retry_exhausted() {
     let store = store();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
     store.inject(OpKind::Replace, Fault::Delay(Duration::from_millis(20)), TASKS);
     let results = race(&store, "r", 1).await;
     assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
@@ -167,10 +179,10 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
         assert_eq!(winners.len(), 1, "{id}: {} winners", winners.len());
         let lease = winners[0].record.doc.primary.lock.as_ref().unwrap().expires_at;
         for r in results.iter().filter(|r| r.is_err()) {
-            assert_eq!(r.as_ref().err(), Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease })), "{id}");
+            assert_eq!(r.as_ref().err(), Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease + margin() })), "{id}");
         }
         assert_eq!((calls.create, calls.replace), (TASKS as u64, 0), "{id}: one create each, no replace");
-        assert_eq!(store.read(&id, ReadFrom::WriteRegion).await.unwrap(), winners[0].record);
+        assert_eq!(settled(&store, &id).await, winners[0].record);
         let changes = store.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
         assert_eq!(changes.iter().filter(|c| c.doc.doc.id == id).count(), 1, "{id}: the pre-lock is the only write");
     }

@@ -42,7 +42,7 @@ use lockprobe::routing::{
     RoutingError, Source,
 };
 use lockprobe::store::memory::{Fault, MemoryStore, MemoryStoreConfig, OpKind};
-use lockprobe::store::{ChangeBatch, ChangeCursor, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 
 const ID: &str = "res-1";
 const REGIONS: [&str; 3] = ["westeurope", "northeurope", "eastus"];
@@ -83,15 +83,16 @@ impl Observed {
     }
 
     /// A third party (say, a newer library version adding its own field) changes the
-    /// document between this client's read and its replace.
+    /// document between this client's read and its replace. Like every writer that
+    /// knows the pending effect of the last write, it stores the settled document.
     async fn interfere_once(&self, id: &str) {
         let Ok(cur) = self.inner.read(id, ReadFrom::WriteRegion).await else { return };
         self.push(Event::Read { who: INTERFERER, etag: cur.etag.clone() });
-        let mut doc = cur.doc.clone();
+        let mut doc = lifecycle::settle(cur.doc.clone(), cur.committed_at);
         let n = doc.extra.get(TOUCH).and_then(Value::as_u64).unwrap_or(0);
         doc.extra.insert(TOUCH.into(), Value::from(n + 1));
-        if let Ok(etag) = self.inner.replace(&doc, &cur.etag).await {
-            self.push(Event::Committed { who: INTERFERER, if_match: cur.etag, etag });
+        if let Ok(committed) = self.inner.replace(&doc, &cur.etag).await {
+            self.push(Event::Committed { who: INTERFERER, if_match: cur.etag, etag: committed.etag });
         }
     }
 }
@@ -106,18 +107,18 @@ impl LocationStore for Observed {
         r
     }
 
-    async fn create(&self, doc: &LocationDocument) -> Result<ETag, StoreError> {
+    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
         self.inner.create(doc).await
     }
 
-    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<ETag, StoreError> {
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
         if self.interfere.load(Ordering::SeqCst) > 0 {
             self.interfere.fetch_sub(1, Ordering::SeqCst);
             self.interfere_once(&doc.id).await;
         }
         let r = self.inner.replace(doc, if_match).await;
-        if let Ok(etag) = &r {
-            self.push(Event::Committed { who: self.who, if_match: if_match.clone(), etag: etag.clone() });
+        if let Ok(committed) = &r {
+            self.push(Event::Committed { who: self.who, if_match: if_match.clone(), etag: committed.etag.clone() });
         }
         r
     }
@@ -218,7 +219,18 @@ struct World {
 }
 
 fn policy() -> LockPolicy {
-    LockPolicy::declared(TTLS[1], LAG, MAX_PRE_LOCK)
+    let policy = LockPolicy::declared(TTLS[1], LAG, MAX_PRE_LOCK);
+    assert_eq!(policy.skew_margin, Duration::from_millis(SKEW_MS));
+    policy
+}
+
+/// How long after a pre-lock an escalation is allowed: the delay and the skew margin.
+fn convergence() -> Duration {
+    policy().convergence_delay + policy().skew_margin
+}
+
+fn settled(v: Versioned) -> Versioned {
+    Versioned { doc: lifecycle::settle(v.doc, v.committed_at), ..v }
 }
 
 impl World {
@@ -228,7 +240,7 @@ impl World {
             clock.clone(),
             MemoryStoreConfig { replica_lag: LAG, change_log_capacity: 100_000 },
         ));
-        store.create(&LocationDocument::new(ID, REGIONS[0])).await.unwrap();
+        store.create(&LocationDocument::new(ID, REGIONS[0])).await.unwrap().etag;
         // Well past the replica lag, so small backward clock steps cannot make the
         // document's creation itself invisible to replicas.
         clock.advance(Duration::from_secs(60));
@@ -242,7 +254,7 @@ impl World {
                     clock.clone(),
                     TieredCache::try_new(&TTLS).unwrap(),
                     policy(),
-                    ClientOptions { retry_budget: BUDGET, skew_margin: Duration::from_millis(SKEW_MS) },
+                    ClientOptions { retry_budget: BUDGET, ..ClientOptions::default() },
                 );
                 Orch { client, observed, token: LockToken::generate() }
             })
@@ -250,8 +262,9 @@ impl World {
         Self { clock, store, log, orchs, policy: policy(), attributed: HashMap::new(), last_granted: 0, stepped_back: Duration::ZERO, offset_at: Mutex::default() }
     }
 
+    /// The write-region document as every reader takes it (settled by its commit time).
     async fn current(&self) -> Versioned {
-        self.store.read(ID, ReadFrom::WriteRegion).await.unwrap()
+        settled(self.store.read(ID, ReadFrom::WriteRegion).await.unwrap())
     }
 
     fn log_len(&self) -> usize {
@@ -323,27 +336,32 @@ async fn perform(o: &Orch, kind: Kind, doc0: &LocationDocument) -> Result<(Versi
     }
 }
 
-/// What the pure lifecycle says the act should do to `doc` at `now`.
+/// What the pure lifecycle says the act should do to the settled `doc` at `now`, as
+/// readers take it once committed at `now` (the memory store commits on the same clock).
 fn oracle(w: &World, o: &Orch, kind: Kind, doc: &LocationDocument, now: DateTime<Utc>) -> Result<LocationDocument, LockError> {
     let t = &o.token;
-    match kind {
+    let p = &w.policy;
+    let next = match kind {
         Kind::PreLock { secs, target } => {
-            lifecycle::pre_lock(doc, &pre_lock_request(doc, secs, target), LockToken::generate(), &w.policy, now)
+            lifecycle::pre_lock(doc, &pre_lock_request(doc, secs, target), LockToken::generate(), p, now)
         }
         Kind::Escalate { write, secs } => {
-            lifecycle::escalate(doc, t, escalation_phase(write), Duration::from_secs(secs), now)
+            lifecycle::escalate(doc, t, escalation_phase(write), Duration::from_secs(secs), p, now)
         }
-        Kind::Renew { secs } => lifecycle::renew(doc, t, Duration::from_secs(secs), now),
-        Kind::Swap { aim } => lifecycle::swap(doc, t, &swap_target(doc, t, aim), now),
+        Kind::Renew { secs } => lifecycle::renew(doc, t, Duration::from_secs(secs), p, now),
+        Kind::Swap { aim } => lifecycle::swap(doc, t, &swap_target(doc, t, aim), p, now),
         Kind::Release => lifecycle::release(doc, t, now),
-    }
+    };
+    next.map(|next| lifecycle::settle(next, now))
 }
 
-/// The document's JSON with tokens masked and the third party's field dropped, for
-/// comparing what was written with what the lifecycle prescribes.
+/// The document's JSON with tokens masked, the call records (random keys) and the third
+/// party's field dropped, for comparing what was written with what the lifecycle
+/// prescribes.
 fn normalized(doc: &LocationDocument) -> Value {
     let mut v = doc.to_json();
     v.as_object_mut().unwrap().remove(TOUCH);
+    v.as_object_mut().unwrap().remove("operations");
     for section in ["primary", "secondary"] {
         if let Some(lock) = v.get_mut(section).and_then(|s| s.get_mut("lock")).filter(|l| l.is_object()) {
             lock["token"] = Value::from("masked");
@@ -387,8 +405,9 @@ fn check_act_outcome(
         Err(e) => {
             prop_assert!(commits.is_empty(), "a refused act committed: {:?} -> {:?}", act, e);
             if !is_pre_lock && held_expired(doc0, presented, now) {
+                // A malformed request is refused as such before the lock is looked at.
                 prop_assert!(
-                    matches!(e, RoutingError::Lock(LockError::LeaseExpired { .. } | LockError::TokenMismatch)),
+                    matches!(e, RoutingError::Lock(LockError::LeaseExpired { .. } | LockError::TokenMismatch | LockError::InvalidRequest(_))),
                     "an expired token got {:?} instead of a refusal",
                     e
                 );
@@ -535,7 +554,7 @@ async fn check_world(w: &World) -> Result<(), TestCaseError> {
     let changes = batch.changes;
     let current = w.current().await;
     let last = changes.last().unwrap();
-    prop_assert_eq!(&last.doc, &current, "the write region is not the last committed change");
+    prop_assert_eq!(&settled(last.doc.clone()), &current, "the write region is not the last committed change");
 
     let log = w.log.lock().unwrap().clone();
     let commit_at: HashMap<&ETag, (usize, &ETag, usize)> = log
@@ -551,12 +570,12 @@ async fn check_world(w: &World) -> Result<(), TestCaseError> {
     for c in &changes {
         offsets.entry(c.doc.etag.clone()).or_insert(w.stepped_back);
     }
-    check_bounds(&changes[0].doc.doc)?;
+    check_bounds(&settled(changes[0].doc.clone()).doc)?;
     let mut guard_written_at = Duration::ZERO;
     for pair in changes.windows(2) {
         let (prev, next) = (&pair[0], &pair[1]);
         let offset = offsets[&next.doc.etag];
-        check_bounds(&next.doc.doc)?;
+        check_bounds(&settled(next.doc.clone()).doc)?;
         let Some(&(who, if_match, at)) = commit_at.get(&next.doc.etag) else {
             return Err(TestCaseError::fail("a change committed outside every client"));
         };
@@ -566,7 +585,8 @@ async fn check_world(w: &World) -> Result<(), TestCaseError> {
             _ => None,
         });
         prop_assert_eq!(last_read, Some(if_match), "a writer presented an ETag it had not just read");
-        check_transition(w, &prev.doc.doc, &next.doc.doc, next.committed_at, who, &next.doc.etag, offset - guard_written_at)?;
+        let (prev_doc, next_doc) = (settled(prev.doc.clone()).doc, settled(next.doc.clone()).doc);
+        check_transition(w, &prev_doc, &next_doc, next.doc.committed_at, who, &next.doc.etag, offset - guard_written_at)?;
         let lock_of = |d: &LocationDocument| swap_guard(d).and_then(|s| s.lock.clone());
         if lock_of(&next.doc.doc).is_some() && lock_of(&next.doc.doc) != lock_of(&prev.doc.doc) {
             guard_written_at = offset;
@@ -695,7 +715,7 @@ async fn run(n: usize, steps: Vec<Step>) -> Result<World, TestCaseError> {
             Step::Resolve(who) => resolve(&w, who).await?,
             Step::Cutover => {
                 let holder = w.orchs.len();
-                w.clock.advance(policy().convergence_delay);
+                w.clock.advance(convergence());
                 for kind in [
                     Kind::Escalate { write: false, secs: 20 },
                     Kind::Escalate { write: true, secs: 20 },
@@ -775,7 +795,7 @@ async fn forged(w: &World, doc: &LocationDocument) -> Result<(), TestCaseError> 
 async fn write_locked_world() -> World {
     let mut w = World::new(2).await;
     do_act(&mut w, Act { who: 0, kind: Kind::PreLock { secs: 100, target: false } }).await.unwrap();
-    w.clock.advance(policy().convergence_delay);
+    w.clock.advance(convergence());
     do_act(&mut w, Act { who: 0, kind: Kind::Escalate { write: false, secs: 30 } }).await.unwrap();
     do_act(&mut w, Act { who: 0, kind: Kind::Escalate { write: true, secs: 30 } }).await.unwrap();
     check_world(&w).await.unwrap();

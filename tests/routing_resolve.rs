@@ -18,7 +18,7 @@ use lockprobe::store::{LocationStore, ReadFrom};
 const FAST: Duration = Duration::from_secs(1);
 const SLOW: Duration = Duration::from_secs(4);
 const LAG: Duration = Duration::from_secs(3);
-const SKEW: Duration = Duration::from_millis(500);
+const SKEW: Duration = lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN;
 
 struct Env {
     clock: Arc<ManualClock>,
@@ -35,7 +35,7 @@ fn client(clock: &Arc<ManualClock>, store: &Arc<MemoryStore>) -> RoutingClient {
         clock.clone(),
         TieredCache::try_new(&[FAST, SLOW]).unwrap(),
         LockPolicy::declared(SLOW, LAG, Duration::from_secs(3600)),
-        ClientOptions { retry_budget: 8, skew_margin: SKEW },
+        ClientOptions::default(),
     )
 }
 
@@ -43,7 +43,7 @@ fn client(clock: &Arc<ManualClock>, store: &Arc<MemoryStore>) -> RoutingClient {
 async fn env() -> Env {
     let clock = Arc::new(ManualClock::at_epoch());
     let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: LAG, ..Default::default() }));
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
     clock.advance(Duration::from_secs(60));
     Env { service: client(&clock, &store), orchestrator: client(&clock, &store), clock, store }
 }
@@ -76,7 +76,7 @@ async fn a_cache_miss_reads_one_replica_and_nothing_else() {
     assert_eq!(e.counts().since(&before), OpCounts { read_replica: 1, ..Default::default() });
 
     // A second resource is a miss of its own.
-    e.store.create(&LocationDocument::new("s", "northeurope")).await.unwrap();
+    e.store.create(&LocationDocument::new("s", "northeurope")).await.unwrap().etag;
     e.clock.advance(LAG);
     let before = e.counts();
     assert_eq!(e.service.resolve("s").await.unwrap().source, Source::Store);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::ManualClock;
+use lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN;
 use lockprobe::service::{start, Fault, ServiceConfig};
 use lockprobe::store::memory::{Fault as StoreFault, MemoryStore, MemoryStoreConfig, OpKind};
 use lockprobe::store::{LocationStore, ReadFrom, StoreError};
@@ -18,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 const KEY: &str = "test-key";
 const TTL: Duration = Duration::from_secs(2);
 const BOUND: Duration = Duration::from_secs(1);
+/// From a pre-lock to the instant it may be escalated: the declared delay and the skew margin.
+const CONVERGED: Duration = Duration::from_millis(TTL.as_millis() as u64 + BOUND.as_millis() as u64 + DEFAULT_SKEW_MARGIN.as_millis() as u64);
 
 struct Harness {
     clock: Arc<ManualClock>,
@@ -143,7 +146,7 @@ impl Harness {
         let pre = self.pre_lock(id, 600.0).await;
         assert_eq!(pre.status, StatusCode::CREATED, "{}", pre.body);
         let token = pre.body["token"].as_str().unwrap().to_owned();
-        self.clock.advance(TTL + BOUND);
+        self.clock.advance(CONVERGED);
         assert_eq!(self.escalate(id, &token, "hardDelete", 60.0).await.status, StatusCode::OK);
         assert_eq!(self.escalate(id, &token, "write", write_seconds).await.status, StatusCode::OK);
         token
@@ -204,7 +207,7 @@ async fn every_lock_refusal_has_its_type() {
 
     let early = h.escalate("probe-a", &token, "hardDelete", 10.0).await;
     assert_eq!((early.status, early.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:invalid-transition"));
-    h.clock.advance(TTL + BOUND);
+    h.clock.advance(CONVERGED);
     let skip = h.escalate("probe-a", &token, "write", 10.0).await;
     assert_eq!((skip.status, skip.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:invalid-transition"));
     let swap_early = h.swap("probe-a", &token, "northeurope").await;
@@ -240,7 +243,7 @@ async fn renew_and_release_succeed_for_the_holder() {
 async fn store_failures_are_503_and_change_nothing() {
     let h = harness().await;
     let token = h.pre_lock("probe-a", 300.0).await.body["token"].as_str().unwrap().to_owned();
-    h.clock.advance(TTL + BOUND);
+    h.clock.advance(CONVERGED);
     let before = h.etag("probe-a").await;
 
     h.store.inject(OpKind::Replace, StoreFault::Fail(StoreError::PreconditionFailed), 100);
@@ -272,7 +275,7 @@ async fn full_lifecycle_enforces_each_phase_and_the_swap_carries_the_data() {
     let token = h.pre_lock(id, 600.0).await.body["token"].as_str().unwrap().to_owned();
     assert_eq!(h.write(0, id, "k", json!(1)).await.status, StatusCode::CREATED);
     assert_eq!(h.delete(0, id, "k").await.status, StatusCode::NO_CONTENT);
-    h.clock.advance(TTL + BOUND);
+    h.clock.advance(CONVERGED);
     assert_eq!(h.write(0, id, "k", json!(1)).await.status, StatusCode::CREATED);
     assert_eq!(h.delete(0, id, "k").await.status, StatusCode::NO_CONTENT);
 
@@ -320,6 +323,10 @@ async fn a_short_write_lock_lapses_by_itself_and_its_token_cannot_swap() {
     let token = h.to_write_lock(id, 1.0).await;
     assert_eq!(h.write(0, id, "k", json!(2)).await.status, StatusCode::LOCKED);
     h.clock.advance(Duration::from_secs(1));
+    // At its end by this clock the lease may still be live by another within the skew
+    // margin: the lock holds for that long too.
+    assert_eq!(h.write(0, id, "k", json!(3)).await.status, StatusCode::LOCKED);
+    h.clock.advance(DEFAULT_SKEW_MARGIN);
     assert_eq!(h.write(0, id, "k", json!(3)).await.status, StatusCode::OK, "writes resume without any release");
     let swap = h.swap(id, &token, "northeurope").await;
     assert_eq!((swap.status, swap.problem_type()), (StatusCode::GONE, "urn:lockprobe:error:lock-expired"));
@@ -370,7 +377,7 @@ async fn under_declared_convergence_lets_a_stale_instance_delete_physically() {
     let pre = h.pre_lock(id, 600.0).await;
     assert_eq!(pre.body["convergenceDelaySeconds"], json!(1.0), "declares only the replication bound");
     let token = pre.body["token"].as_str().unwrap().to_owned();
-    h.clock.advance(BOUND);
+    h.clock.advance(BOUND + DEFAULT_SKEW_MARGIN);
     assert_eq!(h.escalate(id, &token, "hardDelete", 60.0).await.status, StatusCode::OK);
     // Instance 1 still serves its cached, unlocked document: the delete is physical.
     assert_eq!(h.delete(1, id, "k").await.status, StatusCode::NO_CONTENT);
@@ -395,7 +402,7 @@ async fn enforcement_faults_allow_what_should_be_refused() {
     h.write(0, id, "b", json!(1)).await;
     let pre = h.pre_lock(id, 600.0).await;
     let token = pre.body["token"].as_str().unwrap().to_owned();
-    h.clock.advance(TTL + BOUND);
+    h.clock.advance(CONVERGED);
     h.escalate(id, &token, "hardDelete", 60.0).await;
     assert_eq!(h.delete(0, id, "a").await.status, StatusCode::NO_CONTENT, "deleted physically under hardDelete");
     h.escalate(id, &token, "write", 60.0).await;
@@ -407,7 +414,7 @@ async fn bad_input_is_400_and_changes_nothing() {
     let h = harness().await;
     let id = "probe-bad";
     let token = h.pre_lock(id, 600.0).await.body["token"].as_str().unwrap().to_owned();
-    h.clock.advance(TTL + BOUND);
+    h.clock.advance(CONVERGED);
     let before = h.etag(id).await.unwrap();
     let raw = |path: &str, body: &'static str| {
         h.http
@@ -473,7 +480,7 @@ async fn server_timing_tells_cache_from_read_through() {
     assert_eq!(h.route(0, id).await.source(), "cache");
     let token = h.pre_lock(id, 600.0).await.body["token"].as_str().unwrap().to_owned();
     assert_eq!(h.read(0, id, "k").await.source(), "cache", "a lock not yet effective is served from cache");
-    h.clock.advance(TTL + BOUND);
+    h.clock.advance(CONVERGED);
     h.escalate(id, &token, "hardDelete", 60.0).await;
     let before = h.store.counts();
     for answer in [h.read(0, id, "k").await, h.route(0, id).await, h.write(0, id, "k", json!(2)).await] {
@@ -551,7 +558,7 @@ async fn a_swap_to_an_undeclared_target_copies_nothing() {
     assert_eq!(pre.status(), 201);
     let pre: Value = serde_json::from_slice(&axum::body::to_bytes(pre.into_body(), 1 << 16).await.unwrap()).unwrap();
     let token = pre["token"].as_str().unwrap();
-    clock.advance(TTL + BOUND);
+    clock.advance(CONVERGED);
     for phase in ["hardDelete", "write"] {
         let up = call("POST", &format!("/v1/resources/{id}/lock/escalate"), json!({"token": token, "phase": phase, "durationSeconds": 60}));
         assert_eq!(up.await.unwrap().status(), 200);

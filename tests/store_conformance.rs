@@ -30,14 +30,14 @@ mod suite {
 
     pub async fn etag_changes_on_every_write(store: Arc<dyn LocationStore>) {
         let doc = LocationDocument::new("etag-1", "westeurope");
-        let e1 = store.create(&doc).await.unwrap();
+        let e1 = store.create(&doc).await.unwrap().etag;
         let read = store.read("etag-1", ReadFrom::WriteRegion).await.unwrap();
         assert_eq!((&read.doc, &read.etag), (&doc, &e1));
 
         let v2 = moved(&doc, "northeurope");
-        let e2 = store.replace(&v2, &e1).await.unwrap();
+        let e2 = store.replace(&v2, &e1).await.unwrap().etag;
         // Rewriting identical content is still a write and still gets a new ETag.
-        let e3 = store.replace(&v2, &e2).await.unwrap();
+        let e3 = store.replace(&v2, &e2).await.unwrap().etag;
         let etags: HashSet<&ETag> = [&e1, &e2, &e3].into_iter().collect();
         assert_eq!(etags.len(), 3, "every write gets a new etag: {e1:?} {e2:?} {e3:?}");
         let read = store.read("etag-1", ReadFrom::WriteRegion).await.unwrap();
@@ -46,9 +46,9 @@ mod suite {
 
     pub async fn stale_etag_is_refused_and_changes_nothing(store: Arc<dyn LocationStore>) {
         let doc = LocationDocument::new("stale-1", "westeurope");
-        let e1 = store.create(&doc).await.unwrap();
+        let e1 = store.create(&doc).await.unwrap().etag;
         let v2 = moved(&doc, "northeurope");
-        let e2 = store.replace(&v2, &e1).await.unwrap();
+        let e2 = store.replace(&v2, &e1).await.unwrap().etag;
 
         let v3 = moved(&doc, "eastus");
         assert_eq!(store.replace(&v3, &e1).await, Err(StoreError::PreconditionFailed));
@@ -59,7 +59,7 @@ mod suite {
 
     pub async fn create_of_an_existing_id_conflicts(store: Arc<dyn LocationStore>) {
         let doc = LocationDocument::new("dup-1", "westeurope");
-        let e1 = store.create(&doc).await.unwrap();
+        let e1 = store.create(&doc).await.unwrap().etag;
         assert_eq!(store.create(&moved(&doc, "eastus")).await, Err(StoreError::Conflict));
         let read = store.read("dup-1", ReadFrom::WriteRegion).await.unwrap();
         assert_eq!((&read.doc, &read.etag), (&doc, &e1));
@@ -80,12 +80,12 @@ mod suite {
             "addedByV1_3": {"nested": [1, 2, {"deep": true}]}
         });
         let doc = LocationDocument::from_json(stored).unwrap();
-        let e1 = store.create(&doc).await.unwrap();
+        let e1 = store.create(&doc).await.unwrap().etag;
         let read = store.read("future-1", ReadFrom::WriteRegion).await.unwrap();
         assert_eq!(read.doc, doc, "read back exactly what was written, no store metadata added");
 
         let next = moved(&read.doc, "northeurope");
-        store.replace(&next, &e1).await.unwrap();
+        store.replace(&next, &e1).await.unwrap().etag;
         let json = store.read("future-1", ReadFrom::WriteRegion).await.unwrap().doc.to_json();
         assert_eq!(json["addedByV1_3"], json!({"nested": [1, 2, {"deep": true}]}));
         assert_eq!(json["primary"]["tier"], json!("gold"));
@@ -110,8 +110,8 @@ mod suite {
                 return (seen, cursor);
             }
             for change in &batch.changes {
-                assert!(last_commit <= Some(change.committed_at), "changes come in commit-time order");
-                last_commit = Some(change.committed_at);
+                assert!(last_commit <= Some(change.doc.committed_at), "changes come in commit-time order");
+                last_commit = Some(change.doc.committed_at);
                 seen.push((change.doc.doc.id.clone(), change.doc.etag.clone()));
             }
             cursor = batch.next;
@@ -144,18 +144,18 @@ mod suite {
         }
         let docs: Vec<LocationDocument> = ["c", "a", "b"].iter().map(|id| LocationDocument::new(*id, "westeurope")).collect();
         for doc in &docs {
-            write(&mut committed, &doc.id, store.create(doc).await.unwrap());
+            write(&mut committed, &doc.id, store.create(doc).await.unwrap().etag);
         }
         let b1 = committed["b"][0].clone();
-        write(&mut committed, "b", store.replace(&moved(&docs[2], "northeurope"), &b1).await.unwrap());
+        write(&mut committed, "b", store.replace(&moved(&docs[2], "northeurope"), &b1).await.unwrap().etag);
 
         let (first, cursor) = drain(&*store, ChangeCursor::beginning(), 2).await;
         assert_faithful(&first, &committed, &["a", "b", "c"]);
 
         // Resume: only what was written after the cursor comes back.
         let a1 = committed["a"][0].clone();
-        write(&mut committed, "a", store.replace(&moved(&docs[1], "eastus"), &a1).await.unwrap());
-        write(&mut committed, "d", store.create(&LocationDocument::new("d", "westeurope")).await.unwrap());
+        write(&mut committed, "a", store.replace(&moved(&docs[1], "eastus"), &a1).await.unwrap().etag);
+        write(&mut committed, "d", store.create(&LocationDocument::new("d", "westeurope")).await.unwrap().etag);
         let (second, cursor) = drain(&*store, cursor, 2).await;
         let ids: BTreeSet<&str> = second.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(ids, BTreeSet::from(["a", "d"]), "after the cursor only the new writes: {second:?}");
@@ -170,7 +170,7 @@ mod suite {
         let ids = ["m", "b", "x", "a", "q", "c", "z"];
         let mut etags = HashMap::new();
         for id in ids {
-            etags.insert(id.to_owned(), store.create(&LocationDocument::new(id, "westeurope")).await.unwrap());
+            etags.insert(id.to_owned(), store.create(&LocationDocument::new(id, "westeurope")).await.unwrap().etag);
         }
         let mut after: Option<String> = None;
         let mut pages = Vec::new();
@@ -194,7 +194,7 @@ mod suite {
     pub async fn concurrent_replaces_from_one_etag_have_one_winner(store: Arc<dyn LocationStore>) {
         const N: usize = 16;
         let doc = LocationDocument::new("race-1", "westeurope");
-        let e1 = store.create(&doc).await.unwrap();
+        let e1 = store.create(&doc).await.unwrap().etag;
         let tasks: Vec<_> = (0..N)
             .map(|i| {
                 let (store, doc, e1) = (store.clone(), moved(&doc, &format!("region-{i}")), e1.clone());
@@ -204,7 +204,7 @@ mod suite {
         let mut winners = Vec::new();
         for task in tasks {
             match task.await.unwrap() {
-                (i, Ok(etag)) => winners.push((i, etag)),
+                (i, Ok(committed)) => winners.push((i, committed.etag)),
                 (_, Err(StoreError::PreconditionFailed)) => {}
                 (i, Err(other)) => panic!("replace {i} failed with {other:?}, expected success or 412"),
             }
@@ -218,9 +218,9 @@ mod suite {
 
     pub async fn fifty_concurrent_pre_locks_have_one_winner(store: Arc<dyn LocationStore>) {
         const N: usize = 50;
-        store.create(&LocationDocument::new("lock-1", "westeurope")).await.unwrap();
+        store.create(&LocationDocument::new("lock-1", "westeurope")).await.unwrap().etag;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let policy = LockPolicy { convergence_delay: Duration::from_secs(2), max_pre_lock: Duration::from_secs(600) };
+        let policy = LockPolicy::new(Duration::from_secs(2), Duration::from_secs(600));
         let tasks: Vec<_> = (0..N)
             .map(|i| {
                 // One client per task: 50 service instances, each with its own cache.

@@ -218,7 +218,9 @@ impl Tracker {
             .or_insert_with(|| {
                 Timeline::new(
                     acquired_ms,
-                    ms(lock.effective_at),
+                    // The declared delay, not effectiveAt: that also holds the skew
+                    // margin and, once settled, the store's commit delay.
+                    acquired_ms.saturating_add(lock.convergence_delay().num_milliseconds()),
                     ms(lock.expires_at),
                     token_hash,
                     location_hash,

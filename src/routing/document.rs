@@ -65,6 +65,13 @@ pub struct LocationDocument {
 /// only be judged by the commit time, which every reader gets with the version:
 /// a pre-lock restricts nothing before its commit + the declared delay (+ skew margin),
 /// and a call that relied on a live lease is void when it landed after that lease.
+///
+/// The record belongs to the version that wrote it, so every writer must settle the
+/// document it read before writing it back (the routing library always does). A
+/// writer that does not know this field (an earlier library version) changes the lock
+/// state it rewrites, which the digest detects; a writer outside the library that
+/// rewrote the document unchanged would make the record be judged by its own commit
+/// time, which is why the routing library must stay the only writer of lock state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingEffect {

@@ -92,14 +92,14 @@ pub struct LockPolicy {
 pub const DEFAULT_SKEW_MARGIN: Duration = Duration::from_millis(500);
 
 impl LockPolicy {
+    /// A policy declaring `convergence_delay`, with the default skew margin and no deviations.
+    pub fn new(convergence_delay: Duration, max_pre_lock: Duration) -> Self {
+        Self { convergence_delay, max_pre_lock, skew_margin: DEFAULT_SKEW_MARGIN, deviations: Deviations::default() }
+    }
+
     /// The honest declaration: convergence delay = largest cache TTL + replication bound.
     pub fn declared(max_cache_ttl: Duration, replication_bound: Duration, max_pre_lock: Duration) -> Self {
-        Self {
-            convergence_delay: max_cache_ttl + replication_bound,
-            max_pre_lock,
-            skew_margin: DEFAULT_SKEW_MARGIN,
-            deviations: Deviations::default(),
-        }
+        Self::new(max_cache_ttl + replication_bound, max_pre_lock)
     }
 
     fn margin(&self) -> TimeDelta {

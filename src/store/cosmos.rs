@@ -281,7 +281,7 @@ pub fn classify(err: &CosmosError, write: bool) -> StoreError {
     let sub_code = status.sub_status().map(u16::from);
     let sub = sub_code.map(|s| format!("/{s}")).unwrap_or_default();
     let message = format!("cosmos {code}{sub}: {err}");
-    if write && !write_was_refused(code, sub_code) {
+    if write && !write_was_refused(code, sub_code) && !never_sent(err) {
         StoreError::OutcomeUnknown(message)
     } else {
         StoreError::Unavailable(message)
@@ -291,6 +291,22 @@ pub fn classify(err: &CosmosError, write: bool) -> StoreError {
 /// Sub-statuses of the SDK's own 503 for requests that never reached the wire:
 /// connection failed (20010), DNS failed (20012), HTTP/2 incompatible (20015).
 const NEVER_SENT: [u16; 3] = [20010, 20012, 20015];
+
+/// Whether the SDK's transport failure wraps one that never reached the wire: its
+/// generic 503/20003 carries the real cause (connection refused, say) as its source.
+fn never_sent(err: &CosmosError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
+    while let Some(e) = cause {
+        if let Some(inner) = e.downcast_ref::<CosmosError>() {
+            let status = inner.status();
+            if write_was_refused(u16::from(status.status_code()), status.sub_status().map(u16::from)) {
+                return true;
+            }
+        }
+        cause = e.source();
+    }
+    false
+}
 
 /// Whether a failed write provably took no effect.
 fn write_was_refused(code: u16, sub_status: Option<u16>) -> bool {

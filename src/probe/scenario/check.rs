@@ -434,9 +434,17 @@ impl<'a> Check<'a> {
             .and_then(|d| Duration::try_from_secs_f64(d).ok())
     }
 
-    /// How long to wait after a pre-lock before escalating: declared delay plus buffer,
-    /// never less than the replication bound.
-    pub(super) fn escalation_wait(&self, declared: Duration) -> Duration {
-        (declared + self.sc.settings.buffer).max(self.sc.settings.replication_bound)
+    /// How long to wait, from the pre-lock's answer `r`, before escalating: until the
+    /// later of the `effectiveAt` it shows and the answer + the declared delay, plus the
+    /// buffer (contract 1.1: a pre-lock the store committed late, or a store whose
+    /// commit time is coarse, starts later than the answer suggests); never less than
+    /// the replication bound.
+    pub(super) fn escalation_wait(&self, r: &Reply, declared: Duration) -> Duration {
+        let shown = r
+            .str_field("effectiveAt")
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .and_then(|t| (t.to_utc() - Utc::now()).to_std().ok())
+            .unwrap_or_default();
+        (declared.max(shown) + self.sc.settings.buffer).max(self.sc.settings.replication_bound)
     }
 }

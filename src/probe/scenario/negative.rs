@@ -66,7 +66,7 @@ impl Check<'_> {
     pub(super) async fn pre_lock_and_wait(&self) -> Result<(), Abort> {
         let r = self.must_pre_lock().await?;
         // The main walk judges the declaration; here it only paces a test resource.
-        let wait = self.escalation_wait(self.declared(&r).unwrap_or_default());
+        let wait = self.escalation_wait(&r, self.declared(&r).unwrap_or_default());
         self.step(&format!(
             "waiting {:.3}s for the pre-lock to take effect",
             wait.as_secs_f64()

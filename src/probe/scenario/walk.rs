@@ -82,7 +82,7 @@ impl Check<'_> {
                 )),
             );
         }
-        let wait = self.escalation_wait(declared);
+        let wait = self.escalation_wait(&r, declared);
 
         self.step(&format!(
             "measuring convergence on {n} instances (declared {:.3}s, waiting {:.3}s) while checking nothing is restricted yet",
