@@ -594,3 +594,49 @@ async fn a_new_resource_is_found_on_every_instance_before_replicas_catch_up() {
     assert_eq!((write.status, write.source()), (StatusCode::CREATED, "cache".to_owned()));
     assert_eq!(h.read(1, "probe-never", "k").await.status, StatusCode::NOT_FOUND);
 }
+
+/// Cosmos DB forbids `/ \ ? #` in ids, so every store refuses them on every route (sent
+/// percent-encoded: raw, `?` and `#` would end the path and `\` would become `/`).
+#[tokio::test]
+async fn ids_and_keys_with_characters_cosmos_forbids_are_400_on_every_route() {
+    let h = harness().await;
+    let body = json!({"owner": "x", "durationSeconds": 10});
+    let token = "0123456789abcdef0123456789abcdef";
+    for encoded in ["%5C", "%3F", "%23"] {
+        let id = format!("probe-a{encoded}b");
+        let answers = [
+            h.lock(0, &id, "", body.clone()).await,
+            h.lock(0, &id, "/escalate", json!({"token": token, "phase": "write", "durationSeconds": 10})).await,
+            h.lock(0, &id, "/renew", json!({"token": token, "durationSeconds": 10})).await,
+            h.lock(0, &id, "/swap", json!({"token": token, "targetLocation": "northeurope"})).await,
+            h.release(&id, Some(token)).await,
+            h.route(0, &id).await,
+            h.read(0, &id, "k").await,
+            h.write(0, &id, "k", json!(1)).await,
+            h.delete(0, &id, "k").await,
+            h.read(0, "probe-ok", &format!("k{encoded}")).await,
+            h.write(0, "probe-ok", &format!("k{encoded}"), json!(1)).await,
+            h.delete(0, "probe-ok", &format!("k{encoded}")).await,
+        ];
+        for (i, a) in answers.iter().enumerate() {
+            assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "{encoded} call {i}: {}", a.body);
+        }
+        let decoded = id.replace("%5C", "\\").replace("%3F", "?").replace("%23", "#");
+        assert_eq!(h.etag(&decoded).await, None, "{encoded}: a refused call creates nothing");
+    }
+    assert_eq!(h.etag("probe-ok").await, None, "a refused key creates nothing");
+    let target = h.lock(0, "probe-t", "", json!({"owner": "x", "durationSeconds": 10, "targetLocation": "north\\europe"})).await;
+    assert_eq!((target.status, target.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
+    assert_eq!(h.etag("probe-t").await, None);
+}
+
+#[tokio::test]
+async fn an_owner_with_control_characters_is_400() {
+    let h = harness().await;
+    for owner in ["orchestrator\n", "a\u{0}b", "tab\there", "\u{1b}[31mred"] {
+        let a = h.lock(0, "probe-owner", "", json!({"owner": owner, "durationSeconds": 10})).await;
+        assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "{owner:?}");
+    }
+    assert_eq!(h.etag("probe-owner").await, None);
+    assert_eq!(h.pre_lock("probe-owner", 10.0).await.status, StatusCode::CREATED, "a plain owner is still fine");
+}

@@ -42,7 +42,12 @@ where
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
 
-/// Checks a resource id or item key from the path.
+/// Characters no id or key may hold: Cosmos DB forbids the first four in document ids,
+/// and every store refuses the same set so an id valid on one is valid on all.
+const FORBIDDEN_IN_NAMES: [char; 4] = ['/', '\\', '?', '#'];
+
+/// Checks a resource id, item key or location name: 1 to [`MAX_ID_BYTES`] bytes, none of
+/// `/ \ ? #`, no control characters.
 pub fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
     if value.is_empty() {
         return Err(ApiError::bad_request(format!("{field} must not be empty")));
@@ -50,8 +55,8 @@ pub fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
     if value.len() > MAX_ID_BYTES {
         return Err(ApiError::bad_request(format!("{field} is {} bytes; at most {MAX_ID_BYTES} are allowed", value.len())));
     }
-    if value.contains('/') || value.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(format!("{field} must not contain '/' or control characters")));
+    if value.contains(FORBIDDEN_IN_NAMES) || value.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(format!("{field} must not contain '/', '\\', '?', '#' or control characters")));
     }
     Ok(())
 }
@@ -79,6 +84,11 @@ mod tests {
         assert!(check_name("id", &"x".repeat(256)).is_err());
         assert!(check_name("id", &"x".repeat(255)).is_ok());
         assert!(check_name("id", "a\nb").is_err());
+        for bad in ["a\\b", "a?b", "a#b", "?", "#", "\\", "a\u{7f}b", "a\u{85}b"] {
+            let e = check_name("id", bad).unwrap_err();
+            assert_eq!(e.kind, "bad-request", "{bad:?}");
+        }
+        assert!(check_name("id", "probe-é.%_~:@!$&'()*+,;=").is_ok(), "everything else stays allowed");
     }
 
     #[test]

@@ -125,6 +125,10 @@ pub async fn pre_lock(
     if body.owner.len() > MAX_OWNER_BYTES {
         return Err(ApiError::bad_request(format!("owner is longer than {MAX_OWNER_BYTES} bytes")));
     }
+    // The owner is shown in route views and logs: no line breaks or escapes in them.
+    if body.owner.chars().any(char::is_control) {
+        return Err(ApiError::bad_request("owner must not contain control characters"));
+    }
     if let Some(target) = &body.target_location {
         input::check_name("targetLocation", target)?;
     }
