@@ -640,3 +640,30 @@ async fn an_owner_with_control_characters_is_400() {
     assert_eq!(h.etag("probe-owner").await, None);
     assert_eq!(h.pre_lock("probe-owner", 10.0).await.status, StatusCode::CREATED, "a plain owner is still fine");
 }
+
+/// A path segment that is not UTF-8 once percent-decoded is refused as problem+json
+/// by every handler, not with axum's text/plain rejection.
+#[tokio::test]
+async fn undecodable_paths_are_400_problems_on_every_route() {
+    let h = harness().await;
+    let token = "0123456789abcdef0123456789abcdef";
+    let bad = "probe-%FF";
+    let answers = [
+        h.route(0, bad).await,
+        h.read(0, bad, "k").await,
+        h.write(0, bad, "k", json!(1)).await,
+        h.delete(0, bad, "k").await,
+        h.read(0, "probe-ok", "%C3%28").await,
+        h.write(0, "probe-ok", "%C3%28", json!(1)).await,
+        h.delete(0, "probe-ok", "%C3%28").await,
+        h.lock(0, bad, "", json!({"owner": "x", "durationSeconds": 10})).await,
+        h.lock(0, bad, "/escalate", json!({"token": token, "phase": "write", "durationSeconds": 10})).await,
+        h.lock(0, bad, "/renew", json!({"token": token, "durationSeconds": 10})).await,
+        h.lock(0, bad, "/swap", json!({"token": token, "targetLocation": "northeurope"})).await,
+        h.call(0, Method::DELETE, &format!("/v1/resources/{bad}/lock"), None, Some(KEY)).await,
+    ];
+    for (i, a) in answers.iter().enumerate() {
+        assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "call {i}: {}", a.body);
+    }
+    assert_eq!(h.etag("probe-ok").await, None);
+}

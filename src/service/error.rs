@@ -55,6 +55,12 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not-found", what)
     }
 
+    /// 500 `internal`: a fault of this service; `cause` is logged, never shown.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(%cause, "internal error");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the service failed to handle this request")
+    }
+
     /// 413 `payload-too-large`.
     pub fn too_large(limit: usize) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", format!("request bodies are limited to {limit} bytes"))

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -32,6 +33,31 @@ where
             Ok(axum::Json(value)) => Ok(Self(value)),
             Err(JsonRejection::BytesRejection(e)) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
                 Err(ApiError::too_large(limit.unwrap_or_default()))
+            }
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
+/// Path parameters whose rejections become problem+json: a segment that is not UTF-8
+/// once percent-decoded is 400 `bad-request`, like any other bad id.
+#[derive(Debug)]
+pub struct PathParams<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for PathParams<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Self(value)),
+            // A route whose parameters do not fit the handler's type: our bug, not the caller's.
+            Err(e @ PathRejection::MissingPathParams(_)) => Err(ApiError::internal(e.body_text())),
+            Err(PathRejection::FailedToDeserializePathParams(e)) if e.status().is_server_error() => {
+                Err(ApiError::internal(e.body_text()))
             }
             Err(e) => Err(ApiError::bad_request(e.body_text())),
         }
@@ -89,6 +115,32 @@ mod tests {
             assert_eq!(e.kind, "bad-request", "{bad:?}");
         }
         assert!(check_name("id", "probe-é.%_~:@!$&'()*+,;=").is_ok(), "everything else stays allowed");
+    }
+
+    async fn answer_of(router: axum::Router, uri: &str) -> (axum::http::StatusCode, String, serde_json::Value) {
+        use tower::ServiceExt;
+        let response = router.oneshot(Request::get(uri).body(axum::body::Body::empty()).unwrap()).await.unwrap();
+        let status = response.status();
+        let content_type = response.headers()[axum::http::header::CONTENT_TYPE].to_str().unwrap().to_owned();
+        let body = axum::body::to_bytes(response.into_body(), 4096).await.unwrap();
+        (status, content_type, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn path_rejections_are_problems() {
+        async fn one(PathParams(id): PathParams<String>) -> String {
+            id
+        }
+        async fn two(PathParams((a, b)): PathParams<(String, String)>) -> String {
+            a + &b
+        }
+        let router = axum::Router::new().route("/one/{id}", axum::routing::get(one)).route("/mismatch/{id}", axum::routing::get(two));
+        let (status, content_type, body) = answer_of(router.clone(), "/one/%FF").await;
+        assert_eq!((status.as_u16(), content_type.as_str()), (400, "application/problem+json"));
+        assert_eq!(body["type"], "urn:lockprobe:error:bad-request");
+        let (status, content_type, body) = answer_of(router, "/mismatch/x").await;
+        assert_eq!((status.as_u16(), content_type.as_str()), (500, "application/problem+json"), "a route that does not fit its handler is our fault");
+        assert_eq!(body["type"], "urn:lockprobe:error:internal");
     }
 
     #[test]

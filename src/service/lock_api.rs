@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::input::{self, JsonBody};
+use super::input::{self, JsonBody, PathParams};
 use super::Instance;
 use crate::clock::span;
 use crate::routing::{LocationDocument, LockError, LockToken, Phase, PreLockRequest, RoutingError};
@@ -115,7 +115,7 @@ fn lock_view(doc: &LocationDocument, token: &LockToken) -> Value {
 /// `POST /v1/resources/{id}/lock`: a new pre-lock (creates the document if needed).
 pub async fn pre_lock(
     State(instance): State<Arc<Instance>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
     body: Result<JsonBody<PreLockBody>, ApiError>,
 ) -> Result<Response, ApiError> {
@@ -148,7 +148,7 @@ pub async fn pre_lock(
 /// `POST /v1/resources/{id}/lock/escalate`.
 pub async fn escalate(
     State(instance): State<Arc<Instance>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
     body: Result<JsonBody<EscalateBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
@@ -165,7 +165,7 @@ pub async fn escalate(
 /// `POST /v1/resources/{id}/lock/renew`.
 pub async fn renew(
     State(instance): State<Arc<Instance>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
     body: Result<JsonBody<RenewBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
@@ -182,7 +182,7 @@ pub async fn renew(
 /// lock, then switches location and clears the lock in one write.
 pub async fn swap(
     State(instance): State<Arc<Instance>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
     body: Result<JsonBody<SwapBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
@@ -204,7 +204,7 @@ pub async fn swap(
 /// `DELETE /v1/resources/{id}/lock` with `Lock-Token`.
 pub async fn release(
     State(instance): State<Arc<Instance>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize(&instance, &headers, &id)?;
