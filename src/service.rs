@@ -158,6 +158,10 @@ pub fn router(instance: Arc<Instance>) -> Router {
         )
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(render_metrics))
+        // After every route: it applies to the routes registered before it. axum still
+        // sets `Allow` on its answer.
+        .method_not_allowed_fallback(|| async { error::ApiError::method_not_allowed() })
+        .fallback(|uri: axum::http::Uri| async move { error::ApiError::not_found(format!("no route for {}", uri.path())) })
         .layer(axum::Extension(input::BodyLimit(limit)))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(instance)

@@ -667,3 +667,26 @@ async fn undecodable_paths_are_400_problems_on_every_route() {
     }
     assert_eq!(h.etag("probe-ok").await, None);
 }
+
+#[tokio::test]
+async fn unknown_routes_are_404_and_wrong_methods_405_problems() {
+    let h = harness().await;
+    for path in ["/", "/v1", "/v1/resources/probe-a", "/v1/resources/probe-a/lock/explode", "/v2/resources/probe-a/route"] {
+        let a = h.call(0, Method::GET, path, None, None).await;
+        assert_eq!((a.status, a.problem_type()), (StatusCode::NOT_FOUND, "urn:lockprobe:error:not-found"), "{path}");
+        assert!(a.body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{path}: {}", a.body);
+    }
+    for (method, path, allow) in [
+        (Method::GET, "/v1/resources/probe-a/lock", "POST,DELETE"),
+        (Method::PUT, "/v1/resources/probe-a/lock/escalate", "POST"),
+        (Method::DELETE, "/v1/resources/probe-a/route", "GET,HEAD"),
+        (Method::POST, "/v1/resources/probe-a/items/k", "GET,HEAD,PUT,DELETE"),
+        (Method::POST, "/healthz", "GET,HEAD"),
+    ] {
+        let a = h.call(0, method.clone(), path, None, Some(KEY)).await;
+        assert_eq!((a.status, a.problem_type()), (StatusCode::METHOD_NOT_ALLOWED, "urn:lockprobe:error:method-not-allowed"), "{method} {path}");
+        let allowed = a.headers.get("allow").map(|v| v.to_str().unwrap().replace(' ', ""));
+        assert_eq!(allowed.as_deref(), Some(allow), "{method} {path}");
+    }
+    assert_eq!(h.etag("probe-a").await, None);
+}
