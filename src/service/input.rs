@@ -14,7 +14,8 @@ use super::error::ApiError;
 pub const MAX_ID_BYTES: usize = 255;
 
 /// No lease longer than this is accepted anywhere (ten years): larger values are typos.
-pub const MAX_DURATION_SECS: f64 = 10.0 * 365.0 * 86_400.0;
+/// The same bound as every flag and config duration.
+pub const MAX_DURATION_SECS: f64 = crate::usage::MAX_DURATION.as_secs_f64();
 
 /// A JSON body whose rejections become problem+json (400, or 413 when too large).
 #[derive(Debug)]
