@@ -690,3 +690,45 @@ async fn unknown_routes_are_404_and_wrong_methods_405_problems() {
     }
     assert_eq!(h.etag("probe-a").await, None);
 }
+
+/// The largest settings `validate` accepts, with the largest lease a request may ask
+/// for, must not overflow any date: every lock call answers, none panics.
+#[tokio::test]
+async fn settings_and_leases_at_the_ten_year_bound_do_not_panic() {
+    use lockprobe::usage::MAX_DURATION;
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: MAX_DURATION, ..Default::default() }));
+    let config = ServiceConfig {
+        cache_ttls: vec![MAX_DURATION],
+        replication_bound: MAX_DURATION,
+        test_prefix: Some("probe-".into()),
+        max_pre_lock: MAX_DURATION,
+        max_retry_after: MAX_DURATION,
+        ..ServiceConfig::new(KEY)
+    };
+    let shutdown = CancellationToken::new();
+    let dyn_store: Arc<dyn LocationStore> = store.clone();
+    let listen = vec!["127.0.0.1:0".parse::<SocketAddr>().unwrap()];
+    let over = ServiceConfig { max_pre_lock: MAX_DURATION * 2, ..config.clone() };
+    let refused = start(over, dyn_store.clone(), clock.clone(), listen.clone(), shutdown.clone()).await.unwrap_err();
+    assert!(refused.to_string().contains("--max-prelock"), "a config built in code is bounded too: {refused}");
+    let running = start(config, dyn_store, clock.clone(), listen, shutdown.clone()).await.unwrap();
+    let h = Harness { clock, store, urls: vec![format!("http://{}", running.addrs[0])], http: reqwest::Client::new(), shutdown };
+    let most = MAX_DURATION.as_secs_f64();
+    let pre = h.pre_lock("probe-huge", most).await;
+    assert_eq!(pre.status, StatusCode::CREATED, "{}", pre.body);
+    let token = pre.body["token"].as_str().unwrap().to_owned();
+    assert_eq!(h.write(0, "probe-huge", "k", json!(1)).await.status, StatusCode::CREATED, "a pre-lock does not block writes");
+    let renewed = h.lock(0, "probe-huge", "/renew", json!({"token": token, "durationSeconds": most})).await;
+    assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.body);
+    h.clock.advance(MAX_DURATION * 2);
+    for (phase, expected) in [("hardDelete", StatusCode::OK), ("write", StatusCode::OK)] {
+        let a = h.escalate("probe-huge", &token, phase, most).await;
+        assert_eq!(a.status, expected, "{phase}: {}", a.body);
+    }
+    let blocked = h.write(0, "probe-huge", "k", json!(2)).await;
+    assert_eq!(blocked.status, StatusCode::LOCKED);
+    assert!(blocked.headers.get("retry-after").is_some());
+    assert_eq!(h.swap("probe-huge", &token, "northeurope").await.status, StatusCode::OK);
+    assert_eq!(h.route(0, "probe-huge").await.status, StatusCode::OK);
+}
