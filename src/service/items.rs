@@ -2,7 +2,7 @@
 //! name), so a migration really moves data and a missed lock really loses it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use serde_json::Value;
 
@@ -16,11 +16,12 @@ pub struct Item {
 }
 
 type ResourceItems = BTreeMap<String, Item>;
+type ByLocation = HashMap<String, HashMap<String, ResourceItems>>;
 
 /// Items of every resource, per location. Shared by all instances of a service.
 #[derive(Debug, Default)]
 pub struct ItemStores {
-    by_location: Mutex<HashMap<String, HashMap<String, ResourceItems>>>,
+    by_location: Mutex<ByLocation>,
 }
 
 /// Whether a write created the item or overwrote it.
@@ -33,15 +34,24 @@ pub enum WriteOutcome {
 }
 
 impl ItemStores {
+    /// The map, even after a panic while it was held. That is safe here: every critical
+    /// section below is a single map operation (at most a clone, then one insert), with
+    /// no invariant spanning two steps, so a panic part-way leaves the map consistent.
+    /// Refusing the poisoned lock instead would turn one failed request into a panic
+    /// of every later one, on every instance, which takes the service down.
+    fn locked(&self) -> MutexGuard<'_, ByLocation> {
+        self.by_location.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Reads an item of `resource` at `location`.
     pub fn get(&self, location: &str, resource: &str, key: &str) -> Option<Item> {
-        let all = self.by_location.lock().expect("item store poisoned");
+        let all = self.locked();
         all.get(location)?.get(resource)?.get(key).cloned()
     }
 
     /// Writes an item.
     pub fn put(&self, location: &str, resource: &str, key: &str, value: Value) -> WriteOutcome {
-        let mut all = self.by_location.lock().expect("item store poisoned");
+        let mut all = self.locked();
         let items = all.entry(location.to_owned()).or_default().entry(resource.to_owned()).or_default();
         let previous = items.insert(key.to_owned(), Item { value, tombstone: false });
         match previous {
@@ -52,13 +62,13 @@ impl ItemStores {
 
     /// Deletes an item physically; false when there was nothing to delete.
     pub fn remove(&self, location: &str, resource: &str, key: &str) -> bool {
-        let mut all = self.by_location.lock().expect("item store poisoned");
+        let mut all = self.locked();
         all.get_mut(location).and_then(|r| r.get_mut(resource)).and_then(|items| items.remove(key)).is_some()
     }
 
     /// Turns an item into a tombstone; false when there was no item.
     pub fn tombstone(&self, location: &str, resource: &str, key: &str) -> bool {
-        let mut all = self.by_location.lock().expect("item store poisoned");
+        let mut all = self.locked();
         match all.get_mut(location).and_then(|r| r.get_mut(resource)).and_then(|items| items.get_mut(key)) {
             Some(item) => {
                 *item = Item { value: Value::Null, tombstone: true };
@@ -72,7 +82,7 @@ impl ItemStores {
     /// so nothing deleted at the source is resurrected from an older copy at the
     /// target. Returns how many items were copied.
     pub fn copy_resource(&self, resource: &str, from: &str, to: &str) -> usize {
-        let mut all = self.by_location.lock().expect("item store poisoned");
+        let mut all = self.locked();
         let items = all.get(from).and_then(|r| r.get(resource)).cloned().unwrap_or_default();
         let copied = items.len();
         all.entry(to.to_owned()).or_default().insert(resource.to_owned(), items);
@@ -96,6 +106,24 @@ mod tests {
         assert_eq!(stores.get("b", "r", "stale"), None, "an old copy at the target must not survive");
         assert_eq!(stores.get("b", "r", "live").unwrap().value, json!(2));
         assert!(stores.get("b", "r", "gone").unwrap().tombstone);
+    }
+
+    #[test]
+    fn a_poisoned_store_keeps_serving() {
+        let stores = std::sync::Arc::new(ItemStores::default());
+        stores.put("a", "r", "k", json!(1));
+        let holder = stores.clone();
+        let panicked = std::thread::spawn(move || {
+            let _all = holder.by_location.lock().unwrap();
+            panic!("a request panicked while holding the item store");
+        })
+        .join();
+        assert!(panicked.is_err() && stores.by_location.is_poisoned());
+        assert_eq!(stores.get("a", "r", "k").unwrap().value, json!(1));
+        assert_eq!(stores.put("a", "r", "k2", json!(2)), WriteOutcome::Created);
+        assert!(stores.tombstone("a", "r", "k"));
+        assert_eq!(stores.copy_resource("r", "a", "b"), 2);
+        assert!(stores.remove("b", "r", "k2"));
     }
 
     #[test]
