@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::probe::scheduler::TargetSchedule;
 use crate::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use crate::usage::DurationError;
 
 /// A configuration problem, always naming the field it is about.
 #[derive(Debug, thiserror::Error)]
@@ -52,9 +53,12 @@ pub struct HumanDuration(pub Duration);
 impl<'de> Deserialize<'de> for HumanDuration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        humantime::parse_duration(&s)
-            .map(HumanDuration)
-            .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
+        // The error points at the key (TOML shows the line), so it names the field.
+        match crate::usage::parse_bounded_duration(&s) {
+            Ok(duration) => Ok(HumanDuration(duration)),
+            Err(DurationError::Invalid(e)) => Err(serde::de::Error::custom(format!("invalid duration {s:?}: {e}"))),
+            Err(e) => Err(serde::de::Error::custom(format!("duration {e}"))),
+        }
     }
 }
 
@@ -469,6 +473,20 @@ short_write = "30s"
             e.contains("cache_ttl") && e.contains("invalid duration"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn durations_over_ten_years_are_refused_naming_the_key() {
+        for (from, to, key) in [
+            ("\"1h\"", "\"500000years\"", "cache_ttl"),
+            ("timeout = \"60h\"", "timeout = \"10years 1s\"", "timeout"),
+            ("short_write = \"30s\"", "short_write = \"87661h\"", "short_write"),
+        ] {
+            let e = err_of(&GOOD.replace(from, to));
+            assert!(e.contains(key) && e.contains("over the limit of 10years"), "{to}: {e}");
+        }
+        let ten_years = GOOD.replace("timeout = \"60h\"", "timeout = \"10years\"");
+        assert_eq!(ten_years.parse::<Config>().unwrap().targets[0].timeout.0, crate::usage::MAX_DURATION);
     }
 
     #[test]

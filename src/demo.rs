@@ -34,13 +34,13 @@ pub struct DemoArgs {
     #[arg(long, default_value = "*/10 * * * * *")]
     pub schedule: String,
     /// Cache TTL of the service's single cache tier.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
     pub cache_ttl: Duration,
     /// Replication bound of the in-memory store (its replicas lag by this much).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "500ms")]
     pub replication_bound: Duration,
     /// Probe buffer on top of the declared convergence delay.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "500ms")]
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "500ms")]
     pub buffer: Duration,
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]

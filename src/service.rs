@@ -36,6 +36,7 @@ use crate::routing::client::DEFAULT_MAX_DECISION_AGE;
 use crate::routing::lifecycle::DEFAULT_SKEW_MARGIN;
 use crate::routing::{ClientOptions, Deviations, LockPolicy, RoutingClient};
 use crate::store::LocationStore;
+use crate::usage::MAX_DURATION;
 use items::ItemStores;
 
 /// Deliberate misbehaviour, for proving that a probe catches it. Off by default.
@@ -126,6 +127,18 @@ impl ServiceConfig {
         input::check_name("home location", &self.home_location).map_err(|e| anyhow::anyhow!(e.detail))?;
         anyhow::ensure!(!self.cache_ttls.is_empty(), "at least one --cache-ttl is needed");
         anyhow::ensure!(!self.max_pre_lock.is_zero(), "--max-prelock must be positive");
+        // The CLI bounds these already; a config built in code must not get past either,
+        // since dates computed from them (now + delay + lease) would overflow and panic.
+        let mut durations = vec![("--replication-bound", self.replication_bound), ("--max-prelock", self.max_pre_lock), ("max_retry_after", self.max_retry_after)];
+        durations.extend(self.cache_ttls.iter().map(|ttl| ("--cache-ttl", *ttl)));
+        for (name, duration) in durations {
+            anyhow::ensure!(
+                duration <= MAX_DURATION,
+                "{name} {} is over the limit of {}",
+                humantime::format_duration(duration),
+                humantime::format_duration(MAX_DURATION)
+            );
+        }
         Ok(())
     }
 }
@@ -183,6 +196,10 @@ pub fn router(instance: Arc<Instance>) -> Router {
         )
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(render_metrics))
+        // After every route: it applies to the routes registered before it. axum still
+        // sets `Allow` on its answer.
+        .method_not_allowed_fallback(|| async { error::ApiError::method_not_allowed() })
+        .fallback(|uri: axum::http::Uri| async move { error::ApiError::not_found(format!("no route for {}", uri.path())) })
         .layer(axum::Extension(input::BodyLimit(limit)))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(instance)
@@ -256,5 +273,39 @@ async fn evict_periodically(instance: Arc<Instance>, shutdown: CancellationToken
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(every) => instance.routing.evict_expired(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_over_ten_years_are_refused_naming_the_flag() {
+        let huge = Duration::from_secs(500_000 * 31_557_600);
+        let base = || ServiceConfig::new("k");
+        for (config, named) in [
+            (ServiceConfig { max_pre_lock: huge, ..base() }, "--max-prelock"),
+            (ServiceConfig { cache_ttls: vec![Duration::from_secs(1), huge], ..base() }, "--cache-ttl"),
+            (ServiceConfig { replication_bound: huge, ..base() }, "--replication-bound"),
+            (ServiceConfig { replication_bound: MAX_DURATION + Duration::from_nanos(1), ..base() }, "--replication-bound"),
+            (ServiceConfig { max_retry_after: huge, ..base() }, "max_retry_after"),
+        ] {
+            let e = config.validate().unwrap_err().to_string();
+            assert!(e.contains(named) && e.contains("10years"), "{e}");
+        }
+    }
+
+    #[test]
+    fn durations_at_the_bound_and_a_zero_replication_bound_are_accepted() {
+        let at_bound = ServiceConfig {
+            cache_ttls: vec![MAX_DURATION],
+            replication_bound: MAX_DURATION,
+            max_pre_lock: MAX_DURATION,
+            max_retry_after: MAX_DURATION,
+            ..ServiceConfig::new("k")
+        };
+        at_bound.validate().unwrap();
+        ServiceConfig { replication_bound: Duration::ZERO, ..ServiceConfig::new("k") }.validate().unwrap();
     }
 }

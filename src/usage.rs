@@ -1,8 +1,17 @@
 //! Command-line usage errors: a message naming the flag, setting or field, and exit
-//! code 64 (EX_USAGE), distinct from runtime failures (exit 1).
+//! code 64 (EX_USAGE), distinct from runtime failures (exit 1). Also the one bound on
+//! every duration a flag, a config file or a request may give.
+
+use std::time::Duration;
 
 /// The exit code of a usage error (sysexits.h `EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;
+
+/// The longest duration accepted anywhere: ten years. Larger values are typos, and they
+/// overflow the date arithmetic of leases and deadlines (`now + delay + lease`), which
+/// panics. A year is humantime's 365.25 days, so `10y` itself is accepted and the limit
+/// prints as `10years`.
+pub const MAX_DURATION: Duration = Duration::from_secs(10 * 31_557_600);
 
 /// Bad input on the command line, in the environment or in a config file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,5 +31,59 @@ pub fn exit_code(error: &anyhow::Error) -> u8 {
         EXIT_USAGE
     } else {
         1
+    }
+}
+
+/// Why a human duration was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    /// Not a duration humantime reads (`2s`, `5m`, `48h`).
+    #[error(transparent)]
+    Invalid(#[from] humantime::DurationError),
+    /// Over [`MAX_DURATION`].
+    #[error("{value} is over the limit of {}", humantime::format_duration(MAX_DURATION))]
+    TooLong {
+        /// The value as given.
+        value: String,
+    },
+}
+
+/// Parses a human duration (`500ms`, `5m`, `48h`) of at most [`MAX_DURATION`]. The
+/// value parser of every duration flag: clap reports an `Err` naming the flag, exit 64.
+pub fn parse_bounded_duration(value: &str) -> Result<Duration, DurationError> {
+    let duration = humantime::parse_duration(value)?;
+    if duration > MAX_DURATION {
+        return Err(DurationError::TooLong { value: value.trim().to_owned() });
+    }
+    Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_up_to_ten_years_parse() {
+        assert_eq!(parse_bounded_duration("48h").unwrap(), Duration::from_secs(48 * 3600));
+        assert_eq!(parse_bounded_duration("0s").unwrap(), Duration::ZERO);
+        assert_eq!(parse_bounded_duration("10years").unwrap(), MAX_DURATION);
+        assert_eq!(parse_bounded_duration("10y").unwrap(), MAX_DURATION);
+        assert_eq!(humantime::format_duration(MAX_DURATION).to_string(), "10years");
+    }
+
+    #[test]
+    fn longer_durations_are_refused_naming_value_and_limit() {
+        for value in ["500000years", "10years 1s", "3653days", "87660h 1ns"] {
+            let e = parse_bounded_duration(value).unwrap_err();
+            assert!(matches!(e, DurationError::TooLong { .. }), "{value}: {e:?}");
+            assert_eq!(e.to_string(), format!("{value} is over the limit of 10years"));
+        }
+    }
+
+    #[test]
+    fn malformed_durations_keep_humantimes_message() {
+        let e = parse_bounded_duration("5 parsecs").unwrap_err();
+        assert_eq!(e.to_string(), humantime::parse_duration("5 parsecs").unwrap_err().to_string());
+        assert!(matches!(parse_bounded_duration("99999999999999999999years"), Err(DurationError::Invalid(_))));
     }
 }

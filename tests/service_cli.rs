@@ -106,3 +106,108 @@ fn cosmos_entra_settings_are_checked_before_anything_connects() {
     assert_eq!(unknown.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("--cosmos-entra-credential"));
 }
+
+/// Runs lockprobe; a run still going after 10 s took the value it was given, and is
+/// killed (exit code `None`).
+fn run_briefly(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut child = lockprobe()
+        .args(args)
+        .envs(envs.iter().copied())
+        .env("LOCKPROBE_LOCK_API_KEY", "k")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            return (exit.code(), stderr);
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return (None, "still running after 10 s: the value was accepted".to_owned());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `500000years` once made every pre-lock panic (date overflow), the last one while
+/// holding the memory store's mutex. Every duration flag is bounded at ten years.
+#[test]
+fn durations_over_ten_years_are_usage_errors_naming_the_flag() {
+    let service = ["service", "--listen", "127.0.0.1:0"];
+    let demo = ["demo", "--listen", "127.0.0.1:0", "--cycles", "1"];
+    let validate = ["validate", "--endpoint", "http://127.0.0.1:9"];
+    let monitor = ["monitor", "--store", "memory", "--listen", "127.0.0.1:0"];
+    let cases: [(&[&str], &str); 14] = [
+        (&service, "--max-prelock"),
+        (&service, "--cache-ttl"),
+        (&service, "--replication-bound"),
+        (&demo, "--cache-ttl"),
+        (&demo, "--replication-bound"),
+        (&demo, "--buffer"),
+        (&validate, "--expect-convergence"),
+        (&validate, "--buffer"),
+        (&monitor, "--monitor-poll-interval"),
+        (&monitor, "--monitor-scan-interval"),
+        (&monitor, "--monitor-sweep-interval"),
+        (&monitor, "--monitor-lapse-grace"),
+        (&monitor, "--monitor-escalation-buffer"),
+        (&monitor, "--monitor-declared-delay"),
+    ];
+    for (command, flag) in cases {
+        let mut args = command.to_vec();
+        args.extend([flag, "500000years"]);
+        let (code, stderr) = run_briefly(&args, &[]);
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag) && stderr.contains("500000years") && stderr.contains("10years"), "{args:?}: {stderr}");
+    }
+    let (code, stderr) = run_briefly(&monitor, &[("LOCKPROBE_MONITOR_SCAN_INTERVAL", "500000years")]);
+    assert_eq!(code, Some(64), "from the environment too: {stderr}");
+    assert!(stderr.contains("--monitor-scan-interval") && stderr.contains("10years"), "{stderr}");
+}
+
+#[test]
+fn check_config_refuses_durations_over_ten_years_naming_the_field() {
+    let target = r#"
+[[targets]]
+name = "demo"
+instances = ["http://127.0.0.1:8080"]
+test_prefix = "probe-"
+cache_ttl = "1s"
+replication_bound = "1s"
+schedule = "*/10 * * * * *"
+timeout = "2h"
+"#;
+    let monitor = r#"
+[monitor]
+store = "cosmos"
+cosmos-endpoint = "https://routing.documents.azure.com:443/"
+cosmos-key-env = "CHECK_CONFIG_COSMOS_KEY"
+cosmos-database = "routing"
+cosmos-container = "locations"
+cosmos-write-region = "westeurope"
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("probe.toml");
+    let path = path.to_str().unwrap();
+    let good = format!("{target}{monitor}");
+    std::fs::write(path, &good).unwrap();
+    let cosmos_key = [("CHECK_CONFIG_COSMOS_KEY", "bG9ja3Byb2Jl")];
+    let (code, stderr) = run_briefly(&["check-config", path], &cosmos_key);
+    assert_eq!(code, Some(0), "the base file is good: {stderr}");
+    for (from, to, named) in [
+        ("cache_ttl = \"1s\"", "cache_ttl = \"500000years\"", "cache_ttl"),
+        ("timeout = \"2h\"", "timeout = \"500000years\"", "timeout"),
+        ("timeout = \"2h\"", "timeout = \"2h\"\njitter = \"500000years\"", "jitter"),
+        ("cosmos-write-region = \"westeurope\"", "cosmos-write-region = \"westeurope\"\nmonitor-lapse-grace = \"500000years\"", "--monitor-lapse-grace"),
+    ] {
+        std::fs::write(path, good.replace(from, to)).unwrap();
+        let (code, stderr) = run_briefly(&["check-config", path], &cosmos_key);
+        assert_eq!(code, Some(64), "{to}: {stderr}");
+        assert!(stderr.contains(named) && stderr.contains("10years"), "{to}: {stderr}");
+    }
+}

@@ -601,3 +601,141 @@ async fn a_new_resource_is_found_on_every_instance_before_replicas_catch_up() {
     assert_eq!((write.status, write.source()), (StatusCode::CREATED, "cache".to_owned()));
     assert_eq!(h.read(1, "probe-never", "k").await.status, StatusCode::NOT_FOUND);
 }
+
+/// Cosmos DB forbids `/ \ ? #` in ids, so every store refuses them on every route (sent
+/// percent-encoded: raw, `?` and `#` would end the path and `\` would become `/`).
+#[tokio::test]
+async fn ids_and_keys_with_characters_cosmos_forbids_are_400_on_every_route() {
+    let h = harness().await;
+    let body = json!({"owner": "x", "durationSeconds": 10});
+    let token = "0123456789abcdef0123456789abcdef";
+    for encoded in ["%5C", "%3F", "%23"] {
+        let id = format!("probe-a{encoded}b");
+        let answers = [
+            h.lock(0, &id, "", body.clone()).await,
+            h.lock(0, &id, "/escalate", json!({"token": token, "phase": "write", "durationSeconds": 10})).await,
+            h.lock(0, &id, "/renew", json!({"token": token, "durationSeconds": 10})).await,
+            h.lock(0, &id, "/swap", json!({"token": token, "targetLocation": "northeurope"})).await,
+            h.release(&id, Some(token)).await,
+            h.route(0, &id).await,
+            h.read(0, &id, "k").await,
+            h.write(0, &id, "k", json!(1)).await,
+            h.delete(0, &id, "k").await,
+            h.read(0, "probe-ok", &format!("k{encoded}")).await,
+            h.write(0, "probe-ok", &format!("k{encoded}"), json!(1)).await,
+            h.delete(0, "probe-ok", &format!("k{encoded}")).await,
+        ];
+        for (i, a) in answers.iter().enumerate() {
+            assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "{encoded} call {i}: {}", a.body);
+        }
+        let decoded = id.replace("%5C", "\\").replace("%3F", "?").replace("%23", "#");
+        assert_eq!(h.etag(&decoded).await, None, "{encoded}: a refused call creates nothing");
+    }
+    assert_eq!(h.etag("probe-ok").await, None, "a refused key creates nothing");
+    let target = h.lock(0, "probe-t", "", json!({"owner": "x", "durationSeconds": 10, "targetLocation": "north\\europe"})).await;
+    assert_eq!((target.status, target.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
+    assert_eq!(h.etag("probe-t").await, None);
+}
+
+#[tokio::test]
+async fn an_owner_with_control_characters_is_400() {
+    let h = harness().await;
+    for owner in ["orchestrator\n", "a\u{0}b", "tab\there", "\u{1b}[31mred"] {
+        let a = h.lock(0, "probe-owner", "", json!({"owner": owner, "durationSeconds": 10})).await;
+        assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "{owner:?}");
+    }
+    assert_eq!(h.etag("probe-owner").await, None);
+    assert_eq!(h.pre_lock("probe-owner", 10.0).await.status, StatusCode::CREATED, "a plain owner is still fine");
+}
+
+/// A path segment that is not UTF-8 once percent-decoded is refused as problem+json
+/// by every handler, not with axum's text/plain rejection.
+#[tokio::test]
+async fn undecodable_paths_are_400_problems_on_every_route() {
+    let h = harness().await;
+    let token = "0123456789abcdef0123456789abcdef";
+    let bad = "probe-%FF";
+    let answers = [
+        h.route(0, bad).await,
+        h.read(0, bad, "k").await,
+        h.write(0, bad, "k", json!(1)).await,
+        h.delete(0, bad, "k").await,
+        h.read(0, "probe-ok", "%C3%28").await,
+        h.write(0, "probe-ok", "%C3%28", json!(1)).await,
+        h.delete(0, "probe-ok", "%C3%28").await,
+        h.lock(0, bad, "", json!({"owner": "x", "durationSeconds": 10})).await,
+        h.lock(0, bad, "/escalate", json!({"token": token, "phase": "write", "durationSeconds": 10})).await,
+        h.lock(0, bad, "/renew", json!({"token": token, "durationSeconds": 10})).await,
+        h.lock(0, bad, "/swap", json!({"token": token, "targetLocation": "northeurope"})).await,
+        h.call(0, Method::DELETE, &format!("/v1/resources/{bad}/lock"), None, Some(KEY)).await,
+    ];
+    for (i, a) in answers.iter().enumerate() {
+        assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "call {i}: {}", a.body);
+    }
+    assert_eq!(h.etag("probe-ok").await, None);
+}
+
+#[tokio::test]
+async fn unknown_routes_are_404_and_wrong_methods_405_problems() {
+    let h = harness().await;
+    for path in ["/", "/v1", "/v1/resources/probe-a", "/v1/resources/probe-a/lock/explode", "/v2/resources/probe-a/route"] {
+        let a = h.call(0, Method::GET, path, None, None).await;
+        assert_eq!((a.status, a.problem_type()), (StatusCode::NOT_FOUND, "urn:lockprobe:error:not-found"), "{path}");
+        assert!(a.body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{path}: {}", a.body);
+    }
+    for (method, path, allow) in [
+        (Method::GET, "/v1/resources/probe-a/lock", "POST,DELETE"),
+        (Method::PUT, "/v1/resources/probe-a/lock/escalate", "POST"),
+        (Method::DELETE, "/v1/resources/probe-a/route", "GET,HEAD"),
+        (Method::POST, "/v1/resources/probe-a/items/k", "GET,HEAD,PUT,DELETE"),
+        (Method::POST, "/healthz", "GET,HEAD"),
+    ] {
+        let a = h.call(0, method.clone(), path, None, Some(KEY)).await;
+        assert_eq!((a.status, a.problem_type()), (StatusCode::METHOD_NOT_ALLOWED, "urn:lockprobe:error:method-not-allowed"), "{method} {path}");
+        let allowed = a.headers.get("allow").map(|v| v.to_str().unwrap().replace(' ', ""));
+        assert_eq!(allowed.as_deref(), Some(allow), "{method} {path}");
+    }
+    assert_eq!(h.etag("probe-a").await, None);
+}
+
+/// The largest settings `validate` accepts, with the largest lease a request may ask
+/// for, must not overflow any date: every lock call answers, none panics.
+#[tokio::test]
+async fn settings_and_leases_at_the_ten_year_bound_do_not_panic() {
+    use lockprobe::usage::MAX_DURATION;
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: MAX_DURATION, ..Default::default() }));
+    let config = ServiceConfig {
+        cache_ttls: vec![MAX_DURATION],
+        replication_bound: MAX_DURATION,
+        test_prefix: Some("probe-".into()),
+        max_pre_lock: MAX_DURATION,
+        max_retry_after: MAX_DURATION,
+        ..ServiceConfig::new(KEY)
+    };
+    let shutdown = CancellationToken::new();
+    let dyn_store: Arc<dyn LocationStore> = store.clone();
+    let listen = vec!["127.0.0.1:0".parse::<SocketAddr>().unwrap()];
+    let over = ServiceConfig { max_pre_lock: MAX_DURATION * 2, ..config.clone() };
+    let refused = start(over, dyn_store.clone(), clock.clone(), listen.clone(), shutdown.clone()).await.unwrap_err();
+    assert!(refused.to_string().contains("--max-prelock"), "a config built in code is bounded too: {refused}");
+    let running = start(config, dyn_store, clock.clone(), listen, shutdown.clone()).await.unwrap();
+    let h = Harness { clock, store, urls: vec![format!("http://{}", running.addrs[0])], http: reqwest::Client::new(), shutdown };
+    let most = MAX_DURATION.as_secs_f64();
+    let pre = h.pre_lock("probe-huge", most).await;
+    assert_eq!(pre.status, StatusCode::CREATED, "{}", pre.body);
+    let token = pre.body["token"].as_str().unwrap().to_owned();
+    assert_eq!(h.write(0, "probe-huge", "k", json!(1)).await.status, StatusCode::CREATED, "a pre-lock does not block writes");
+    let renewed = h.lock(0, "probe-huge", "/renew", json!({"token": token, "durationSeconds": most})).await;
+    assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.body);
+    h.clock.advance(MAX_DURATION * 2);
+    for (phase, expected) in [("hardDelete", StatusCode::OK), ("write", StatusCode::OK)] {
+        let a = h.escalate("probe-huge", &token, phase, most).await;
+        assert_eq!(a.status, expected, "{phase}: {}", a.body);
+    }
+    let blocked = h.write(0, "probe-huge", "k", json!(2)).await;
+    assert_eq!(blocked.status, StatusCode::LOCKED);
+    assert!(blocked.headers.get("retry-after").is_some());
+    assert_eq!(h.swap("probe-huge", &token, "northeurope").await.status, StatusCode::OK);
+    assert_eq!(h.route(0, "probe-huge").await.status, StatusCode::OK);
+}

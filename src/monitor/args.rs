@@ -21,30 +21,30 @@ pub struct ArgsError {
 #[derive(Debug, Clone, clap::Args)]
 pub struct MonitorArgs {
     /// Wait after an empty change-stream poll.
-    #[arg(id = "monitor_poll_interval", long = "monitor-poll-interval", env = "LOCKPROBE_MONITOR_POLL_INTERVAL", default_value = "200ms", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_poll_interval", long = "monitor-poll-interval", env = "LOCKPROBE_MONITOR_POLL_INTERVAL", default_value = "200ms", value_parser = crate::usage::parse_bounded_duration)]
     pub poll_interval: Duration,
     /// Changes asked for per poll.
     #[arg(id = "monitor_poll_batch", long = "monitor-poll-batch", env = "LOCKPROBE_MONITOR_POLL_BATCH", default_value_t = 1000)]
     pub poll_batch: usize,
     /// How often the whole store is scanned for orphans and partial cutovers.
-    #[arg(id = "monitor_scan_interval", long = "monitor-scan-interval", env = "LOCKPROBE_MONITOR_SCAN_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_scan_interval", long = "monitor-scan-interval", env = "LOCKPROBE_MONITOR_SCAN_INTERVAL", default_value = "5m", value_parser = crate::usage::parse_bounded_duration)]
     pub scan_interval: Duration,
     /// Documents per scan page.
     #[arg(id = "monitor_scan_page", long = "monitor-scan-page", env = "LOCKPROBE_MONITOR_SCAN_PAGE", default_value_t = 1000)]
     pub scan_page: usize,
     /// How often lapsed leases are looked for between scans.
-    #[arg(id = "monitor_sweep_interval", long = "monitor-sweep-interval", env = "LOCKPROBE_MONITOR_SWEEP_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_sweep_interval", long = "monitor-sweep-interval", env = "LOCKPROBE_MONITOR_SWEEP_INTERVAL", default_value = "5s", value_parser = crate::usage::parse_bounded_duration)]
     pub sweep_interval: Duration,
     /// How long past a lease's end the sweep waits before calling it lapsed (covers
     /// change-stream delivery lag).
-    #[arg(id = "monitor_lapse_grace", long = "monitor-lapse-grace", env = "LOCKPROBE_MONITOR_LAPSE_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_lapse_grace", long = "monitor-lapse-grace", env = "LOCKPROBE_MONITOR_LAPSE_GRACE", default_value = "30s", value_parser = crate::usage::parse_bounded_duration)]
     pub lapse_grace: Duration,
     /// The orchestrator's buffer after the convergence delay before hardDelete.
-    #[arg(id = "monitor_escalation_buffer", long = "monitor-escalation-buffer", env = "LOCKPROBE_MONITOR_ESCALATION_BUFFER", default_value = "10m", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_escalation_buffer", long = "monitor-escalation-buffer", env = "LOCKPROBE_MONITOR_ESCALATION_BUFFER", default_value = "10m", value_parser = crate::usage::parse_bounded_duration)]
     pub escalation_buffer: Duration,
     /// The service's declared convergence delay (max cache TTL + replication bound); a
     /// lock declaring less is judged against this.
-    #[arg(id = "monitor_declared_delay", long = "monitor-declared-delay", env = "LOCKPROBE_MONITOR_DECLARED_DELAY", value_parser = humantime::parse_duration)]
+    #[arg(id = "monitor_declared_delay", long = "monitor-declared-delay", env = "LOCKPROBE_MONITOR_DECLARED_DELAY", value_parser = crate::usage::parse_bounded_duration)]
     pub declared_delay: Option<Duration>,
 }
 
@@ -116,5 +116,12 @@ mod tests {
         assert_eq!(err.flag, "--monitor-sweep-interval");
         assert_eq!(err.to_string(), "--monitor-sweep-interval: must be positive");
         assert!(Cli::try_parse_from(["lockprobe", "--monitor-poll-interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn an_interval_over_ten_years_names_its_flag() {
+        let err = Cli::try_parse_from(["lockprobe", "--monitor-lapse-grace", "500000years"]).unwrap_err().to_string();
+        assert!(err.contains("--monitor-lapse-grace") && err.contains("over the limit of 10years"), "{err}");
+        assert!(Cli::try_parse_from(["lockprobe", "--monitor-lapse-grace", "10years"]).is_ok());
     }
 }

@@ -26,10 +26,10 @@ pub struct ValidateArgs {
     #[arg(long = "endpoint", required = true)]
     pub endpoints: Vec<String>,
     /// Convergence delay the service is expected to declare; a different declaration fails.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration)]
     pub expect_convergence: Option<Duration>,
     /// Wait on top of the declared convergence delay before escalating.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
     pub buffer: Duration,
     /// Prefix of the test resources the probe may lock.
     #[arg(long, default_value = "probe-")]

@@ -27,16 +27,16 @@ pub struct ServiceArgs {
     #[arg(long, default_value = "westeurope")]
     pub home_location: String,
     /// TTL of one cache tier; repeat the flag for several tiers, fastest first.
-    #[arg(long = "cache-ttl", value_parser = humantime::parse_duration, default_values = ["2s"])]
+    #[arg(long = "cache-ttl", value_parser = crate::usage::parse_bounded_duration, default_values = ["2s"])]
     pub cache_ttls: Vec<Duration>,
     /// Replication bound of the routing store (the in-memory store's replicas lag by it).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
     pub replication_bound: Duration,
     /// Accept lock calls only for resource ids with this prefix.
     #[arg(long)]
     pub test_prefix: Option<String>,
     /// Longest pre-lock the service grants, renewals included.
-    #[arg(long = "max-prelock", value_parser = humantime::parse_duration, default_value = "48h")]
+    #[arg(long = "max-prelock", value_parser = crate::usage::parse_bounded_duration, default_value = "48h")]
     pub max_pre_lock: Duration,
     /// Largest accepted request body, in bytes.
     #[arg(long, default_value_t = 64 * 1024)]

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::input::{self, JsonBody};
+use super::input::{self, JsonBody, PathParams};
 use super::items::WriteOutcome;
 use super::{Fault, Instance};
 use crate::routing::{enforce, Decision, Operation, Resolved, RoutingError, Source};
@@ -57,7 +57,7 @@ fn blocked(instance: &Instance, retry_after: Duration) -> ApiError {
 }
 
 /// `GET /v1/resources/{id}/route`.
-pub async fn route(State(instance): State<Arc<Instance>>, Path(id): Path<String>) -> Response {
+pub async fn route(State(instance): State<Arc<Instance>>, PathParams(id): PathParams<String>) -> Response {
     if let Err(e) = input::check_name("resource id", &id) {
         return e.into_response();
     }
@@ -74,7 +74,7 @@ pub async fn route(State(instance): State<Arc<Instance>>, Path(id): Path<String>
 }
 
 /// `GET /v1/resources/{id}/items/{key}`: reads are never blocked.
-pub async fn read_item(State(instance): State<Arc<Instance>>, Path((id, key)): Path<(String, String)>) -> Response {
+pub async fn read_item(State(instance): State<Arc<Instance>>, PathParams((id, key)): PathParams<(String, String)>) -> Response {
     if let Err(e) = input::check_name("resource id", &id).and_then(|_| input::check_name("item key", &key)) {
         return e.into_response();
     }
@@ -93,7 +93,7 @@ pub async fn read_item(State(instance): State<Arc<Instance>>, Path((id, key)): P
 /// `PUT /v1/resources/{id}/items/{key}`: 423 while a write lock is in force.
 pub async fn write_item(
     State(instance): State<Arc<Instance>>,
-    Path((id, key)): Path<(String, String)>,
+    PathParams((id, key)): PathParams<(String, String)>,
     body: Result<JsonBody<WriteBody>, ApiError>,
 ) -> Response {
     let checked = input::check_name("resource id", &id).and_then(|_| input::check_name("item key", &key));
@@ -119,7 +119,7 @@ pub async fn write_item(
 }
 
 /// `DELETE /v1/resources/{id}/items/{key}`: 204 deleted, 202 tombstoned, 423 blocked.
-pub async fn delete_item(State(instance): State<Arc<Instance>>, Path((id, key)): Path<(String, String)>) -> Response {
+pub async fn delete_item(State(instance): State<Arc<Instance>>, PathParams((id, key)): PathParams<(String, String)>) -> Response {
     if let Err(e) = input::check_name("resource id", &id).and_then(|_| input::check_name("item key", &key)) {
         return e.into_response();
     }

@@ -59,6 +59,17 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not-found", what)
     }
 
+    /// 500 `internal`: a fault of this service; `cause` is logged, never shown.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(%cause, "internal error");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the service failed to handle this request")
+    }
+
+    /// 405 `method-not-allowed`; the router adds the `Allow` header.
+    pub fn method_not_allowed() -> Self {
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "this route does not take this method; the Allow header lists those it takes")
+    }
+
     /// 413 `payload-too-large`.
     pub fn too_large(limit: usize) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", format!("request bodies are limited to {limit} bytes"))

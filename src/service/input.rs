@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -13,7 +14,8 @@ use super::error::ApiError;
 pub const MAX_ID_BYTES: usize = 255;
 
 /// No lease longer than this is accepted anywhere (ten years): larger values are typos.
-pub const MAX_DURATION_SECS: f64 = 10.0 * 365.0 * 86_400.0;
+/// The same bound as every flag and config duration.
+pub const MAX_DURATION_SECS: f64 = crate::usage::MAX_DURATION.as_secs_f64();
 
 /// A JSON body whose rejections become problem+json (400, or 413 when too large).
 #[derive(Debug)]
@@ -38,11 +40,41 @@ where
     }
 }
 
+/// Path parameters whose rejections become problem+json: a segment that is not UTF-8
+/// once percent-decoded is 400 `bad-request`, like any other bad id.
+#[derive(Debug)]
+pub struct PathParams<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for PathParams<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(Self(value)),
+            // A route whose parameters do not fit the handler's type: our bug, not the caller's.
+            Err(e @ PathRejection::MissingPathParams(_)) => Err(ApiError::internal(e.body_text())),
+            Err(PathRejection::FailedToDeserializePathParams(e)) if e.status().is_server_error() => {
+                Err(ApiError::internal(e.body_text()))
+            }
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
 /// The configured body limit, carried in request extensions so errors can name it.
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimit(pub usize);
 
-/// Checks a resource id or item key from the path.
+/// Characters no id or key may hold: Cosmos DB forbids the first four in document ids,
+/// and every store refuses the same set so an id valid on one is valid on all.
+const FORBIDDEN_IN_NAMES: [char; 4] = ['/', '\\', '?', '#'];
+
+/// Checks a resource id, item key or location name: 1 to [`MAX_ID_BYTES`] bytes, none of
+/// `/ \ ? #`, no control characters.
 pub fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
     if value.is_empty() {
         return Err(ApiError::bad_request(format!("{field} must not be empty")));
@@ -50,8 +82,8 @@ pub fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
     if value.len() > MAX_ID_BYTES {
         return Err(ApiError::bad_request(format!("{field} is {} bytes; at most {MAX_ID_BYTES} are allowed", value.len())));
     }
-    if value.contains('/') || value.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(format!("{field} must not contain '/' or control characters")));
+    if value.contains(FORBIDDEN_IN_NAMES) || value.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(format!("{field} must not contain '/', '\\', '?', '#' or control characters")));
     }
     Ok(())
 }
@@ -79,6 +111,37 @@ mod tests {
         assert!(check_name("id", &"x".repeat(256)).is_err());
         assert!(check_name("id", &"x".repeat(255)).is_ok());
         assert!(check_name("id", "a\nb").is_err());
+        for bad in ["a\\b", "a?b", "a#b", "?", "#", "\\", "a\u{7f}b", "a\u{85}b"] {
+            let e = check_name("id", bad).unwrap_err();
+            assert_eq!(e.kind, "bad-request", "{bad:?}");
+        }
+        assert!(check_name("id", "probe-é.%_~:@!$&'()*+,;=").is_ok(), "everything else stays allowed");
+    }
+
+    async fn answer_of(router: axum::Router, uri: &str) -> (axum::http::StatusCode, String, serde_json::Value) {
+        use tower::ServiceExt;
+        let response = router.oneshot(Request::get(uri).body(axum::body::Body::empty()).unwrap()).await.unwrap();
+        let status = response.status();
+        let content_type = response.headers()[axum::http::header::CONTENT_TYPE].to_str().unwrap().to_owned();
+        let body = axum::body::to_bytes(response.into_body(), 4096).await.unwrap();
+        (status, content_type, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn path_rejections_are_problems() {
+        async fn one(PathParams(id): PathParams<String>) -> String {
+            id
+        }
+        async fn two(PathParams((a, b)): PathParams<(String, String)>) -> String {
+            a + &b
+        }
+        let router = axum::Router::new().route("/one/{id}", axum::routing::get(one)).route("/mismatch/{id}", axum::routing::get(two));
+        let (status, content_type, body) = answer_of(router.clone(), "/one/%FF").await;
+        assert_eq!((status.as_u16(), content_type.as_str()), (400, "application/problem+json"));
+        assert_eq!(body["type"], "urn:lockprobe:error:bad-request");
+        let (status, content_type, body) = answer_of(router, "/mismatch/x").await;
+        assert_eq!((status.as_u16(), content_type.as_str()), (500, "application/problem+json"), "a route that does not fit its handler is our fault");
+        assert_eq!(body["type"], "urn:lockprobe:error:internal");
     }
 
     #[test]

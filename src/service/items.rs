@@ -156,6 +156,24 @@ mod tests {
     }
 
     #[test]
+    fn a_poisoned_store_keeps_serving() {
+        let stores = std::sync::Arc::new(ItemStores::default());
+        stores.put("a", "r", "k", json!(1));
+        let holder = stores.clone();
+        let panicked = std::thread::spawn(move || {
+            let _all = holder.inner.lock().unwrap();
+            panic!("a request panicked while holding the item store");
+        })
+        .join();
+        assert!(panicked.is_err() && stores.inner.is_poisoned());
+        assert_eq!(stores.get("a", "r", "k").unwrap().value, json!(1));
+        assert_eq!(stores.put("a", "r", "k2", json!(2)), WriteOutcome::Created);
+        assert!(stores.tombstone("a", "r", "k"));
+        assert_eq!(stores.copy_resource("r", "a", "b"), 2);
+        assert!(stores.remove("b", "r", "k2"));
+    }
+
+    #[test]
     fn write_over_a_tombstone_counts_as_created() {
         let stores = ItemStores::default();
         assert_eq!(stores.put("a", "r", "k", json!(1)), WriteOutcome::Created);

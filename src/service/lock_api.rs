@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
-use super::input::{self, JsonBody};
+use super::input::{self, JsonBody, PathParams};
 use super::Instance;
 use crate::clock::span;
 use crate::routing::{LocationDocument, LockCall, LockError, LockToken, Phase, PreLockRequest, RoutingError, SwapPlan};
@@ -132,7 +132,7 @@ fn lock_view(doc: &LocationDocument, token: &LockToken) -> Value {
 /// `POST /v1/resources/{id}/lock`: a new pre-lock (creates the document if needed).
 pub async fn pre_lock(
     State(instance): State<Arc<Instance>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
     body: Result<JsonBody<PreLockBody>, ApiError>,
 ) -> Result<Response, ApiError> {
@@ -142,6 +142,10 @@ pub async fn pre_lock(
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     if body.owner.len() > MAX_OWNER_BYTES {
         return Err(ApiError::bad_request(format!("owner is longer than {MAX_OWNER_BYTES} bytes")));
+    }
+    // The owner is shown in route views and logs: no line breaks or escapes in them.
+    if body.owner.chars().any(char::is_control) {
+        return Err(ApiError::bad_request("owner must not contain control characters"));
     }
     if let Some(target) = &body.target_location {
         input::check_name("targetLocation", target)?;
@@ -162,7 +166,7 @@ pub async fn pre_lock(
 /// `POST /v1/resources/{id}/lock/escalate`.
 pub async fn escalate(
     State(instance): State<Arc<Instance>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
     body: Result<JsonBody<EscalateBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
@@ -181,7 +185,7 @@ pub async fn escalate(
 /// `POST /v1/resources/{id}/lock/renew`.
 pub async fn renew(
     State(instance): State<Arc<Instance>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
     body: Result<JsonBody<RenewBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
@@ -201,7 +205,7 @@ pub async fn renew(
 /// already made is answered again without copying anything.
 pub async fn swap(
     State(instance): State<Arc<Instance>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
     body: Result<JsonBody<SwapBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
@@ -245,7 +249,7 @@ fn route_view(doc: &LocationDocument) -> Value {
 /// `DELETE /v1/resources/{id}/lock` with `Lock-Token`.
 pub async fn release(
     State(instance): State<Arc<Instance>>,
-    Path(id): Path<String>,
+    PathParams(id): PathParams<String>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize(&instance, &headers, &id)?;
