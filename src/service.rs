@@ -129,7 +129,13 @@ impl ServiceConfig {
         anyhow::ensure!(!self.max_pre_lock.is_zero(), "--max-prelock must be positive");
         // The CLI bounds these already; a config built in code must not get past either,
         // since dates computed from them (now + delay + lease) would overflow and panic.
-        let mut durations = vec![("--replication-bound", self.replication_bound), ("--max-prelock", self.max_pre_lock), ("max_retry_after", self.max_retry_after)];
+        let mut durations = vec![
+            ("--replication-bound", self.replication_bound),
+            ("--max-prelock", self.max_pre_lock),
+            ("max_retry_after", self.max_retry_after),
+            ("--skew-margin", self.skew_margin),
+            ("--max-decision-age", self.max_decision_age),
+        ];
         durations.extend(self.cache_ttls.iter().map(|ttl| ("--cache-ttl", *ttl)));
         for (name, duration) in durations {
             anyhow::ensure!(

@@ -170,6 +170,9 @@ pub struct CycleReport {
     pub expected_convergence_seconds: Option<f64>,
     /// Per instance observed convergence.
     pub observed_convergence: Vec<InstanceConvergence>,
+    /// What a reader must know that is not an assertion (for example, that the service
+    /// ignores idempotency keys, so the probe fell back to contract 1.0 behaviour).
+    pub notes: Vec<String>,
 }
 
 impl CycleReport {

@@ -7,6 +7,7 @@
 //! `walk` the main migration walk, `negative` the refusals the service must make.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::Value;
@@ -18,8 +19,18 @@ use negative::Negative;
 use super::observer::Observer;
 use super::report::{Assertion, CycleReport, CycleResult, InstanceConvergence};
 use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
-use super::state::StateFile;
-use super::target::{TargetClient, TargetError};
+use super::state::{HeldLock, StateFile};
+use super::target::{CallKey, TargetClient, TargetError};
+
+/// What repeating an unanswered pre-lock found.
+enum Recovered {
+    /// It was granted: this token holds the lock.
+    Token(String),
+    /// There is nothing of ours to release.
+    Nothing,
+    /// The service did not say; keep the journal entry and try again later.
+    Unknown,
+}
 
 /// Why a check stopped early.
 #[derive(Debug)]
@@ -48,6 +59,7 @@ struct Recorder {
     phases: Mutex<Vec<(String, f64)>>,
     declared: Mutex<Option<f64>>,
     convergence: Mutex<Vec<InstanceConvergence>>,
+    notes: Mutex<Vec<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -96,7 +108,7 @@ impl Scenario {
 
     /// Releases left-over locks on `resources` only (a cycle's own resources: other
     /// running cycles' entries must not be touched).
-    async fn recover_resources(&self, resources: &[String]) -> usize {
+    pub(super) async fn recover_resources(&self, resources: &[String]) -> usize {
         self.recover_where(|r| resources.iter().any(|x| x == r))
             .await
     }
@@ -107,15 +119,21 @@ impl Scenario {
             if held.target != self.settings.name || !wanted(&held.resource) {
                 continue;
             }
-            let Some(token) = held.token.as_deref() else {
-                // The service never answered that pre-lock (or we died first): without a
-                // token nothing can be released; its lease ends it.
-                tracing::warn!(target_name = %held.target, resource = %held.resource, "left-over pre-lock intent without token, lease will expire");
-                let _ = self.state.forget(&held.target, &held.resource);
-                cleared += 1;
-                continue;
+            let token = match held.token.clone() {
+                Some(token) => token,
+                None => match self.token_of_unanswered_pre_lock(&held).await {
+                    Recovered::Token(token) => token,
+                    Recovered::Nothing => {
+                        let _ = self.state.forget(&held.target, &held.resource);
+                        cleared += 1;
+                        continue;
+                    }
+                    Recovered::Unknown => continue,
+                },
             };
-            match self.client.release(0, &held.resource, token).await {
+            let c = &self.client;
+            let send = |k| c.release(0, &held.resource, &token, k);
+            match c.until_known(&CallKey::fresh(), send).await {
                 Ok(r) if matches!(r.status, 204 | 404 | 409 | 410) => {
                     tracing::info!(target_name = %held.target, resource = %held.resource, status = r.status, "released lock left by a previous run");
                     if let Err(e) = self.state.forget(&held.target, &held.resource) {
@@ -132,6 +150,46 @@ impl Scenario {
             }
         }
         cleared
+    }
+
+    /// The token of a pre-lock whose answer never arrived (the probe was cancelled or
+    /// killed while it was in flight): the journaled request, repeated under its key,
+    /// returns the token it was granted, if it was granted and still holds.
+    async fn token_of_unanswered_pre_lock(&self, held: &HeldLock) -> Recovered {
+        let Some(intent) = &held.pre_lock else {
+            tracing::warn!(target_name = %held.target, resource = %held.resource, "left-over pre-lock intent without a key, its lease will end it");
+            return Recovered::Nothing;
+        };
+        let c = &self.client;
+        let lease = Duration::try_from_secs_f64(intent.duration_seconds).unwrap_or_default();
+        let key = CallKey::from_journal(intent.key.clone());
+        let target = intent.target_location.as_deref();
+        let send = |k| c.pre_lock(0, &held.resource, &intent.owner, lease, target, k);
+        match c.until_known(&key, send).await {
+            Ok(r) if (200..300).contains(&r.status) => match r.str_field("token") {
+                Some(token) => {
+                    tracing::info!(target_name = %held.target, resource = %held.resource, "recovered the token of an unanswered pre-lock");
+                    Recovered::Token(token.to_owned())
+                }
+                None => Recovered::Nothing,
+            },
+            // Never granted, or granted and already gone: nothing to release.
+            Ok(r) if matches!(r.status, 409 | 410) => Recovered::Nothing,
+            Ok(r) if r.status == 423 => {
+                // Someone else's lock, or a service that ignores the key (contract 1.0):
+                // either way not ours to release; its lease ends it.
+                tracing::warn!(target_name = %held.target, resource = %held.resource, "an unanswered pre-lock cannot be recovered (423); its lease will end it");
+                Recovered::Nothing
+            }
+            Ok(r) => {
+                tracing::warn!(target_name = %held.target, resource = %held.resource, status = r.status, "could not learn the outcome of an unanswered pre-lock");
+                Recovered::Unknown
+            }
+            Err(e) => {
+                tracing::warn!(target_name = %held.target, resource = %held.resource, error = %e, "could not learn the outcome of an unanswered pre-lock");
+                Recovered::Unknown
+            }
+        }
     }
 
     /// Runs one full cycle on `resources` (the main resource first, then one per negative
@@ -200,6 +258,7 @@ impl Scenario {
                 .expected_convergence
                 .map(|d| d.as_secs_f64()),
             observed_convergence: std::mem::take(&mut *lock(&rec.convergence)),
+            notes: std::mem::take(&mut *lock(&rec.notes)),
         };
         self.observer.step(
             &self.settings.name,

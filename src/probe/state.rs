@@ -31,7 +31,7 @@ pub enum StateError {
 }
 
 /// One lock the probe holds or is about to take.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HeldLock {
     /// Target name.
@@ -40,8 +40,27 @@ pub struct HeldLock {
     pub resource: String,
     /// Lock token; `None` between recording the intent and the service's answer.
     pub token: Option<String>,
+    /// The pre-lock as it is (or was) sent, with its idempotency key: repeating it
+    /// returns the token of a pre-lock whose answer never arrived (absent in files of
+    /// earlier versions, and for locks taken without a journaled request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_lock: Option<PreLockIntent>,
     /// When the entry was recorded.
     pub recorded_at: DateTime<Utc>,
+}
+
+/// A pre-lock request as the probe sends it, journaled before sending.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreLockIntent {
+    /// The `Idempotency-Key` it is sent with.
+    pub key: String,
+    /// `owner`.
+    pub owner: String,
+    /// `durationSeconds`.
+    pub duration_seconds: f64,
+    /// `targetLocation`, if any.
+    pub target_location: Option<String>,
 }
 
 impl std::fmt::Debug for HeldLock {
@@ -51,6 +70,7 @@ impl std::fmt::Debug for HeldLock {
             .field("target", &self.target)
             .field("resource", &self.resource)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("pre_lock", &self.pre_lock.as_ref().map(|_| "<journaled>"))
             .field("recorded_at", &self.recorded_at)
             .finish()
     }
@@ -108,14 +128,16 @@ impl StateFile {
         self.locks.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Records that the probe is about to pre-lock `resource` of `target`.
-    pub fn record_intent(&self, target: &str, resource: &str) -> Result<(), StateError> {
+    /// Records that the probe is about to pre-lock `resource` of `target`, with the
+    /// request it will send (and its idempotency key) when there is one to repeat.
+    pub fn record_intent(&self, target: &str, resource: &str, pre_lock: Option<PreLockIntent>) -> Result<(), StateError> {
         self.update(|locks| {
             locks.retain(|l| !(l.target == target && l.resource == resource));
             locks.push(HeldLock {
                 target: target.to_string(),
                 resource: resource.to_string(),
                 token: None,
+                pre_lock,
                 recorded_at: Utc::now(),
             });
         })
@@ -129,11 +151,16 @@ impl StateFile {
         token: &str,
     ) -> Result<(), StateError> {
         self.update(|locks| {
+            let pre_lock = locks
+                .iter()
+                .find(|l| l.target == target && l.resource == resource)
+                .and_then(|l| l.pre_lock.clone());
             locks.retain(|l| !(l.target == target && l.resource == resource));
             locks.push(HeldLock {
                 target: target.to_string(),
                 resource: resource.to_string(),
                 token: Some(token.to_string()),
+                pre_lock,
                 recorded_at: Utc::now(),
             });
         })
@@ -193,13 +220,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
         let s = StateFile::open(&path).unwrap();
-        s.record_intent("demo", "probe-0001").unwrap();
-        assert_eq!(StateFile::open(&path).unwrap().entries()[0].token, None);
+        let intent = PreLockIntent { key: "k1".into(), owner: "o".into(), duration_seconds: 60.0, target_location: None };
+        s.record_intent("demo", "probe-0001", Some(intent.clone())).unwrap();
+        let journaled = StateFile::open(&path).unwrap().entries();
+        assert_eq!(journaled[0].token, None);
+        assert_eq!(journaled[0].pre_lock.as_ref().map(|p| p.key.as_str()), Some("k1"), "the key is on disk before the call");
         s.record_token("demo", "probe-0001", "secret").unwrap();
-        s.record_intent("demo", "probe-0002").unwrap();
+        s.record_intent("demo", "probe-0002", None).unwrap();
         let reopened = StateFile::open(&path).unwrap().entries();
         assert_eq!(reopened.len(), 2);
         assert_eq!(reopened[0].token.as_deref(), Some("secret"));
+        assert!(reopened[0].pre_lock == Some(intent), "the journaled request stays with the token");
         s.forget("demo", "probe-0001").unwrap();
         let reopened = StateFile::open(&path).unwrap().entries();
         assert_eq!(reopened.len(), 1);
@@ -229,6 +260,17 @@ mod tests {
             !shown.contains("secret-token") && shown.contains("redacted"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_state_file_of_an_earlier_version_still_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let old = r#"{"locks":[{"target":"demo","resource":"probe-0001","token":null,"recordedAt":"2026-01-01T00:00:00Z"}]}"#;
+        std::fs::write(&path, old).unwrap();
+        let entries = StateFile::open(&path).unwrap().entries();
+        assert_eq!(entries.len(), 1);
+        assert!(entries[0].pre_lock.is_none());
     }
 
     #[test]

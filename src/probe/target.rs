@@ -90,6 +90,49 @@ impl Reply {
     }
 }
 
+/// The `Idempotency-Key` of one logical lock call (contract 1.1): sent with every
+/// attempt of the call, so a repeat after an unknown outcome returns the first
+/// attempt's result (a pre-lock's token included) instead of acting again. The probe
+/// journals a pre-lock's key before sending it, so even a probe killed mid-call can
+/// learn the token and release. Keys are not secrets, but they are not logged either.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CallKey(String);
+
+impl CallKey {
+    /// A new random key (128 bits, printable ASCII as the contract requires).
+    pub fn fresh() -> Self {
+        Self(format!("lockprobe-{}", hex::encode(rand::random::<[u8; 16]>())))
+    }
+
+    /// A key journaled earlier.
+    pub fn from_journal(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The header value.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for CallKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallKey(..)")
+    }
+}
+
+/// How many times a lock call is sent while its outcome stays unknown.
+pub const UNKNOWN_OUTCOME_ATTEMPTS: u32 = 4;
+
+/// The longest the probe waits between repeats of a call whose outcome is unknown,
+/// whatever `Retry-After` says.
+const MAX_UNKNOWN_WAIT: Duration = Duration::from_secs(2);
+
+/// Whether an answer leaves the call's outcome unknown: `503 outcome-unknown`.
+pub fn outcome_unknown(r: &Reply) -> bool {
+    r.status == 503 && r.problem.as_deref() == Some("outcome-unknown")
+}
+
 /// Contract client for all instances of one target.
 #[derive(Clone)]
 pub struct TargetClient {
@@ -191,16 +234,43 @@ impl TargetClient {
         })
     }
 
-    fn lock_call(&self, method: reqwest::Method, url: String) -> reqwest::RequestBuilder {
-        self.http.request(method, url).bearer_auth(&self.api_key)
+    fn lock_call(&self, method: reqwest::Method, url: String, key: &CallKey) -> reqwest::RequestBuilder {
+        self.http.request(method, url).bearer_auth(&self.api_key).header("Idempotency-Key", key.as_str())
     }
 
     /// A `POST` to the lock API under `/v1/resources/{id}{path}`, refused before sending
     /// when the resource is outside the test prefix.
-    async fn post_lock(&self, instance: usize, resource: &str, path: &str, body: Value) -> Result<Reply, TargetError> {
+    async fn post_lock(&self, instance: usize, resource: &str, path: &str, body: Value, key: CallKey) -> Result<Reply, TargetError> {
         self.guard(resource)?;
-        let req = self.lock_call(reqwest::Method::POST, self.url(instance, resource, path)).json(&body);
+        let req = self.lock_call(reqwest::Method::POST, self.url(instance, resource, path), &key).json(&body);
         self.send(req).await
+    }
+
+    /// Sends a lock call with `send(key)` and repeats it under the same key while its
+    /// outcome is unknown: a `503 outcome-unknown` (after its `Retry-After`, capped) or
+    /// no answer at all (the request may have been applied). At most
+    /// [`UNKNOWN_OUTCOME_ATTEMPTS`] sends; the last answer or error is returned. Against
+    /// a service that ignores the key (contract 1.0) a repeat is a new call, which the
+    /// lock itself refuses (a second pre-lock gets 423) rather than doubles.
+    pub async fn until_known<F, Fut>(&self, key: &CallKey, send: F) -> Result<Reply, TargetError>
+    where
+        F: Fn(CallKey) -> Fut,
+        Fut: std::future::Future<Output = Result<Reply, TargetError>>,
+    {
+        let mut attempt = 1;
+        loop {
+            let answer = send(key.clone()).await;
+            let wait = match &answer {
+                Ok(r) if outcome_unknown(r) => retry_after(r).unwrap_or(Duration::from_secs(1)),
+                Err(TargetError::Transport(_)) => Duration::from_millis(200),
+                _ => return answer,
+            };
+            if attempt >= UNKNOWN_OUTCOME_ATTEMPTS {
+                return answer;
+            }
+            attempt += 1;
+            tokio::time::sleep(wait.min(MAX_UNKNOWN_WAIT)).await;
+        }
     }
 
     /// `POST /lock`: pre-lock.
@@ -211,12 +281,13 @@ impl TargetClient {
         owner: &str,
         lease: Duration,
         target_location: Option<&str>,
+        key: CallKey,
     ) -> Result<Reply, TargetError> {
         let mut body = json!({"owner": owner, "durationSeconds": lease.as_secs_f64()});
         if let Some(t) = target_location {
             body["targetLocation"] = json!(t);
         }
-        self.post_lock(instance, resource, "/lock", body).await
+        self.post_lock(instance, resource, "/lock", body, key).await
     }
 
     /// `POST /lock/escalate` to `hardDelete` or `write`.
@@ -227,9 +298,10 @@ impl TargetClient {
         token: &str,
         phase: &str,
         lease: Duration,
+        key: CallKey,
     ) -> Result<Reply, TargetError> {
         let body = json!({"token": token, "phase": phase, "durationSeconds": lease.as_secs_f64()});
-        self.post_lock(instance, resource, "/lock/escalate", body).await
+        self.post_lock(instance, resource, "/lock/escalate", body, key).await
     }
 
     /// `POST /lock/renew`.
@@ -239,9 +311,10 @@ impl TargetClient {
         resource: &str,
         token: &str,
         lease: Duration,
+        key: CallKey,
     ) -> Result<Reply, TargetError> {
         let body = json!({"token": token, "durationSeconds": lease.as_secs_f64()});
-        self.post_lock(instance, resource, "/lock/renew", body).await
+        self.post_lock(instance, resource, "/lock/renew", body, key).await
     }
 
     /// `POST /lock/swap` to `target_location`.
@@ -251,9 +324,10 @@ impl TargetClient {
         resource: &str,
         token: &str,
         target_location: &str,
+        key: CallKey,
     ) -> Result<Reply, TargetError> {
         let body = json!({"token": token, "targetLocation": target_location});
-        self.post_lock(instance, resource, "/lock/swap", body).await
+        self.post_lock(instance, resource, "/lock/swap", body, key).await
     }
 
     /// `DELETE /lock` with the `Lock-Token` header.
@@ -262,12 +336,14 @@ impl TargetClient {
         instance: usize,
         resource: &str,
         token: &str,
+        key: CallKey,
     ) -> Result<Reply, TargetError> {
         self.guard(resource)?;
         let req = self
             .lock_call(
                 reqwest::Method::DELETE,
                 self.url(instance, resource, "/lock"),
+                &key,
             )
             .header("Lock-Token", token);
         self.send(req).await
@@ -315,6 +391,11 @@ impl TargetClient {
         self.send(self.http.delete(self.item_url(instance, resource, key)))
             .await
     }
+}
+
+/// `Retry-After` in whole seconds, when present and numeric.
+fn retry_after(r: &Reply) -> Option<Duration> {
+    r.retry_after.as_deref()?.trim().parse().ok().map(Duration::from_secs)
 }
 
 /// reqwest hides the useful part (e.g. "connection refused") in the source chain.
@@ -365,13 +446,14 @@ mod tests {
             Duration::from_secs(1),
         )
         .unwrap();
+        let key = CallKey::fresh();
         let e = c
-            .pre_lock(0, "customer-42", "me", Duration::from_secs(1), None)
+            .pre_lock(0, "customer-42", "me", Duration::from_secs(1), None, key.clone())
             .await
             .unwrap_err();
         assert!(matches!(e, TargetError::OutsidePrefix { .. }), "{e}");
         assert!(matches!(
-            c.release(0, "prod-1", "t").await.unwrap_err(),
+            c.release(0, "prod-1", "t", key).await.unwrap_err(),
             TargetError::OutsidePrefix { .. }
         ));
     }

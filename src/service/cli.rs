@@ -41,6 +41,15 @@ pub struct ServiceArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, default_value_t = 64 * 1024)]
     pub max_body_bytes: usize,
+    /// Clock difference tolerated between instances and the store: restrictions start
+    /// this much after convergence and end this much after the lease, by each clock.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "500ms")]
+    pub skew_margin: Duration,
+    /// The oldest routing decision acted on: a store read slower than this is refused
+    /// (503) rather than enforced, and a swap copies data only this long (plus the
+    /// skew margin) after the write lock began.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    pub max_decision_age: Duration,
     /// Deliberately break the contract, to test a probe (repeatable).
     #[arg(long = "fault", value_enum)]
     pub faults: Vec<Fault>,
@@ -62,6 +71,8 @@ impl ServiceArgs {
             test_prefix: self.test_prefix.clone(),
             max_pre_lock: self.max_pre_lock,
             max_body_bytes: self.max_body_bytes,
+            skew_margin: self.skew_margin,
+            max_decision_age: self.max_decision_age,
             faults: self.faults.clone(),
             ..ServiceConfig::new(api_key)
         };

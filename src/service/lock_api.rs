@@ -140,8 +140,8 @@ pub async fn pre_lock(
     let key = idempotency_key(&headers)?;
     let JsonBody(body) = body?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
-    if body.owner.len() > MAX_OWNER_BYTES {
-        return Err(ApiError::bad_request(format!("owner is longer than {MAX_OWNER_BYTES} bytes")));
+    if body.owner.is_empty() || body.owner.len() > MAX_OWNER_BYTES {
+        return Err(ApiError::bad_request(format!("owner must be 1 to {MAX_OWNER_BYTES} bytes")));
     }
     // The owner is shown in route views and logs: no line breaks or escapes in them.
     if body.owner.chars().any(char::is_control) {

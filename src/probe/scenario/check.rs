@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{lock, Abort, Item, Recorder, Scenario};
 use crate::probe::report::{Assertion, BLOCK_WITHOUT_RETRY_AFTER};
-use crate::probe::target::{Reply, TargetError};
+use crate::probe::state::PreLockIntent;
+use crate::probe::target::{CallKey, Reply, TargetError};
 
 /// One check on one resource, with the lock it holds (if any).
 pub(super) struct Check<'a> {
@@ -71,7 +72,9 @@ impl<'a> Check<'a> {
         self.sc.observer.step(self.target(), &self.name, message);
     }
 
-    /// Runs `body`, stopping it on cancellation, then releases whatever lock is still held.
+    /// Runs `body`, stopping it on cancellation, then releases whatever lock is still held,
+    /// including one whose pre-lock was in flight when the body stopped: its journaled
+    /// key asks the service for the token the call was granted, if it was.
     pub(super) async fn guarded<F>(&self, cancel: &CancellationToken, body: F) -> Result<(), Abort>
     where
         F: Future<Output = Result<(), Abort>>,
@@ -81,6 +84,7 @@ impl<'a> Check<'a> {
             _ = cancel.cancelled() => Err(Abort::Cancelled),
         };
         self.release_if_held().await;
+        self.sc.recover_resources(std::slice::from_ref(&self.resource)).await;
         out
     }
 
@@ -201,13 +205,9 @@ impl<'a> Check<'a> {
     /// stops unless the service agrees.
     pub(super) async fn escalate_to(&self, phase: &str, lease: Duration) -> Result<Reply, Abort> {
         let c = &self.sc.client;
-        self.must_lock_op(
-            phase,
-            "escalate",
-            "200",
-            c.escalate(0, &self.resource, &self.token(), phase, lease),
-        )
-        .await
+        let token = self.token();
+        let send = |k| c.escalate(0, &self.resource, &token, phase, lease, k);
+        self.must_lock_op(phase, "escalate", "200", c.until_known(&CallKey::fresh(), send)).await
     }
 
     /// User operations on every instance, each `(op, key kind, expected outcome)` on the
@@ -305,34 +305,39 @@ impl<'a> Check<'a> {
         Ok(r)
     }
 
+    /// Pre-locks this check's resource. The request and its idempotency key are
+    /// journaled before it is sent, so a cycle that is cancelled or killed while the call
+    /// is in flight can still learn the token and release. With `check_replay`, the
+    /// pre-lock is then repeated under the same key, which a contract 1.1 service must
+    /// answer with the same token and never with a fresh lock.
     pub(super) async fn pre_lock(
         &self,
         phase: &str,
         target_location: Option<&str>,
+        check_replay: bool,
     ) -> Result<(Reply, bool), Abort> {
         let s = &self.sc.settings;
-        if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource) {
+        let key = CallKey::fresh();
+        let intent = PreLockIntent {
+            key: key.as_str().to_owned(),
+            owner: s.owner.clone(),
+            duration_seconds: s.leases.pre_lock.as_secs_f64(),
+            target_location: target_location.map(str::to_owned),
+        };
+        if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource, Some(intent)) {
             tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
         }
-        let out = self
-            .lock_op(
-                phase,
-                "pre-lock",
-                "201",
-                self.sc.client.pre_lock(
-                    0,
-                    &self.resource,
-                    &s.owner,
-                    s.leases.pre_lock,
-                    target_location,
-                ),
-            )
-            .await;
+        let c = &self.sc.client;
+        let send = |k| c.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, target_location, k);
+        let out = self.lock_op(phase, "pre-lock", "201", c.until_known(&key, send)).await;
         if let Ok((r, ok)) = &out {
             // A token in a success answer is a live lock, even under an unexpected status:
             // holding it is what gets it released.
             if let Some(token) = granted(r) {
                 self.hold(token);
+                if check_replay {
+                    self.replay_pre_lock(phase, &key, token, target_location).await;
+                }
                 return out;
             }
             if *ok {
@@ -353,6 +358,44 @@ impl<'a> Check<'a> {
         out
     }
 
+    /// Repeats a granted pre-lock under its key: the same token back means the service
+    /// keeps idempotency keys (contract 1.1); `423 lock-held` means it ignores them
+    /// (contract 1.0), which the report notes and the probe then lives with (a lock
+    /// whose answer is lost is left to its lease); a different token is a second lock
+    /// granted over the first, a failure, and that lock is released at once.
+    async fn replay_pre_lock(&self, phase: &str, key: &CallKey, token: &str, target_location: Option<&str>) {
+        let s = &self.sc.settings;
+        let c = &self.sc.client;
+        let send = |k| c.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, target_location, k);
+        let Ok(r) = c.until_known(key, send).await else { return };
+        let observed = match granted(&r) {
+            Some(again) if again == token => "same-token".to_string(),
+            Some(_) => "fresh-lock".to_string(),
+            None if r.outcome() == "423 lock-held" => {
+                self.note(format!(
+                    "{}: the service ignores Idempotency-Key (contract 1.0): a lock call whose answer is lost cannot be recovered, only left to its lease",
+                    self.name
+                ));
+                return;
+            }
+            None => r.outcome(),
+        };
+        self.assert(phase, "pre-lock-replay", None, "same-token", &observed, r.elapsed, None);
+        if observed == "fresh-lock" {
+            self.release_unexpected(&r).await;
+        }
+    }
+
+    /// Adds a note to the cycle's report (what a reader of the report must know that is
+    /// not an assertion).
+    pub(super) fn note(&self, note: String) {
+        self.step(&note);
+        let mut notes = lock(&self.rec.notes);
+        if !notes.contains(&note) {
+            notes.push(note);
+        }
+    }
+
     /// Releases a lock the service granted where it should have refused (a second
     /// pre-lock, an extra winner of a race): the check has failed already, and the lock
     /// must not outlive it.
@@ -360,7 +403,9 @@ impl<'a> Check<'a> {
         let Some(token) = granted(r) else {
             return;
         };
-        if let Ok(r) = self.sc.client.release(0, &self.resource, token).await {
+        let c = &self.sc.client;
+        let send = |k| c.release(0, &self.resource, token, k);
+        if let Ok(r) = c.until_known(&CallKey::fresh(), send).await {
             if !matches!(r.status, 204 | 410) {
                 tracing::warn!(resource = %self.resource, status = r.status, "could not release a lock granted in error");
             }
@@ -395,7 +440,9 @@ impl<'a> Check<'a> {
         };
         self.step("releasing the lock");
         let started = Instant::now();
-        match self.sc.client.release(0, &self.resource, &token).await {
+        let c = &self.sc.client;
+        let send = |k| c.release(0, &self.resource, &token, k);
+        match c.until_known(&CallKey::fresh(), send).await {
             Ok(r) => {
                 // 410: the lease already ended, nothing is held any more.
                 let observed = if matches!(r.status, 204 | 410) {

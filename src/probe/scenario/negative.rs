@@ -3,8 +3,12 @@
 use std::time::{Duration, Instant};
 
 use super::check::{granted, Check};
-use crate::probe::target::Reply;
+use crate::probe::target::{CallKey, Reply};
 use super::Abort;
+
+/// The longest wait past a lease's end that a service's skew margin may ask for before
+/// the lapse check judges it.
+const SKEW_MARGIN_WAIT: Duration = Duration::from_secs(5);
 
 /// The negative checks of a cycle, each run on its own resource after the main walk.
 #[derive(Debug, Clone, Copy)]
@@ -56,7 +60,7 @@ impl Check<'_> {
 
     /// Takes the pre-lock a negative check stands on; without it the check cannot run.
     async fn must_pre_lock(&self) -> Result<Reply, Abort> {
-        match self.pre_lock("preLock", None).await? {
+        match self.pre_lock("preLock", None, false).await? {
             (reply, true) => Ok(reply),
             (_, false) => Err(Abort::Stop),
         }
@@ -82,15 +86,10 @@ impl Check<'_> {
         ));
         self.must_pre_lock().await?;
         let s = &self.sc.settings;
+        let c = &self.sc.client;
+        let send = |k| c.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None, k);
         let (r, _) = self
-            .lock_op(
-                "preLock",
-                "pre-lock-again",
-                "423 lock-held",
-                self.sc
-                    .client
-                    .pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None),
-            )
+            .lock_op("preLock", "pre-lock-again", "423 lock-held", c.until_known(&CallKey::fresh(), send))
             .await?;
         self.release_unexpected(&r).await;
         Ok(())
@@ -104,20 +103,13 @@ impl Check<'_> {
         self.must_pre_lock().await?;
         let wrong = hex::encode(rand::random::<[u8; 16]>());
         let c = &self.sc.client;
-        self.lock_op(
-            "preLock",
-            "renew",
-            "409 token-mismatch",
-            c.renew(0, &self.resource, &wrong, self.sc.settings.leases.pre_lock),
-        )
-        .await?;
-        self.lock_op(
-            "preLock",
-            "release",
-            "409 token-mismatch",
-            c.release(0, &self.resource, &wrong),
-        )
-        .await?;
+        let lease = self.sc.settings.leases.pre_lock;
+        let renew = |k| c.renew(0, &self.resource, &wrong, lease, k);
+        self.lock_op("preLock", "renew", "409 token-mismatch", c.until_known(&CallKey::fresh(), renew))
+            .await?;
+        let release = |k| c.release(0, &self.resource, &wrong, k);
+        self.lock_op("preLock", "release", "409 token-mismatch", c.until_known(&CallKey::fresh(), release))
+            .await?;
         Ok(())
     }
 
@@ -128,19 +120,11 @@ impl Check<'_> {
         ));
         self.must_pre_lock().await?;
         let s = &self.sc.settings;
-        self.lock_op(
-            "preLock",
-            "escalate-early",
-            "409 invalid-transition",
-            self.sc.client.escalate(
-                0,
-                &self.resource,
-                &self.token(),
-                "hardDelete",
-                s.leases.hard_delete,
-            ),
-        )
-        .await?;
+        let c = &self.sc.client;
+        let token = self.token();
+        let send = |k| c.escalate(0, &self.resource, &token, "hardDelete", s.leases.hard_delete, k);
+        self.lock_op("preLock", "escalate-early", "409 invalid-transition", c.until_known(&CallKey::fresh(), send))
+            .await?;
         Ok(())
     }
 
@@ -151,15 +135,11 @@ impl Check<'_> {
         ));
         self.pre_lock_and_wait().await?;
         let s = &self.sc.settings;
-        self.lock_op(
-            "preLock",
-            "escalate-write",
-            "409 invalid-transition",
-            self.sc
-                .client
-                .escalate(0, &self.resource, &self.token(), "write", s.leases.write),
-        )
-        .await?;
+        let c = &self.sc.client;
+        let token = self.token();
+        let send = |k| c.escalate(0, &self.resource, &token, "write", s.leases.write, k);
+        self.lock_op("preLock", "escalate-write", "409 invalid-transition", c.until_known(&CallKey::fresh(), send))
+            .await?;
         Ok(())
     }
 
@@ -179,6 +159,7 @@ impl Check<'_> {
             lapse.as_secs_f64()
         ));
         tokio::time::sleep(lapse).await;
+        self.after_any_skew_margin(0, "after-lapse").await;
         self.user_op("write", "write", 0, "after-lapse", "allow")
             .await?;
         // Swap towards the other location, so only the lapsed lease can be the refusal.
@@ -190,19 +171,36 @@ impl Check<'_> {
         } else {
             &s.locations[0]
         };
+        let token = self.token();
+        let send = |k| c.swap(0, &self.resource, &token, to, k);
         let (r, _) = self
-            .lock_op(
-                "write",
-                "swap-after-lapse",
-                "410 lock-expired",
-                c.swap(0, &self.resource, &self.token(), to),
-            )
+            .lock_op("write", "swap-after-lapse", "410 lock-expired", c.until_known(&CallKey::fresh(), send))
             .await?;
         if r.status == 200 {
             // The service swapped on a dead token: nothing is held any more.
             self.dropped();
         }
         Ok(())
+    }
+
+    /// A lease ends for its holder at `expiresAt`, but a service keeps enforcing it for
+    /// its skew margin beyond that, until the lease has ended by every clock it allows
+    /// for (contract 1.1), and says for how long in `Retry-After`. This peeks with a
+    /// write of a throwaway value (the asserted write overwrites it): a `423` whose
+    /// `Retry-After` is short is waited out once (at most [`SKEW_MARGIN_WAIT`]); a lock
+    /// that does not lapse still fails the assertion that follows.
+    async fn after_any_skew_margin(&self, instance: usize, key: &str) {
+        let c = &self.sc.client;
+        let probe_value = serde_json::json!({"probe": self.target(), "peek": true});
+        let Ok(r) = c.write(instance, &self.resource, key, &probe_value).await else { return };
+        if r.status != 423 {
+            return;
+        }
+        let wait = r.retry_after.as_deref().and_then(|s| s.trim().parse().ok()).map(Duration::from_secs);
+        if let Some(wait) = wait.filter(|w| *w <= SKEW_MARGIN_WAIT) {
+            self.step(&format!("the lease is still enforced within the service's skew margin; waiting {}s", wait.as_secs()));
+            tokio::time::sleep(wait).await;
+        }
     }
 
     pub(super) async fn concurrent_pre_locks(&self) -> Result<(), Abort> {
@@ -212,7 +210,7 @@ impl Check<'_> {
             "{n} concurrent pre-locks on {} must give exactly one winner",
             self.resource
         ));
-        if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource) {
+        if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource, None) {
             tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
         }
         let started = Instant::now();
@@ -222,7 +220,7 @@ impl Check<'_> {
             async move {
                 self.sc
                     .client
-                    .pre_lock(inst, &self.resource, &owner, s.leases.pre_lock, None)
+                    .pre_lock(inst, &self.resource, &owner, s.leases.pre_lock, None, CallKey::fresh())
                     .await
             }
         }))
@@ -275,7 +273,7 @@ impl Check<'_> {
         }
         // More than one winner is a bug in the service; do not leave its extra locks behind.
         for extra in winners {
-            let _ = self.sc.client.release(0, &self.resource, &extra).await;
+            let _ = self.sc.client.release(0, &self.resource, &extra, CallKey::fresh()).await;
         }
         Ok(())
     }

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::check::{classify, Check};
 use super::{lock, Abort, Item};
 use crate::probe::report::InstanceConvergence;
-use crate::probe::target::Reply;
+use crate::probe::target::{CallKey, Reply};
 
 impl Check<'_> {
     /// The main migration walk on the cycle's resource.
@@ -46,7 +46,7 @@ impl Check<'_> {
         self.step(&format!(
             "pre-lock {res} (at {current:?}, migrating to {to:?})"
         ));
-        let (r, ok) = self.pre_lock("preLock", Some(&to)).await?;
+        let (r, ok) = self.pre_lock("preLock", Some(&to), true).await?;
         if !ok {
             return Err(Abort::Stop);
         }
@@ -120,9 +120,9 @@ impl Check<'_> {
         .await?;
 
         self.step(&format!("swapping {res} to {to:?}"));
-        let r = self
-            .must_lock_op("swap", "swap", "200", c.swap(0, &res, &self.token(), &to))
-            .await?;
+        let token = self.token();
+        let send = |k| c.swap(0, &res, &token, &to, k);
+        let r = self.must_lock_op("swap", "swap", "200", c.until_known(&CallKey::fresh(), send)).await?;
         lock(&self.rec.phases).push(("write".into(), t2.elapsed().as_secs_f64()));
         self.dropped();
         self.assert(
