@@ -373,6 +373,7 @@ mod tests {
                     bound_seconds: 2.0,
                 },
             ],
+            notes: Vec::new(),
         }
     }
 

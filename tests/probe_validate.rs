@@ -133,6 +133,34 @@ async fn passes_against_the_reference_service() {
         .as_array()
         .unwrap()
         .is_empty());
+    // The pre-lock repeated under its idempotency key gave back the same lock, and
+    // nothing needed noting.
+    assert!(
+        run.json["assertions"].as_array().unwrap().iter().any(|a| a["op"] == "pre-lock-replay"
+            && a["observed"] == "same-token"
+            && a["passed"] == true),
+        "the replay of the pre-lock was checked"
+    );
+    assert_eq!(run.json["notes"], serde_json::json!([]));
+}
+
+/// Against a service that ignores `Idempotency-Key` (contract 1.0), the probe falls back
+/// to what it did before keys existed: the cycle passes, and the report says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn falls_back_and_says_so_against_a_service_that_ignores_keys() {
+    let svc = start_service(vec![Fault::IgnoreIdempotencyKey], TTL, BOUND).await;
+    let run = validate(&svc, &["--buffer", "500ms"]).await;
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let notes = run.json["notes"].as_array().unwrap();
+    assert!(
+        notes.iter().any(|n| n.as_str().unwrap().contains("ignores Idempotency-Key (contract 1.0)")),
+        "{notes:?}"
+    );
+    assert!(
+        !run.json["assertions"].as_array().unwrap().iter().any(|a| a["op"] == "pre-lock-replay"),
+        "no replay assertion against a 1.0 service"
+    );
+    assert!(run.stdout.contains("contract 1.0"), "the note is printed: {}", run.stdout);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

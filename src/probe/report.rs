@@ -346,6 +346,7 @@ mod tests {
             declared_convergence_seconds: Some(1.5),
             expected_convergence_seconds: None,
             observed_convergence: vec![],
+            notes: Vec::new(),
         }
     }
 

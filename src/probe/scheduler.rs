@@ -244,6 +244,7 @@ mod tests {
                 declared_convergence_seconds: None,
                 expected_convergence_seconds: None,
                 observed_convergence: vec![],
+                notes: Vec::new(),
             }
         }
     }

@@ -158,6 +158,7 @@ fn cycle_json(r: &CycleReport) -> Value {
             "detail": a.detail,
         })).collect::<Vec<_>>(),
         "failedAssertions": r.failed_assertions(),
+        "notes": r.notes,
     })
 }
 
@@ -192,6 +193,7 @@ mod tests {
             declared_convergence_seconds: Some(3.0),
             expected_convergence_seconds: Some(3.0),
             observed_convergence: vec![],
+            notes: Vec::new(),
         }
     }
 

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::input::{self, JsonBody, PathParams};
-use super::Instance;
+use super::{Fault, Instance};
 use crate::clock::span;
 use crate::routing::{LocationDocument, LockCall, LockError, LockToken, Phase, PreLockRequest, RoutingError, SwapPlan};
 
@@ -82,7 +82,10 @@ fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), A
 }
 
 /// The `Idempotency-Key` header, if sent: 1 to 128 printable ASCII characters.
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+fn idempotency_key(instance: &Instance, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    if instance.config.has_fault(Fault::IgnoreIdempotencyKey) {
+        return Ok(None);
+    }
     let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
     let bad = || ApiError::bad_request("Idempotency-Key must be 1 to 128 printable ASCII characters");
     let key = value.to_str().map_err(|_| bad())?;
@@ -137,7 +140,7 @@ pub async fn pre_lock(
     body: Result<JsonBody<PreLockBody>, ApiError>,
 ) -> Result<Response, ApiError> {
     authorize(&instance, &headers, &id)?;
-    let key = idempotency_key(&headers)?;
+    let key = idempotency_key(&instance, &headers)?;
     let JsonBody(body) = body?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     if body.owner.is_empty() || body.owner.len() > MAX_OWNER_BYTES {
@@ -171,7 +174,7 @@ pub async fn escalate(
     body: Result<JsonBody<EscalateBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
-    let key = idempotency_key(&headers)?;
+    let key = idempotency_key(&instance, &headers)?;
     let JsonBody(body) = body?;
     let token = token("token", body.token)?;
     let phase: Phase = body.phase.parse().map_err(ApiError::bad_request)?;
@@ -190,7 +193,7 @@ pub async fn renew(
     body: Result<JsonBody<RenewBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
-    let key = idempotency_key(&headers)?;
+    let key = idempotency_key(&instance, &headers)?;
     let JsonBody(body) = body?;
     let token = token("token", body.token)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
@@ -210,7 +213,7 @@ pub async fn swap(
     body: Result<JsonBody<SwapBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     authorize(&instance, &headers, &id)?;
-    let key = idempotency_key(&headers)?;
+    let key = idempotency_key(&instance, &headers)?;
     let JsonBody(body) = body?;
     let token = token("token", body.token)?;
     let to = body.target_location;
@@ -253,7 +256,7 @@ pub async fn release(
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize(&instance, &headers, &id)?;
-    let key = idempotency_key(&headers)?;
+    let key = idempotency_key(&instance, &headers)?;
     let raw = headers
         .get("lock-token")
         .and_then(|v| v.to_str().ok())

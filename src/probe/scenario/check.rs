@@ -390,6 +390,7 @@ impl<'a> Check<'a> {
     /// not an assertion).
     pub(super) fn note(&self, note: String) {
         self.step(&note);
+        tracing::warn!(target_name = %self.target(), "{note}");
         let mut notes = lock(&self.rec.notes);
         if !notes.contains(&note) {
             notes.push(note);
