@@ -1,12 +1,12 @@
-//! Faults injected between a caller and any `LocationStore`, to rehearse the store
+//! Faults injected between a caller and any [`LocationStore`], to rehearse the store
 //! being slow, late, ambiguous or stale, deterministically.
 //!
-//! `FaultyStore` wraps a store and applies [`FaultRule`]s: each names the calls it hits
+//! [`FaultyStore`] wraps a store and applies [`FaultRule`]s: each names the calls it hits
 //! (by [`OpKind`], optionally only for one document id), a [`FaultAction`], and a
 //! [`Trigger`]: a probability drawn from an RNG seeded once per wrapper, in call order
 //! (the same seed and call order give the same faults), or the next N matching calls.
 //! The first rule that matches a call and fires decides its one fault. Every call and
-//! every fault injected is counted (`FaultyStore::stats`); rules can be added and
+//! every fault injected is counted ([`FaultyStore::stats`]); rules can be added and
 //! cleared while the store is in use, to switch a fault on for one step of a test.
 //!
 //! What each action models, against the failure classes the scheme must survive (the
@@ -20,8 +20,9 @@
 //! - `late-commit=C,timeout=T`, **ambiguous timeout** ("the store timed out at 2 s and
 //!   committed at 3 s"): a write is forwarded after `C` by a task of its own, so it
 //!   lands even when the caller gave up; with `T < C` the caller gets
-//!   `StoreError::OutcomeUnknown` at `T`, else the real answer at `C`. A read waits
-//!   `C` and is forwarded, or fails `StoreError::Unavailable` at `T` when `T < C`.
+//!   [`StoreError::OutcomeUnknown`] at `T`, else the real answer at `C`. A read waits
+//!   `C` and is forwarded, or fails [`StoreError::Unavailable`] at `T` when `T < C`.
+//!   [`FaultyStore::settle`] waits for the late commits still in flight.
 //! - `ambiguous`, **lost after applied**: forwarded, then a write answers
 //!   `OutcomeUnknown` and a read `Unavailable`, whatever the store said.
 //! - `fail`, a clean failure (database failure, partition): `Unavailable`, nothing
@@ -33,7 +34,7 @@
 //! Clock skew, the remaining fault of the campaign, is not a store fault: give one
 //! instance a [`crate::clock::SkewedClock`].
 //!
-//! **Replica lag.** The wrapper keeps a short history (the last `HISTORY_PER_ID`
+//! **Replica lag.** The wrapper keeps a short history (the last [`HISTORY_PER_ID`]
 //! versions per id) of every version that passed through it: the results of creates and
 //! replaces, and versions answered by reads, change-stream reads and scans. It knows
 //! only those: versions written around it are unknown to it. A lagged replica read asks
@@ -41,7 +42,7 @@
 //! before the inner replica's view, taking that view as late as the inner answer allows
 //! (just before the commit of the known version that replaced it, else now): so the
 //! lag adds to whatever lag the inner store provably has. When no known version is old
-//! enough, the answer is `StoreError::NotFound`: the replica has not seen it yet.
+//! enough, the answer is [`StoreError::NotFound`]: the replica has not seen it yet.
 //!
 //! # Textual rules
 //!
@@ -68,11 +69,23 @@
 //! replace:late-ack=1s id=probe-0001
 //! ```
 
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::future::Future;
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use super::OpKind;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::task::JoinHandle;
+use tokio::time::sleep;
+
+use super::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned};
+use crate::clock::{to_chrono, Clock};
+use crate::routing::document::LocationDocument;
 
 /// The longest duration a textual rule accepts: ten years of 365.25 days, so `10y` passes
 /// and anything longer is taken for a typo.
@@ -177,6 +190,10 @@ impl FaultKind {
             FaultKind::Fail => "fail",
             FaultKind::ReplicaLag => "replica-lag",
         }
+    }
+
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -318,6 +335,363 @@ impl fmt::Display for FaultRule {
             write!(f, " id={id}")?;
         }
         Ok(())
+    }
+}
+
+/// How many versions per document id the wrapper remembers for replica lag.
+pub const HISTORY_PER_ID: usize = 32;
+
+/// A [`LocationStore`] that forwards to another one and injects faults by its rules.
+/// See the module documentation.
+pub struct FaultyStore {
+    inner: Arc<dyn LocationStore>,
+    clock: Arc<dyn Clock>,
+    seed: u64,
+    rules: Mutex<Rules>,
+    seen: Arc<Mutex<Seen>>,
+    late_commits: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// The rules, the RNG they draw from and the counters, under one lock so that draws
+/// happen in call order.
+struct Rules {
+    rules: Vec<FaultRule>,
+    rng: StdRng,
+    stats: FaultStats,
+}
+
+/// What the wrapper has counted: calls by kind, faults injected by call kind and fault.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    calls: [u64; OpKind::ALL.len()],
+    injected: [[u64; FaultKind::ALL.len()]; OpKind::ALL.len()],
+}
+
+impl FaultStats {
+    /// Calls of `kind` made through the wrapper, faulted or not.
+    pub fn calls(&self, kind: OpKind) -> u64 {
+        self.calls[op_index(kind)]
+    }
+
+    /// Faults of kind `fault` injected into calls of `kind`.
+    pub fn injected(&self, kind: OpKind, fault: FaultKind) -> u64 {
+        self.injected[op_index(kind)][fault.index()]
+    }
+
+    /// Faults injected, all kinds together.
+    pub fn injected_total(&self) -> u64 {
+        self.injected.iter().flatten().sum()
+    }
+
+    /// Every (call kind, fault kind, count) cell, zeros included, for report tables.
+    pub fn injected_cells(&self) -> impl Iterator<Item = (OpKind, FaultKind, u64)> + '_ {
+        OpKind::ALL.into_iter().flat_map(move |op| FaultKind::ALL.into_iter().map(move |f| (op, f, self.injected(op, f))))
+    }
+}
+
+impl FaultyStore {
+    /// Wraps `inner` with no rules yet; `clock` dates replica lag and `seed` fixes every
+    /// probability draw.
+    pub fn new(inner: Arc<dyn LocationStore>, clock: Arc<dyn Clock>, seed: u64) -> Self {
+        Self {
+            inner,
+            clock,
+            seed,
+            rules: Mutex::new(Rules { rules: Vec::new(), rng: StdRng::seed_from_u64(seed), stats: FaultStats::default() }),
+            seen: Arc::default(),
+            late_commits: Mutex::default(),
+        }
+    }
+
+    /// This store with `rule` added after the existing ones.
+    pub fn with_rule(self, rule: FaultRule) -> Self {
+        self.add_rule(rule);
+        self
+    }
+
+    /// Adds `rule` after the existing ones, while the store is in use.
+    pub fn add_rule(&self, rule: FaultRule) {
+        lock(&self.rules).rules.push(rule);
+    }
+
+    /// Drops every rule (counters and the RNG carry on).
+    pub fn clear_rules(&self) {
+        lock(&self.rules).rules.clear();
+    }
+
+    /// The rules in force, counts of `Next` triggers as they stand now.
+    pub fn rules(&self) -> Vec<FaultRule> {
+        lock(&self.rules).rules.clone()
+    }
+
+    /// The seed every probability draw derives from.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// What has been counted so far.
+    pub fn stats(&self) -> FaultStats {
+        lock(&self.rules).stats.clone()
+    }
+
+    /// Waits until every late commit started so far has been forwarded and answered.
+    pub async fn settle(&self) {
+        loop {
+            let tasks = std::mem::take(&mut *lock(&self.late_commits));
+            if tasks.is_empty() {
+                return;
+            }
+            for task in tasks {
+                // A late commit that panicked has nothing left to wait for.
+                let _ = task.await;
+            }
+        }
+    }
+
+    /// Counts a call and draws its fault: the first matching rule whose trigger fires.
+    fn draw(&self, kind: OpKind, id: Option<&str>) -> Option<FaultAction> {
+        let mut guard = lock(&self.rules);
+        let Rules { rules, rng, stats } = &mut *guard;
+        stats.calls[op_index(kind)] += 1;
+        let hit = rules.iter_mut().position(|rule| rule.matches(kind, id) && fires(&mut rule.trigger, rng))?;
+        let action = rules[hit].action.clone();
+        if rules[hit].trigger == Trigger::Next(0) {
+            rules.remove(hit);
+        }
+        stats.injected[op_index(kind)][action.kind().index()] += 1;
+        Some(action)
+    }
+
+    /// Applies `action` around `forward`, a call to the inner store not yet started (for
+    /// everything but late-commit writes and lagged replica reads).
+    async fn apply<T>(
+        &self,
+        kind: OpKind,
+        action: Option<FaultAction>,
+        forward: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let Some(action) = action else { return forward.await };
+        match action {
+            FaultAction::Delay(d) => {
+                sleep(d).await;
+                forward.await
+            }
+            FaultAction::LateAck(d) => {
+                let answer = forward.await;
+                sleep(d).await;
+                answer
+            }
+            FaultAction::Ambiguous => {
+                let _ = forward.await;
+                Err(if kind.is_write() {
+                    StoreError::OutcomeUnknown("injected fault: ambiguous (the write was forwarded)".into())
+                } else {
+                    StoreError::Unavailable("injected fault: ambiguous".into())
+                })
+            }
+            FaultAction::Fail => Err(StoreError::Unavailable("injected fault: fail (nothing forwarded)".into())),
+            FaultAction::LateCommit { commit_after, timeout } if timeout < commit_after => {
+                sleep(timeout).await;
+                Err(StoreError::Unavailable(format!("injected fault: late-commit, no answer within {}", Compact(timeout))))
+            }
+            FaultAction::LateCommit { commit_after, .. } => {
+                sleep(commit_after).await;
+                forward.await
+            }
+            // Drawn for replica reads only, which take another path.
+            FaultAction::ReplicaLag(_) => forward.await,
+        }
+    }
+
+    async fn write(&self, kind: OpKind, doc: &LocationDocument, if_match: Option<&ETag>) -> Result<Committed, StoreError> {
+        match self.draw(kind, Some(&doc.id)) {
+            Some(FaultAction::LateCommit { commit_after, timeout }) => {
+                self.late_commit(doc, if_match, commit_after, timeout).await
+            }
+            action => self.apply(kind, action, forward_write(&*self.inner, &self.seen, doc, if_match)).await,
+        }
+    }
+
+    /// Forwards the write after `commit_after` from a task of its own, so it lands even
+    /// when the caller has given up (or was cancelled).
+    async fn late_commit(
+        &self,
+        doc: &LocationDocument,
+        if_match: Option<&ETag>,
+        commit_after: Duration,
+        timeout: Duration,
+    ) -> Result<Committed, StoreError> {
+        let (inner, seen, doc, if_match) = (self.inner.clone(), self.seen.clone(), doc.clone(), if_match.cloned());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            sleep(commit_after).await;
+            // The caller may have stopped listening: the write counts all the same.
+            let _ = tx.send(forward_write(&*inner, &seen, &doc, if_match.as_ref()).await);
+        });
+        {
+            let mut tasks = lock(&self.late_commits);
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task);
+        }
+        if timeout < commit_after {
+            sleep(timeout).await;
+            return Err(StoreError::OutcomeUnknown(format!(
+                "injected fault: late-commit, no answer within {}; the write lands after {}",
+                Compact(timeout),
+                Compact(commit_after)
+            )));
+        }
+        rx.await.unwrap_or_else(|_| Err(StoreError::OutcomeUnknown("injected fault: late-commit task ended unanswered".into())))
+    }
+
+    /// A replica read that lags `extra` beyond the inner replica (module documentation).
+    async fn lagged_read(&self, id: &str, extra: Duration) -> Result<Versioned, StoreError> {
+        let shown = self.inner.read(id, ReadFrom::Replica).await?;
+        let now = self.clock.now();
+        let mut seen = lock(&self.seen);
+        seen.record(&shown);
+        seen.lagged(&shown, now, extra).ok_or(StoreError::NotFound)
+    }
+
+    fn record_all<'a>(&self, versions: impl IntoIterator<Item = &'a Versioned>) {
+        let mut seen = lock(&self.seen);
+        versions.into_iter().for_each(|v| seen.record(v));
+    }
+}
+
+impl fmt::Debug for FaultyStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FaultyStore")
+            .field("inner", &self.inner)
+            .field("seed", &self.seed)
+            .field("rules", &lock(&self.rules).rules)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a matching call is hit; uses up one of a `Next` trigger's calls when it is.
+fn fires(trigger: &mut Trigger, rng: &mut StdRng) -> bool {
+    match trigger {
+        Trigger::Probability(p) => rng.random::<f64>() < *p,
+        Trigger::Next(0) => false,
+        Trigger::Next(n) => {
+            *n -= 1;
+            true
+        }
+    }
+}
+
+/// Creates (`if_match` None) or replaces, and remembers the version written.
+async fn forward_write(
+    inner: &dyn LocationStore,
+    seen: &Mutex<Seen>,
+    doc: &LocationDocument,
+    if_match: Option<&ETag>,
+) -> Result<Committed, StoreError> {
+    let answer = match if_match {
+        None => inner.create(doc).await,
+        Some(etag) => inner.replace(doc, etag).await,
+    };
+    if let Ok(c) = &answer {
+        lock(seen).record(&Versioned { doc: doc.clone(), etag: c.etag.clone(), committed_at: c.committed_at });
+    }
+    answer
+}
+
+/// A guard whether or not another thread panicked while holding the lock: every critical
+/// section here leaves its data consistent, so a poisoned lock is no reason to stop.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Versions that passed through the wrapper: per id, oldest commit first, at most
+/// [`HISTORY_PER_ID`].
+#[derive(Debug, Default)]
+struct Seen(HashMap<String, VecDeque<Versioned>>);
+
+impl Seen {
+    fn record(&mut self, v: &Versioned) {
+        let versions = self.0.entry(v.doc.id.clone()).or_default();
+        if versions.iter().any(|known| known.etag == v.etag) {
+            return;
+        }
+        let at = versions.partition_point(|known| known.committed_at <= v.committed_at);
+        versions.insert(at, v.clone());
+        if versions.len() > HISTORY_PER_ID {
+            versions.pop_front();
+        }
+    }
+
+    /// The version a replica `extra` behind the one that answered `shown` would answer.
+    fn lagged(&self, shown: &Versioned, now: DateTime<Utc>, extra: Duration) -> Option<Versioned> {
+        let empty = VecDeque::new();
+        let versions = self.0.get(&shown.doc.id).unwrap_or(&empty);
+        let at = versions.iter().position(|v| v.etag == shown.etag);
+        let successor = match at {
+            Some(i) => versions.get(i + 1),
+            None => versions.iter().find(|v| v.committed_at > shown.committed_at),
+        };
+        // The inner replica showed `shown`, so its view is older than the successor's commit.
+        let view = successor.map_or(now, |s| s.committed_at.min(now));
+        let horizon = view.checked_sub_signed(to_chrono(extra)).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let candidates: Vec<&Versioned> = match at {
+            Some(i) => versions.range(..=i).collect(),
+            None => vec![shown],
+        };
+        candidates.into_iter().rev().find(|v| v.committed_at <= horizon).cloned()
+    }
+}
+
+#[async_trait]
+impl LocationStore for FaultyStore {
+    async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
+        let kind = match from {
+            ReadFrom::WriteRegion => OpKind::ReadWriteRegion,
+            ReadFrom::Replica => OpKind::ReadReplica,
+        };
+        match self.draw(kind, Some(id)) {
+            Some(FaultAction::ReplicaLag(extra)) => self.lagged_read(id, extra).await,
+            action => {
+                let forward = async {
+                    let answer = self.inner.read(id, from).await;
+                    self.record_all(answer.as_ref().ok());
+                    answer
+                };
+                self.apply(kind, action, forward).await
+            }
+        }
+    }
+
+    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
+        self.write(OpKind::Create, doc, None).await
+    }
+
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
+        self.write(OpKind::Replace, doc, Some(if_match)).await
+    }
+
+    async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
+        let action = self.draw(OpKind::ReadChanges, None);
+        let forward = async {
+            let answer = self.inner.read_changes(cursor, limit).await;
+            if let Ok(batch) = &answer {
+                self.record_all(batch.changes.iter().map(|c| &c.doc));
+            }
+            answer
+        };
+        self.apply(OpKind::ReadChanges, action, forward).await
+    }
+
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+        let action = self.draw(OpKind::Scan, None);
+        let forward = async {
+            let answer = self.inner.scan(after, limit).await;
+            if let Ok(versions) = &answer {
+                self.record_all(versions);
+            }
+            answer
+        };
+        self.apply(OpKind::Scan, action, forward).await
     }
 }
 
