@@ -1,8 +1,10 @@
 //! The one source of time. Leases, cache TTLs and replica lag read `now` through a
 //! [`Clock`], so tests run the same code on a manual clock instead of sleeping.
+//! [`TokioClock`] follows tokio's pausable clock, so simulations run in virtual time;
+//! [`SkewedClock`] gives one instance a clock that is off by a set amount.
 
 use std::fmt::Debug;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -171,6 +173,69 @@ impl Clock for ManualClock {
     }
 }
 
+/// Wall-clock time driven by tokio's clock: a fixed start plus the
+/// [`tokio::time::Instant`] elapsed since the clock was made.
+///
+/// Under `tokio::time::pause()` (tests with `start_paused = true`) tokio's clock moves
+/// only when told to or, once every task waits, straight to the next timer, so the
+/// store's commit times, leases and timeouts of a seeded campaign all run in virtual
+/// time. Read it on the runtime it was made on: elsewhere tokio's clock is the real one.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    start: DateTime<Utc>,
+    origin: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock that reads `start` now and moves with tokio's clock from here on.
+    pub fn new(start: DateTime<Utc>) -> Self {
+        Self { start, origin: tokio::time::Instant::now() }
+    }
+
+    /// A clock starting at the same round instant as [`ManualClock::at_epoch`].
+    pub fn at_epoch() -> Self {
+        Self::new(ManualClock::at_epoch().now())
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> DateTime<Utc> {
+        let elapsed = tokio::time::Instant::now().saturating_duration_since(self.origin);
+        self.start.checked_add_signed(to_chrono(elapsed)).unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+}
+
+/// Another clock shifted by a signed offset: one service instance whose clock is off
+/// (the coordination survey's ±2 s), while the store and the oracle keep true time.
+/// Saturates at chrono's range rather than panicking.
+#[derive(Debug, Clone)]
+pub struct SkewedClock {
+    inner: Arc<dyn Clock>,
+    offset: chrono::TimeDelta,
+}
+
+impl SkewedClock {
+    /// `inner` shifted by `offset` (positive: ahead of it, negative: behind).
+    pub fn new(inner: Arc<dyn Clock>, offset: chrono::TimeDelta) -> Self {
+        Self { inner, offset }
+    }
+
+    /// How far this clock is ahead of its inner clock (negative: behind).
+    pub fn offset(&self) -> chrono::TimeDelta {
+        self.offset
+    }
+}
+
+impl Clock for SkewedClock {
+    fn now(&self) -> DateTime<Utc> {
+        match self.inner.now().checked_add_signed(self.offset) {
+            Some(t) => t,
+            None if self.offset < chrono::TimeDelta::zero() => DateTime::<Utc>::MIN_UTC,
+            None => DateTime::<Utc>::MAX_UTC,
+        }
+    }
+}
+
 /// Converts a std duration to chrono's, saturating at chrono's maximum instead of panicking.
 pub fn to_chrono(d: Duration) -> chrono::TimeDelta {
     chrono::TimeDelta::from_std(d).unwrap_or(chrono::TimeDelta::MAX)
@@ -209,6 +274,37 @@ mod tests {
         let manual = ManualClock::at_epoch();
         assert_eq!(manual.now_unix_nanos(), 1_767_225_600 * 1_000_000_000);
         assert_eq!(manual.upper_unix_nanos(), manual.now_unix_nanos());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clock_moves_only_with_tokio_time() {
+        let clock = TokioClock::at_epoch();
+        let t0 = clock.now();
+        assert_eq!(t0, ManualClock::at_epoch().now());
+        assert_eq!(clock.now(), t0, "paused time stands still until a task waits");
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(span(t0, clock.now()), Duration::from_secs(3600), "auto-advanced to the timer, not beyond");
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert_eq!(clock.now_unix_nanos() - unix_nanos(t0), 3_601_500_000_000);
+        assert_eq!(clock.upper_unix_nanos(), clock.now_unix_nanos());
+    }
+
+    #[test]
+    fn skewed_clock_keeps_its_offset_and_saturates() {
+        let base = Arc::new(ManualClock::at_epoch());
+        let ahead = SkewedClock::new(base.clone(), chrono::TimeDelta::seconds(2));
+        let behind = SkewedClock::new(base.clone(), chrono::TimeDelta::seconds(-2));
+        for _ in 0..2 {
+            assert_eq!(ahead.now() - base.now(), chrono::TimeDelta::seconds(2));
+            assert_eq!(behind.now() - base.now(), chrono::TimeDelta::seconds(-2));
+            base.advance(Duration::from_secs(5));
+        }
+        assert_eq!(ahead.offset(), chrono::TimeDelta::seconds(2));
+        assert_eq!(behind.upper_unix_nanos(), behind.now_unix_nanos());
+        base.set(DateTime::<Utc>::MAX_UTC);
+        assert_eq!(ahead.now(), DateTime::<Utc>::MAX_UTC);
+        base.set(DateTime::<Utc>::MIN_UTC);
+        assert_eq!(behind.now(), DateTime::<Utc>::MIN_UTC);
     }
 
     #[test]

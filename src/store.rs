@@ -6,6 +6,7 @@
 //! paged scan of all documents.
 
 pub mod cosmos;
+pub mod faults;
 pub mod memory;
 
 use std::fmt::{self, Debug};
