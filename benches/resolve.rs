@@ -39,7 +39,7 @@ fn store() -> Arc<MemoryStore> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let store = Arc::new(MemoryStore::new(clock, MemoryStoreConfig::default()));
     for i in 0..RESOURCES {
-        store.create(&LocationDocument::new(id(i), "westeurope")).now_or_never().unwrap().unwrap().etag;
+        store.create(&LocationDocument::new(id(i), "westeurope")).now_or_never().unwrap().unwrap();
     }
     store
 }

@@ -96,7 +96,7 @@ async fn request_charge_and_outcomes_are_recorded_per_operation() {
     let etag = store.create(&doc).await.unwrap().etag;
     store.read("m1", ReadFrom::WriteRegion).await.unwrap();
     store.read("m1", ReadFrom::Replica).await.unwrap();
-    store.replace(&doc, &etag).await.unwrap().etag;
+    store.replace(&doc, &etag).await.unwrap();
     assert_eq!(store.replace(&doc, &etag).await, Err(StoreError::PreconditionFailed));
     assert_eq!(store.read("missing", ReadFrom::WriteRegion).await, Err(StoreError::NotFound));
     store.scan(None, 10).await.unwrap();

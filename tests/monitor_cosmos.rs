@@ -146,7 +146,7 @@ async fn lockprobe_monitor_store_cosmos_watches_a_database() {
     let policy = LockPolicy::new(60 * S, 3600 * S);
     let req = PreLockRequest { owner: "cli".into(), duration: 600 * S, target_location: None };
     let doc = lifecycle::pre_lock(&LocationDocument::new("res-cli", "westeurope"), &req, LockToken::generate(), &policy, now).unwrap();
-    writer.create(&doc).await.unwrap().etag;
+    writer.create(&doc).await.unwrap();
 
     let url = format!("http://{listen}/api/v1/monitor");
     let http = reqwest::Client::new();

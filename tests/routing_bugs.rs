@@ -47,7 +47,7 @@ fn request(secs: u64, target: Option<&str>) -> PreLockRequest {
 #[tokio::test]
 async fn a_swap_guard_survives_a_new_pre_lock_that_declares_a_target() {
     let (clock, store) = setup();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let (a, b) = (client(&clock, &store), client(&clock, &store));
     let grant = a.pre_lock("r", &request(600, Some("northeurope"))).await.unwrap();
     clock.advance(TTL + LAG + lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN);
@@ -77,7 +77,7 @@ async fn a_swap_guard_survives_a_new_pre_lock_that_declares_a_target() {
 #[tokio::test]
 async fn the_declared_target_stays_locked_as_long_as_the_migration() {
     let (clock, store) = setup();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let a = client(&clock, &store);
     let grant = a.pre_lock("r", &request(100, Some("northeurope"))).await.unwrap();
     clock.advance(Duration::from_secs(50));
@@ -106,7 +106,7 @@ async fn the_declared_target_stays_locked_as_long_as_the_migration() {
 #[tokio::test]
 async fn a_long_expired_lock_costs_no_write_region_read_on_a_miss() {
     let (clock, store) = setup();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let (orchestrator, service) = (client(&clock, &store), client(&clock, &store));
     let grant = orchestrator.pre_lock("r", &request(60, None)).await.unwrap();
     let lock = grant.record.doc.primary.lock.clone().unwrap();
@@ -126,7 +126,7 @@ async fn a_long_expired_lock_costs_no_write_region_read_on_a_miss() {
 #[tokio::test]
 async fn a_recently_lapsed_lock_is_still_read_through() {
     let (clock, store) = setup();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let (orchestrator, service) = (client(&clock, &store), client(&clock, &store));
     let grant = orchestrator.pre_lock("r", &request(60, None)).await.unwrap();
     let lock = grant.record.doc.primary.lock.clone().unwrap();
@@ -154,7 +154,7 @@ async fn a_replica_never_unsees_a_document_after_a_clock_step_back() {
     clock.advance(Duration::from_secs(50));
     let mut moved = LocationDocument::new("r", "northeurope");
     moved.extra.insert("note".into(), "second version".into());
-    store.replace(&moved, &first).await.unwrap().etag;
+    store.replace(&moved, &first).await.unwrap();
     clock.advance(Duration::from_secs(10));
     assert_eq!(store.read("r", ReadFrom::Replica).await.unwrap().doc.primary.location, "northeurope");
     clock.set(clock.now() - to_chrono(Duration::from_secs(8)));
@@ -174,7 +174,7 @@ async fn a_replica_never_unsees_a_document_after_a_clock_step_back() {
 #[tokio::test]
 async fn a_lease_revived_by_a_clock_step_is_not_served_stale_from_cache() {
     let (clock, store) = setup();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let (orchestrator, service) = (client(&clock, &store), client(&clock, &store));
     let skew = lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN;
     let grant = orchestrator.pre_lock("r", &request(600, None)).await.unwrap();

@@ -79,7 +79,7 @@ async fn fifty_orchestrators_race_and_exactly_one_wins_every_time() {
     let store = store();
     for round in 0..ROUNDS {
         let id = format!("race-{round:02}");
-        store.create(&LocationDocument::new(&id, "westeurope")).await.unwrap().etag;
+        store.create(&LocationDocument::new(&id, "westeurope")).await.unwrap();
         let before = store.counts();
         // Every other round, hold each writer at its replace long enough for all 50 to
         // have read the unlocked document: the race is then certain, not a matter of
@@ -106,7 +106,7 @@ async fn fifty_orchestrators_race_and_exactly_one_wins_every_time() {
 #[tokio::test]
 async fn a_412_with_a_budget_of_one_is_retry_exhausted() {
     let store = store();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let before = store.counts();
     store.inject(OpKind::Replace, Fault::Fail(StoreError::PreconditionFailed), 1);
     let r = orchestrator(&store, 1).pre_lock("r", &request(0)).await;
@@ -139,7 +139,7 @@ fn margin() -> chrono::TimeDelta {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_budget_of_one_turns_lost_races_into_retry_exhausted() {
     let store = store();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     store.inject(OpKind::Replace, Fault::Delay(Duration::from_millis(20)), TASKS);
     let results = race(&store, "r", 1).await;
     assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);

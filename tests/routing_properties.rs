@@ -240,7 +240,7 @@ impl World {
             clock.clone(),
             MemoryStoreConfig { replica_lag: LAG, change_log_capacity: 100_000 },
         ));
-        store.create(&LocationDocument::new(ID, REGIONS[0])).await.unwrap().etag;
+        store.create(&LocationDocument::new(ID, REGIONS[0])).await.unwrap();
         // Well past the replica lag, so small backward clock steps cannot make the
         // document's creation itself invisible to replicas.
         clock.advance(Duration::from_secs(60));

@@ -43,7 +43,7 @@ fn client(clock: &Arc<ManualClock>, store: &Arc<MemoryStore>) -> RoutingClient {
 async fn env() -> Env {
     let clock = Arc::new(ManualClock::at_epoch());
     let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: LAG, ..Default::default() }));
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
+    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     clock.advance(Duration::from_secs(60));
     Env { service: client(&clock, &store), orchestrator: client(&clock, &store), clock, store }
 }
@@ -76,7 +76,7 @@ async fn a_cache_miss_reads_one_replica_and_nothing_else() {
     assert_eq!(e.counts().since(&before), OpCounts { read_replica: 1, ..Default::default() });
 
     // A second resource is a miss of its own.
-    e.store.create(&LocationDocument::new("s", "northeurope")).await.unwrap().etag;
+    e.store.create(&LocationDocument::new("s", "northeurope")).await.unwrap();
     e.clock.advance(LAG);
     let before = e.counts();
     assert_eq!(e.service.resolve("s").await.unwrap().source, Source::Store);

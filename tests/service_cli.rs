@@ -23,6 +23,10 @@ fn bad_flags_are_usage_errors_naming_the_flag() {
         (vec!["--instances", "0"], "--instances"),
         (vec!["--fault", "everything"], "--fault"),
         (vec!["--listen", "nowhere"], "--listen"),
+        (vec!["--store-fault", "replace:explode"], "--store-fault"),
+        (vec!["--store-fault", "replace:delay=1000000years"], "--store-fault"),
+        (vec!["--skew-margin", "500000years"], "--skew-margin"),
+        (vec!["--max-decision-age", "soon"], "--max-decision-age"),
     ] {
         let out = lockprobe().arg("service").args(&args).env("LOCKPROBE_LOCK_API_KEY", "k").output().unwrap();
         assert_eq!(out.status.code(), Some(64), "{args:?}");
@@ -67,6 +71,54 @@ fn serves_every_instance_and_stops_on_sigterm() {
         assert!(Instant::now() < deadline, "did not stop within 10 s of SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// An operator rehearses the ambiguous timeout: with `--store-fault`, the pre-lock's
+/// write times out at 300 ms and lands at 1 s. The caller hears `outcome-unknown` (not
+/// `store-unavailable`: something may have been done), repeats with the same key once it
+/// landed and gets the lock that was granted, token and all; any other caller is refused.
+#[test]
+fn a_store_fault_rehearses_an_ambiguous_pre_lock_that_a_repeat_recovers() {
+    let mut child = lockprobe()
+        .args(["service", "--listen", "127.0.0.1:0", "--store-fault", "create:late-commit=1s,timeout=300ms x1", "--store-fault-seed", "7"])
+        .env("LOCKPROBE_LOCK_API_KEY", "k")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap().split("listening on ").nth(1).unwrap().to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (first, again, other) = rt.block_on(async {
+        let http = ::reqwest::Client::new();
+        let call = |key: &'static str| {
+            http.post(format!("{url}/v1/resources/r-ambiguous/lock"))
+                .bearer_auth("k")
+                .header("Idempotency-Key", key)
+                .json(&serde_json::json!({"owner": "rehearsal", "durationSeconds": 60}))
+                .send()
+        };
+        let first = call("rehearsal-1").await.unwrap();
+        let first = (first.status().as_u16(), first.headers().get("retry-after").is_some(), first.text().await.unwrap());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let again = call("rehearsal-1").await.unwrap();
+        let again = (again.status().as_u16(), again.json::<serde_json::Value>().await.unwrap());
+        let other = call("rehearsal-2").await.unwrap().status().as_u16();
+        (first, again, other)
+    });
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let stderr = {
+        let _ = child.wait();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut text).unwrap();
+        text
+    };
+    assert_eq!((first.0, first.1), (503, true), "{}", first.2);
+    assert!(first.2.contains("urn:lockprobe:error:outcome-unknown"), "{}", first.2);
+    assert_eq!(again.0, 201, "the repeat learns the outcome: {}", again.1);
+    assert!(again.1["token"].as_str().is_some_and(|t| t.len() == 32));
+    assert_eq!(other, 423, "the lock granted by the lost answer is held");
+    assert!(stderr.contains("STORE FAULT INJECTION ON"), "{stderr}");
 }
 
 mod reqwest {

@@ -416,7 +416,7 @@ impl RoutingClient {
             }
             let next = match lifecycle::decide(&base.doc, call, &key, &self.policy, self.clock.now())? {
                 Decided::Replayed => return Ok(base),
-                Decided::Write(next) => next,
+                Decided::Write(next) => *next,
             };
             let written = match &condition {
                 Some(etag) => self.store.replace(&next, etag).await,

@@ -588,7 +588,7 @@ impl LockCall {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decided {
     /// Write this document, conditional on the version the decision was made on.
-    Write(LocationDocument),
+    Write(Box<LocationDocument>),
     /// The call already took effect under this key: answer as the first time, write nothing.
     Replayed,
 }
@@ -642,7 +642,7 @@ pub fn decide(
     if let Some(pending) = next.pending.as_mut() {
         pending.key = Some(key.to_owned());
     }
-    Ok(Decided::Write(next))
+    Ok(Decided::Write(Box::new(next)))
 }
 
 /// The answer to a repeated call whose first instance took effect.

@@ -391,7 +391,7 @@ fn pre_lock_call(token: &LockToken) -> LockCall {
 
 fn written(decided: Decided) -> LocationDocument {
     match decided {
-        Decided::Write(doc) => doc,
+        Decided::Write(doc) => *doc,
         Decided::Replayed => panic!("expected a write"),
     }
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{start, Fault, ServiceConfig};
-use crate::clock::SystemClock;
+use crate::clock::{Clock, SystemClock};
+use crate::store::faults::{FaultRule, FaultyStore};
+use crate::store::LocationStore;
 use crate::store::cosmos::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
 
@@ -53,6 +55,15 @@ pub struct ServiceArgs {
     /// Deliberately break the contract, to test a probe (repeatable).
     #[arg(long = "fault", value_enum)]
     pub faults: Vec<Fault>,
+    /// Inject a routing-store fault, to rehearse a failure (repeatable), e.g.
+    /// `replace:late-commit=3s,timeout=2s`, `writes:ambiguous@0.1`, `reads:delay=500ms x3`,
+    /// `read_replica:replica-lag=5s`; the grammar is in `docs/faults.md`.
+    #[arg(long = "store-fault", value_name = "RULE")]
+    pub store_faults: Vec<FaultRule>,
+    /// Seed of the store faults' probability draws (the same seed and call order give the
+    /// same faults).
+    #[arg(long, default_value_t = 0)]
+    pub store_fault_seed: u64,
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]
     pub store: StoreArgs,
@@ -94,6 +105,24 @@ impl ServiceArgs {
     }
 }
 
+/// `store` behind a [`FaultyStore`] when fault rules are given, announced loudly.
+fn with_store_faults(
+    store: Arc<dyn LocationStore>,
+    clock: Arc<dyn Clock>,
+    rules: &[FaultRule],
+    seed: u64,
+) -> Arc<dyn LocationStore> {
+    if rules.is_empty() {
+        return store;
+    }
+    let faulty = FaultyStore::new(store, clock, seed);
+    for rule in rules {
+        tracing::warn!(%rule, seed, "STORE FAULT INJECTION ON: the routing store misbehaves as this rule says");
+        faulty.add_rule(rule.clone());
+    }
+    Arc::new(faulty)
+}
+
 /// Runs the service until `shutdown` fires.
 pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let config = args.to_config(std::env::var(API_KEY_ENV).ok())?;
@@ -107,6 +136,7 @@ pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Resu
         .open(clock.clone(), config.replication_bound, &registry)
         .await
         .map_err(OpenStoreError::into_anyhow)?;
+    let store = with_store_faults(store, clock.clone(), &args.store_faults, args.store_fault_seed);
     let config = ServiceConfig { metrics: Some(registry), ..config };
     let declared = config.declared_convergence();
     let running = start(config, store, clock, addrs, shutdown).await?;

@@ -360,11 +360,24 @@ struct Rules {
     stats: FaultStats,
 }
 
-/// What the wrapper has counted: calls by kind, faults injected by call kind and fault.
+/// What the wrapper has counted: calls by kind, faults injected by call kind and fault,
+/// and faults injected by the step of the caller they hit (see [`in_step`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FaultStats {
     calls: [u64; OpKind::ALL.len()],
     injected: [[u64; FaultKind::ALL.len()]; OpKind::ALL.len()],
+    by_step: std::collections::BTreeMap<(&'static str, FaultKind), u64>,
+}
+
+tokio::task_local! {
+    static STEP: &'static str;
+}
+
+/// Runs `fut` with its store calls counted under `step` (a lifecycle step such as
+/// `preLock` or `swap`, a user operation such as `write`), so a fault campaign can show
+/// which faults hit which step. Calls outside any step count under `other`.
+pub async fn in_step<F: Future>(step: &'static str, fut: F) -> F::Output {
+    STEP.scope(step, fut).await
 }
 
 impl FaultStats {
@@ -386,6 +399,24 @@ impl FaultStats {
     /// Every (call kind, fault kind, count) cell, zeros included, for report tables.
     pub fn injected_cells(&self) -> impl Iterator<Item = (OpKind, FaultKind, u64)> + '_ {
         OpKind::ALL.into_iter().flat_map(move |op| FaultKind::ALL.into_iter().map(move |f| (op, f, self.injected(op, f))))
+    }
+
+    /// Faults of kind `fault` injected into calls made in `step` (see [`in_step`]).
+    pub fn injected_in_step(&self, step: &str, fault: FaultKind) -> u64 {
+        self.by_step.iter().filter(|((s, f), _)| *s == step && *f == fault).map(|(_, n)| n).sum()
+    }
+
+    /// Adds `other`'s counts to these (to total a campaign of many stores).
+    pub fn add(&mut self, other: &FaultStats) {
+        for (mine, theirs) in self.calls.iter_mut().zip(other.calls) {
+            *mine += theirs;
+        }
+        for (mine, theirs) in self.injected.iter_mut().flatten().zip(other.injected.iter().flatten()) {
+            *mine += theirs;
+        }
+        for (key, n) in &other.by_step {
+            *self.by_step.entry(*key).or_default() += n;
+        }
     }
 }
 
@@ -459,6 +490,8 @@ impl FaultyStore {
             rules.remove(hit);
         }
         stats.injected[op_index(kind)][action.kind().index()] += 1;
+        let step = STEP.try_with(|s| *s).unwrap_or("other");
+        *stats.by_step.entry((step, action.kind())).or_default() += 1;
         Some(action)
     }
 
