@@ -341,10 +341,15 @@ pub fn swap(
     policy: &LockPolicy,
     now: DateTime<Utc>,
 ) -> Result<LocationDocument, LockError> {
-    if target.is_empty() || target == doc.primary.location {
+    if target.is_empty() {
+        return Err(LockError::InvalidRequest("targetLocation must not be empty".into()));
+    }
+    // Judged after the token: a swap repeated after it took effect (by another key) is
+    // told that its token no longer holds, not that its request was malformed.
+    let lock = held_lock(doc, token, now)?;
+    if target == doc.primary.location {
         return Err(LockError::InvalidRequest(format!("targetLocation {target:?} is not a different location")));
     }
-    let lock = held_lock(doc, token, now)?;
     if lock.phase != Phase::Write {
         return Err(LockError::InvalidTransition(format!("swap needs a write lock; the lock is in {}", lock.phase)));
     }

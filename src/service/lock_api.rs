@@ -220,18 +220,18 @@ pub async fn swap(
     input::check_name("targetLocation", &to)?;
     let routing = &instance.routing;
     for _ in 0..SWAP_ATTEMPTS {
+        // The target as it is before the document is read: a concurrent swap of the same
+        // lock may finish while this one reads and waits, and writes may then land at the
+        // new location that a copy made from this one's (older) look must not overwrite.
+        let target_before = instance.items.version(&to, &id);
         let held = match routing.prepare_swap(&id, &token, &to, key.as_deref()).await? {
             SwapPlan::AlreadySwapped(record) => return Ok(Json(route_view(&record.doc))),
             SwapPlan::Copy(held) => held,
         };
         let from = held.doc.primary.location.clone();
-        // Writes are blocked while the write lock holds, so the source is stable. The
-        // copy is conditional on the target being as it was before: a concurrent swap
-        // of the same lock may have finished meanwhile, and writes may already have
-        // landed at the new location that an older copy must not overwrite.
-        let target_before = instance.items.version(&to, &id);
+        // Writes are blocked while the write lock holds, so the source is stable.
         let Some(copied) = instance.items.copy_resource_if(&id, &from, &to, target_before) else {
-            tracing::info!(resource = %id, instance = instance.index, "target changed while copying; deciding again");
+            tracing::info!(resource = %id, instance = instance.index, "target changed while the swap read and waited; deciding again");
             continue;
         };
         let record = routing.swap_with_key(&id, &token, &to, key.as_deref()).await?;

@@ -358,7 +358,26 @@ struct Rules {
     rules: Vec<FaultRule>,
     rng: StdRng,
     stats: FaultStats,
+    log: VecDeque<Injection>,
 }
+
+/// One fault injected: when (on the wrapper's clock), into which call, on which document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injection {
+    /// When the call that got it was made.
+    pub at: DateTime<Utc>,
+    /// The call.
+    pub op: OpKind,
+    /// The document, for point calls.
+    pub id: Option<String>,
+    /// The fault.
+    pub fault: FaultKind,
+    /// The caller's step (see [`in_step`]), `other` outside any.
+    pub step: &'static str,
+}
+
+/// How many injections [`FaultyStore::injections`] keeps (the newest).
+pub const INJECTION_LOG: usize = 65_536;
 
 /// What the wrapper has counted: calls by kind, faults injected by call kind and fault,
 /// and faults injected by the step of the caller they hit (see [`in_step`]).
@@ -428,7 +447,12 @@ impl FaultyStore {
             inner,
             clock,
             seed,
-            rules: Mutex::new(Rules { rules: Vec::new(), rng: StdRng::seed_from_u64(seed), stats: FaultStats::default() }),
+            rules: Mutex::new(Rules {
+                rules: Vec::new(),
+                rng: StdRng::seed_from_u64(seed),
+                stats: FaultStats::default(),
+                log: VecDeque::new(),
+            }),
             seen: Arc::default(),
             late_commits: Mutex::default(),
         }
@@ -465,6 +489,11 @@ impl FaultyStore {
         lock(&self.rules).stats.clone()
     }
 
+    /// The faults injected so far, oldest first (at most the newest [`INJECTION_LOG`]).
+    pub fn injections(&self) -> Vec<Injection> {
+        lock(&self.rules).log.iter().cloned().collect()
+    }
+
     /// Waits until every late commit started so far has been forwarded and answered.
     pub async fn settle(&self) {
         loop {
@@ -482,7 +511,7 @@ impl FaultyStore {
     /// Counts a call and draws its fault: the first matching rule whose trigger fires.
     fn draw(&self, kind: OpKind, id: Option<&str>) -> Option<FaultAction> {
         let mut guard = lock(&self.rules);
-        let Rules { rules, rng, stats } = &mut *guard;
+        let Rules { rules, rng, stats, log } = &mut *guard;
         stats.calls[op_index(kind)] += 1;
         let hit = rules.iter_mut().position(|rule| rule.matches(kind, id) && fires(&mut rule.trigger, rng))?;
         let action = rules[hit].action.clone();
@@ -492,6 +521,10 @@ impl FaultyStore {
         stats.injected[op_index(kind)][action.kind().index()] += 1;
         let step = STEP.try_with(|s| *s).unwrap_or("other");
         *stats.by_step.entry((step, action.kind())).or_default() += 1;
+        if log.len() == INJECTION_LOG {
+            log.pop_front();
+        }
+        log.push_back(Injection { at: self.clock.now(), op: kind, id: id.map(str::to_owned), fault: action.kind(), step });
         Some(action)
     }
 

@@ -1,0 +1,232 @@
+//! An in-process fleet for fault tests: instances of the reference service (their axum
+//! routers called directly, no sockets) over one in-memory store behind a
+//! [`FaultyStore`], on tokio's paused clock, so seconds of store trouble cost
+//! microseconds and every run of a seed is the same.
+//!
+//! True time is the fleet's [`TokioClock`]: the memory store commits on it (so its
+//! change log is the history an oracle judges), instances read it, each shifted by its
+//! own skew.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Method, Request};
+use axum::Router;
+use chrono::{DateTime, TimeDelta, Utc};
+use lockprobe::clock::{Clock, SkewedClock, TokioClock};
+use lockprobe::service::items::ItemStores;
+use lockprobe::service::{self, Fault, ServiceConfig};
+use lockprobe::store::faults::FaultyStore;
+use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
+use lockprobe::store::LocationStore;
+use serde_json::Value;
+use tower::ServiceExt;
+
+/// The lock API key of every fleet.
+pub const KEY: &str = "fleet-key";
+
+/// How a fleet is set up.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    /// One entry per instance: its clock's offset from true time.
+    pub skews: Vec<TimeDelta>,
+    /// The single cache tier's TTL.
+    pub ttl: Duration,
+    /// The declared replication bound.
+    pub bound: Duration,
+    /// How far the memory store's replicas really lag (at most `bound` inside the
+    /// scheme's assumptions).
+    pub replica_lag: Duration,
+    /// The service's skew margin.
+    pub skew_margin: Duration,
+    /// The service's decision age.
+    pub decision_age: Duration,
+    /// Deliberate deviations (the legacy behaviours).
+    pub faults: Vec<Fault>,
+    /// Seed of the store faults.
+    pub seed: u64,
+}
+
+impl Default for FleetOptions {
+    fn default() -> Self {
+        Self {
+            skews: vec![TimeDelta::zero(); 2],
+            ttl: Duration::from_secs(2),
+            bound: Duration::from_secs(1),
+            replica_lag: Duration::from_secs(1),
+            skew_margin: Duration::from_millis(500),
+            decision_age: Duration::from_secs(1),
+            faults: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+/// A running fleet. Create it inside a paused tokio runtime.
+pub struct Fleet {
+    /// True time.
+    pub clock: Arc<TokioClock>,
+    /// The store behind the faults: its change log is every committed version.
+    pub memory: Arc<MemoryStore>,
+    /// The store the instances use.
+    pub store: Arc<FaultyStore>,
+    /// User data, shared by the instances.
+    pub items: Arc<ItemStores>,
+    /// The service's settings.
+    pub config: Arc<ServiceConfig>,
+    routers: Vec<Router>,
+}
+
+/// One answer of an instance.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// JSON body (`Null` when empty).
+    pub body: Value,
+    /// `Retry-After`, seconds.
+    pub retry_after: Option<u64>,
+}
+
+impl Answer {
+    /// The problem type without its prefix, for error answers.
+    pub fn problem(&self) -> Option<&str> {
+        self.body["type"].as_str().map(|t| t.trim_start_matches("urn:lockprobe:error:"))
+    }
+
+    /// A string field of the body.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.body[name].as_str()
+    }
+
+    /// A timestamp field of the body.
+    pub fn time(&self, name: &str) -> Option<DateTime<Utc>> {
+        self.field(name).and_then(|t| DateTime::parse_from_rfc3339(t).ok()).map(|t| t.to_utc())
+    }
+}
+
+impl Fleet {
+    /// Starts the fleet's instances over a fresh store.
+    pub fn new(opts: FleetOptions) -> Self {
+        let clock = Arc::new(TokioClock::at_epoch());
+        let memory = Arc::new(MemoryStore::new(
+            clock.clone(),
+            MemoryStoreConfig { replica_lag: opts.replica_lag, change_log_capacity: 1_000_000 },
+        ));
+        let inner: Arc<dyn LocationStore> = memory.clone();
+        let store = Arc::new(FaultyStore::new(inner, clock.clone(), opts.seed));
+        let config = Arc::new(ServiceConfig {
+            cache_ttls: vec![opts.ttl],
+            replication_bound: opts.bound,
+            test_prefix: None,
+            skew_margin: opts.skew_margin,
+            max_decision_age: opts.decision_age,
+            faults: opts.faults.clone(),
+            ..ServiceConfig::new(KEY)
+        });
+        config.validate().expect("fleet settings are valid");
+        let items = Arc::new(ItemStores::default());
+        let routers = opts
+            .skews
+            .iter()
+            .enumerate()
+            .map(|(i, skew)| {
+                let instance_clock: Arc<dyn Clock> = Arc::new(SkewedClock::new(clock.clone(), *skew));
+                let dyn_store: Arc<dyn LocationStore> = store.clone();
+                let instance = service::instance(i, config.clone(), dyn_store, instance_clock, items.clone()).unwrap();
+                service::router(instance)
+            })
+            .collect();
+        Self { clock, memory, store, items, config, routers }
+    }
+
+    /// How many instances the fleet has.
+    pub fn instances(&self) -> usize {
+        self.routers.len()
+    }
+
+    /// True time now.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// Sleeps (in paused time) until `at`, true time.
+    pub async fn until(&self, at: DateTime<Utc>) {
+        let wait = (at - self.now()).to_std().unwrap_or_default();
+        tokio::time::sleep(wait).await;
+    }
+
+    /// One request to instance `i`.
+    pub async fn request(&self, i: usize, method: Method, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> Answer {
+        let mut req = Request::builder().method(method).uri(path).header(header::AUTHORIZATION, format!("Bearer {KEY}"));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let req = match body {
+            Some(b) => req.header(header::CONTENT_TYPE, "application/json").body(Body::from(b.to_string())).unwrap(),
+            None => req.body(Body::empty()).unwrap(),
+        };
+        let resp = self.routers[i].clone().oneshot(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let retry_after = resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), retry_after }
+    }
+
+    /// `POST /lock` on instance `i` under idempotency key `key`.
+    pub async fn pre_lock(&self, i: usize, id: &str, key: &str, lease_secs: f64, target: Option<&str>) -> Answer {
+        let mut body = serde_json::json!({"owner": "fleet", "durationSeconds": lease_secs});
+        if let Some(t) = target {
+            body["targetLocation"] = Value::from(t);
+        }
+        self.request(i, Method::POST, &format!("/v1/resources/{id}/lock"), Some(body), &[("Idempotency-Key", key)]).await
+    }
+
+    /// `POST /lock/escalate`.
+    pub async fn escalate(&self, i: usize, id: &str, key: &str, token: &str, phase: &str, lease_secs: f64) -> Answer {
+        let body = serde_json::json!({"token": token, "phase": phase, "durationSeconds": lease_secs});
+        self.request(i, Method::POST, &format!("/v1/resources/{id}/lock/escalate"), Some(body), &[("Idempotency-Key", key)]).await
+    }
+
+    /// `POST /lock/renew`.
+    pub async fn renew(&self, i: usize, id: &str, key: &str, token: &str, lease_secs: f64) -> Answer {
+        let body = serde_json::json!({"token": token, "durationSeconds": lease_secs});
+        self.request(i, Method::POST, &format!("/v1/resources/{id}/lock/renew"), Some(body), &[("Idempotency-Key", key)]).await
+    }
+
+    /// `POST /lock/swap`.
+    pub async fn swap(&self, i: usize, id: &str, key: &str, token: &str, target: &str) -> Answer {
+        let body = serde_json::json!({"token": token, "targetLocation": target});
+        self.request(i, Method::POST, &format!("/v1/resources/{id}/lock/swap"), Some(body), &[("Idempotency-Key", key)]).await
+    }
+
+    /// `DELETE /lock`.
+    pub async fn release(&self, i: usize, id: &str, key: &str, token: &str) -> Answer {
+        let path = format!("/v1/resources/{id}/lock");
+        self.request(i, Method::DELETE, &path, None, &[("Idempotency-Key", key), ("Lock-Token", token)]).await
+    }
+
+    /// `PUT /items/{key}`.
+    pub async fn write(&self, i: usize, id: &str, key: &str, value: Value) -> Answer {
+        let body = serde_json::json!({ "value": value });
+        self.request(i, Method::PUT, &format!("/v1/resources/{id}/items/{key}"), Some(body), &[]).await
+    }
+
+    /// `DELETE /items/{key}`.
+    pub async fn delete(&self, i: usize, id: &str, key: &str) -> Answer {
+        self.request(i, Method::DELETE, &format!("/v1/resources/{id}/items/{key}"), None, &[]).await
+    }
+
+    /// `GET /items/{key}`.
+    pub async fn read(&self, i: usize, id: &str, key: &str) -> Answer {
+        self.request(i, Method::GET, &format!("/v1/resources/{id}/items/{key}"), None, &[]).await
+    }
+
+    /// `GET /route`.
+    pub async fn route(&self, i: usize, id: &str) -> Answer {
+        self.request(i, Method::GET, &format!("/v1/resources/{id}/route"), None, &[]).await
+    }
+}
