@@ -3,12 +3,15 @@
 //!
 //! Layers, bottom up (each imports only what is listed before it):
 //!
-//! - [`clock`]: the one source of time; a system clock and a manual clock.
+//! - [`clock`]: the one source of time: the system clock, a manual clock, a clock that
+//!   follows tokio's (pausable) time, and a skewed clock for fault tests.
 //! - [`routing::document`]: the location document and its schema versioning.
 //! - [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
-//!   [`store::cosmos`] the Azure Cosmos DB backend.
-//! - [`routing`]: the lock lifecycle (pure), enforcement, the tiered cache and the
-//!   `RoutingClient` a service links.
+//!   [`store::cosmos`] the Azure Cosmos DB backend, [`store::faults`] a wrapper around
+//!   either that injects slow, late, ambiguous and failed calls.
+//! - [`routing`]: the lock lifecycle (pure, with the commit-time rules and idempotency
+//!   records), enforcement, cache freshness, the tiered cache and the `RoutingClient` a
+//!   service links.
 //! - [`service`]: the reference service speaking the probe contract over the routing library.
 //! - [`usage`]: command-line usage errors (exit 64).
 //!

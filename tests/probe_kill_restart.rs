@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{route, start_service};
+use support::{route, start_service, start_service_with_store_faults};
 
 const KEY_ENV: &str = "LOCKPROBE_TEST_KILL_RESTART_KEY";
 
@@ -69,6 +69,15 @@ fn serve(config: &Path, key: &str) -> Serve {
             .spawn()
             .unwrap(),
     )
+}
+
+/// The journaled idempotency key of `resource`'s pre-lock, while it has no token yet.
+fn journaled_key_without_token(dir: &Path, resource: &str) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("state.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["locks"].as_array()?.iter().find_map(|l| {
+        (l["resource"] == resource && l["token"].is_null()).then(|| l["preLock"]["key"].as_str().map(str::to_owned)).flatten()
+    })
 }
 
 fn state_tokens(dir: &Path) -> Vec<(String, bool)> {
@@ -176,4 +185,42 @@ async fn sigterm_mid_cycle_releases_the_lock_before_exit() {
     // Released on the way out: nothing held, nothing left in the state file.
     assert!(route(&svc.urls[0], "probe-0001").await["lock"].is_null());
     assert!(state_tokens(dir.path()).is_empty());
+}
+
+/// The probe is killed while its pre-lock is in flight: the store commits the lock four
+/// seconds later, after nobody is left to hear the answer. Only the journal knows: the
+/// restarted probe repeats the pre-lock under its journaled key, learns the token the
+/// lost answer carried, and releases the lock, instead of leaving it for its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_killed_mid_pre_lock_recovers_the_token_and_releases() {
+    // The first replace is the main resource's pre-lock (seeding only creates).
+    let svc = start_service_with_store_faults(
+        vec![],
+        Duration::from_secs(1),
+        Duration::from_millis(500),
+        &["replace:late-commit=4s,timeout=30s x1"],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let first = serve(&config(dir.path(), &svc.urls, "* * * * * *"), &svc.key);
+    wait_for("the pre-lock's key journaled with no token yet", Duration::from_secs(20), async || {
+        journaled_key_without_token(dir.path(), "probe-0001").is_some()
+    })
+    .await;
+    drop(first);
+
+    // The lock lands with nobody to hear of it.
+    wait_for("the in-flight pre-lock to land", Duration::from_secs(10), async || {
+        route(&svc.urls[0], "probe-0001").await["lock"]["phase"] == "preLock"
+    })
+    .await;
+    assert!(journaled_key_without_token(dir.path(), "probe-0001").is_some(), "the journal still has only the key");
+
+    let second = serve(&config(dir.path(), &svc.urls, "0 0 0 1 1 * 2099"), &svc.key);
+    wait_for("the orphaned lock to be released", Duration::from_secs(15), async || {
+        route(&svc.urls[0], "probe-0001").await["lock"].is_null()
+    })
+    .await;
+    wait_for("the state file to be emptied", Duration::from_secs(5), async || state_tokens(dir.path()).is_empty()).await;
+    drop(second);
 }

@@ -73,7 +73,7 @@ async fn late_pre_lock(faults: Vec<Fault>) -> LatePreLock {
     // Once every cache has converged on the new location, is the acknowledged write there?
     tokio::time::sleep(Duration::from_secs(5)).await;
     let post_swap_read = f.read(0, ID, "after").await.status;
-    LatePreLock { delete: delete, write, post_swap_write, post_swap_read }
+    LatePreLock { delete, write, post_swap_write, post_swap_read }
 }
 
 #[tokio::test(start_paused = true)]

@@ -258,11 +258,22 @@ impl TargetClient {
         Fut: std::future::Future<Output = Result<Reply, TargetError>>,
     {
         let mut attempt = 1;
+        // Once an outcome was unknown, only a decision settles it: a later "nothing was
+        // applied" (503 store-unavailable) speaks for that attempt, not for the one that
+        // may still land.
+        let mut unknown = false;
         loop {
             let answer = send(key.clone()).await;
             let wait = match &answer {
-                Ok(r) if outcome_unknown(r) => retry_after(r).unwrap_or(Duration::from_secs(1)),
-                Err(TargetError::Transport(_)) => Duration::from_millis(200),
+                Ok(r) if outcome_unknown(r) => {
+                    unknown = true;
+                    retry_after(r).unwrap_or(Duration::from_secs(1))
+                }
+                Ok(r) if unknown && r.status == 503 => retry_after(r).unwrap_or(Duration::from_secs(1)),
+                Err(TargetError::Transport(_)) => {
+                    unknown = true;
+                    Duration::from_millis(200)
+                }
                 _ => return answer,
             };
             if attempt >= UNKNOWN_OUTCOME_ATTEMPTS {

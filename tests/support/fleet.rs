@@ -3,9 +3,11 @@
 //! [`FaultyStore`], on tokio's paused clock, so seconds of store trouble cost
 //! microseconds and every run of a seed is the same.
 //!
-//! True time is the fleet's [`TokioClock`]: the memory store commits on it (so its
-//! change log is the history an oracle judges), instances read it, each shifted by its
-//! own skew.
+//! True time is the fleet's [`TokioClock`]: the memory store commits on it, instances
+//! read it, each shifted by its own skew, and [`Recording`] (between the faults and the
+//! store) keeps every committed write with the instant it was answered: the history an
+//! oracle judges. The same fleet runs over a given store (the local Cosmos DB server) in
+//! real time.
 
 #![allow(dead_code)]
 
@@ -21,7 +23,8 @@ use lockprobe::service::items::ItemStores;
 use lockprobe::service::{self, Fault, ServiceConfig};
 use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
-use lockprobe::store::LocationStore;
+use lockprobe::routing::LocationDocument;
+use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -65,12 +68,58 @@ impl Default for FleetOptions {
     }
 }
 
-/// A running fleet. Create it inside a paused tokio runtime.
+/// Every write the store committed, as it answered it: the history an oracle judges.
+#[derive(Debug)]
+pub struct Recording {
+    inner: Arc<dyn LocationStore>,
+    clock: Arc<dyn Clock>,
+    log: std::sync::Mutex<Vec<(DateTime<Utc>, Versioned)>>,
+}
+
+impl Recording {
+    fn record(&self, doc: &LocationDocument, written: &Result<Committed, StoreError>) {
+        if let Ok(c) = written {
+            let version = Versioned { doc: doc.clone(), etag: c.etag.clone(), committed_at: c.committed_at };
+            self.log.lock().unwrap().push((self.clock.now(), version));
+        }
+    }
+
+    /// Every committed version with the instant its write was answered (no earlier than
+    /// its commit; the same instant for the memory store on the fleet's clock).
+    pub fn versions(&self) -> Vec<(DateTime<Utc>, Versioned)> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl LocationStore for Recording {
+    async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
+        self.inner.read(id, from).await
+    }
+    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
+        let written = self.inner.create(doc).await;
+        self.record(doc, &written);
+        written
+    }
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
+        let written = self.inner.replace(doc, if_match).await;
+        self.record(doc, &written);
+        written
+    }
+    async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
+        self.inner.read_changes(cursor, limit).await
+    }
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+        self.inner.scan(after, limit).await
+    }
+}
+
+/// A running fleet. Create it inside a tokio runtime (paused, for the memory store).
 pub struct Fleet {
     /// True time.
     pub clock: Arc<TokioClock>,
-    /// The store behind the faults: its change log is every committed version.
-    pub memory: Arc<MemoryStore>,
+    /// Every committed write, between the faults and the store.
+    pub recording: Arc<Recording>,
     /// The store the instances use.
     pub store: Arc<FaultyStore>,
     /// User data, shared by the instances.
@@ -109,15 +158,24 @@ impl Answer {
 }
 
 impl Fleet {
-    /// Starts the fleet's instances over a fresh store.
+    /// Starts the fleet's instances over a fresh in-memory store on the fleet's clock
+    /// (at a round instant).
     pub fn new(opts: FleetOptions) -> Self {
         let clock = Arc::new(TokioClock::at_epoch());
         let memory = Arc::new(MemoryStore::new(
             clock.clone(),
             MemoryStoreConfig { replica_lag: opts.replica_lag, change_log_capacity: 1_000_000 },
         ));
-        let inner: Arc<dyn LocationStore> = memory.clone();
-        let store = Arc::new(FaultyStore::new(inner, clock.clone(), opts.seed));
+        Self::over(opts, memory, clock)
+    }
+
+    /// Starts the fleet's instances over `inner` (Cosmos DB, say), with true time on
+    /// `clock` (which must agree with the store's commit times: the real time, for a real
+    /// server).
+    pub fn over(opts: FleetOptions, inner: Arc<dyn LocationStore>, clock: Arc<TokioClock>) -> Self {
+        let recording = Arc::new(Recording { inner, clock: clock.clone(), log: Default::default() });
+        let recorded: Arc<dyn LocationStore> = recording.clone();
+        let store = Arc::new(FaultyStore::new(recorded, clock.clone(), opts.seed));
         let config = Arc::new(ServiceConfig {
             cache_ttls: vec![opts.ttl],
             replication_bound: opts.bound,
@@ -140,7 +198,7 @@ impl Fleet {
                 service::router(instance)
             })
             .collect();
-        Self { clock, memory, store, items, config, routers }
+        Self { clock, recording, store, items, config, routers }
     }
 
     /// How many instances the fleet has.

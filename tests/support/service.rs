@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::service::{start, Fault, ServiceConfig};
+use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::LocationStore;
 use tokio_util::sync::CancellationToken;
@@ -34,15 +35,31 @@ pub async fn start_service(
     cache_ttl: Duration,
     replication_bound: Duration,
 ) -> TestService {
+    start_service_with_store_faults(faults, cache_ttl, replication_bound, &[]).await
+}
+
+/// [`start_service`] over a store behind the given store-fault rules (the grammar of
+/// `lockprobe service --store-fault`).
+pub async fn start_service_with_store_faults(
+    faults: Vec<Fault>,
+    cache_ttl: Duration,
+    replication_bound: Duration,
+    store_faults: &[&str],
+) -> TestService {
     let key = format!("test-key-{}", std::process::id());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
+    let memory: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
         clock.clone(),
         MemoryStoreConfig {
             replica_lag: replication_bound,
             ..MemoryStoreConfig::default()
         },
     ));
+    let faulty = FaultyStore::new(memory, clock.clone(), 0);
+    for rule in store_faults {
+        faulty.add_rule(rule.parse().expect("a valid store-fault rule"));
+    }
+    let store: Arc<dyn LocationStore> = Arc::new(faulty);
     let config = ServiceConfig {
         cache_ttls: vec![cache_ttl],
         replication_bound,

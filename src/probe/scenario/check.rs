@@ -354,7 +354,12 @@ impl<'a> Check<'a> {
                 return Err(Abort::Stop);
             }
         }
-        let _ = self.sc.state.forget(&s.name, &self.resource);
+        // A refusal took no effect; an answer still unknown (503, no answer) keeps its
+        // journal entry, so the way out of the check repeats it and learns the outcome.
+        let refused = matches!(&out, Ok((r, _)) if (400..500).contains(&r.status));
+        if refused {
+            let _ = self.sc.state.forget(&s.name, &self.resource);
+        }
         out
     }
 

@@ -1,0 +1,665 @@
+//! The seeded fault campaign: orchestrators migrating a few resources while users read,
+//! write and delete on every instance, all through the reference service's handlers,
+//! with random store faults at every step (slow, late-acknowledged, ambiguous, lost and
+//! failed writes and reads, replica lag within the declared bound) and one instance's
+//! clock skewed within the skew margin, judged by the oracle (`support/oracle.rs`).
+//!
+//! Inside the scheme's assumptions the oracle must find nothing, seed after seed; with a
+//! legacy behaviour switched back on it must find the hole within 1,000 seeds.
+//!
+//! `LOCKPROBE_CAMPAIGN_SEEDS=N` runs N seeds instead of the suite's 1,000 (figures for
+//! RELIABILITY.md); `LOCKPROBE_CAMPAIGN_FIRST_SEED` moves the window.
+
+#[path = "support/cosmos_server.rs"]
+mod cosmos_server;
+#[path = "support/fleet.rs"]
+mod fleet;
+#[path = "support/oracle.rs"]
+mod oracle;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use fleet::{Answer, Fleet, FleetOptions};
+use lockprobe::routing::Phase;
+use lockprobe::service::Fault;
+use lockprobe::store::faults::{in_step, FaultAction, FaultKind, FaultRule, FaultStats, OpSet};
+use lockprobe::clock::TokioClock;
+use lockprobe::store::{LocationStore, OpKind};
+use oracle::{Evidence, Final, Holding, Op, UserOp, Violation};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+const RESOURCES: [&str; 3] = ["r0", "r1", "r2"];
+const LOCATIONS: [&str; 2] = ["westeurope", "northeurope"];
+const ORCHESTRATORS: usize = 3;
+const USERS: usize = 3;
+const KEYS_PER_USER: usize = 3;
+
+/// How long a seed runs.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    /// How long the orchestrators and users act.
+    active: Duration,
+    /// The pre-locks' lease, seconds.
+    pre_lock_lease: f64,
+    /// How long everything is left to settle before the items are read back: every
+    /// lease and cache has run out by then.
+    settle: Duration,
+}
+
+/// On the memory store, in paused (virtual) time.
+const MEMORY: Shape = Shape { active: Duration::from_secs(15), pre_lock_lease: 20.0, settle: Duration::from_secs(60) };
+
+/// On the local Cosmos DB server, in real time: shorter.
+const COSMOS: Shape = Shape { active: Duration::from_secs(12), pre_lock_lease: 10.0, settle: Duration::from_secs(16) };
+
+const TTL: Duration = Duration::from_secs(2);
+const BOUND: Duration = Duration::from_millis(500);
+const MARGIN: Duration = Duration::from_millis(500);
+const DECISION_AGE: Duration = Duration::from_millis(500);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// What one seed did and what the oracle found.
+#[derive(Debug, Default)]
+struct SeedReport {
+    violations: Vec<Violation>,
+    user_ops: usize,
+    lock_calls: usize,
+    migrations_swapped: usize,
+    faults: FaultStats,
+    /// Faults injected, by the phase the resource was in.
+    by_phase: BTreeMap<(&'static str, FaultKind), u64>,
+    skew_ms: i64,
+}
+
+/// What the fleet's actors record for the oracle.
+#[derive(Default)]
+struct Log {
+    ops: Vec<UserOp>,
+    holdings: Vec<Holding>,
+    known: HashSet<String>,
+    lock_calls: usize,
+    swapped: usize,
+}
+
+type Shared = Arc<Mutex<Log>>;
+
+fn log(shared: &Shared) -> std::sync::MutexGuard<'_, Log> {
+    shared.lock().unwrap()
+}
+
+/// The store faults of one seed: every kind, with parameters drawn from the seed.
+fn fault_rules(rng: &mut StdRng) -> Vec<FaultRule> {
+    let d = |rng: &mut StdRng, lo: u64, hi: u64| ms(rng.random_range(lo..=hi));
+    let writes = OpSet::WRITES;
+    let reads = OpSet::READS;
+    let mut rules = vec![
+        // Replica lag on top of a store whose replicas are otherwise current: within the bound.
+        FaultRule::new(OpKind::ReadReplica, FaultAction::ReplicaLag(d(rng, 50, BOUND.as_millis() as u64))).probability(0.2),
+        FaultRule::new(writes, FaultAction::Delay(d(rng, 100, 3_000))).probability(0.04),
+        FaultRule::new(writes, FaultAction::LateAck(d(rng, 100, 1_000))).probability(0.04),
+        FaultRule::new(writes, FaultAction::Ambiguous).probability(0.03),
+        FaultRule::new(writes, FaultAction::Fail).probability(0.03),
+        FaultRule::new(reads, FaultAction::Delay(d(rng, 20, 800))).probability(0.02),
+        FaultRule::new(reads, FaultAction::LateAck(d(rng, 20, 800))).probability(0.02),
+        FaultRule::new(reads, FaultAction::Ambiguous).probability(0.01),
+        FaultRule::new(reads, FaultAction::Fail).probability(0.02),
+    ];
+    let commit_after = d(rng, 200, 3_000);
+    let timeout = d(rng, 100, 1_500);
+    rules.push(FaultRule::new(writes, FaultAction::LateCommit { commit_after, timeout }).probability(0.04));
+    rules
+}
+
+/// Where a seed's routing documents live.
+enum Backend {
+    /// A fresh in-memory store on the fleet's paused clock.
+    Memory,
+    /// This store (a fresh Cosmos DB database), with true time the real time.
+    Given(Arc<dyn LocationStore>),
+}
+
+/// Runs one seed to the end and judges it.
+async fn run_seed(seed: u64, legacy: &[Fault], backend: Backend, shape: Shape) -> SeedReport {
+    let mut rng = StdRng::seed_from_u64(seed);
+    // One instance runs off true time by up to the skew margin, either way.
+    let skew_ms = rng.random_range(-(MARGIN.as_millis() as i64) + 50..=MARGIN.as_millis() as i64 - 50);
+    let skewed = rng.random_range(0..2);
+    let mut skews = vec![TimeDelta::zero(); 2];
+    skews[skewed] = TimeDelta::milliseconds(skew_ms);
+    let opts = FleetOptions {
+        skews,
+        ttl: TTL,
+        bound: BOUND,
+        replica_lag: Duration::ZERO,
+        skew_margin: MARGIN,
+        decision_age: DECISION_AGE,
+        faults: legacy.to_vec(),
+        seed,
+    };
+    let fleet = Arc::new(match backend {
+        Backend::Memory => Fleet::new(opts),
+        Backend::Given(store) => Fleet::over(opts, store, Arc::new(TokioClock::new(Utc::now()))),
+    });
+    for rule in fault_rules(&mut rng) {
+        fleet.store.add_rule(rule);
+    }
+    let shared: Shared = Arc::default();
+    let deadline = fleet.now() + to_delta(shape.active);
+    let mut tasks = Vec::new();
+    for o in 0..ORCHESTRATORS {
+        let rng = StdRng::seed_from_u64(rng.random());
+        tasks.push(tokio::spawn(orchestrate(fleet.clone(), shared.clone(), o, rng, deadline, shape.pre_lock_lease)));
+    }
+    for u in 0..USERS {
+        let rng = StdRng::seed_from_u64(rng.random());
+        tasks.push(tokio::spawn(use_items(fleet.clone(), shared.clone(), u, rng, deadline)));
+    }
+    for task in tasks {
+        task.await.expect("an actor panicked");
+    }
+    // Quiet: no more faults, every late write landed, every lease and cache ran out.
+    fleet.store.clear_rules();
+    fleet.store.settle().await;
+    tokio::time::sleep(shape.settle).await;
+    let finals = read_back(&fleet).await;
+
+    let history: Vec<oracle::Committed> =
+        fleet.recording.versions().into_iter().map(|(from, version)| oracle::Committed { from, version }).collect();
+    let log = std::mem::take(&mut *log(&shared));
+    let violations = oracle::judge(&Evidence {
+        history: &history,
+        ops: &log.ops,
+        holdings: &log.holdings,
+        known_tokens: &log.known,
+        finals: &finals,
+        decision_age: DECISION_AGE,
+    });
+    let timelines = oracle::timelines(&history);
+    let mut by_phase = BTreeMap::new();
+    for injection in fleet.store.injections() {
+        let phase = injection.id.as_deref().and_then(|id| oracle::phase_at(&timelines, id, injection.at));
+        *by_phase.entry((phase_name(phase), injection.fault)).or_default() += 1;
+    }
+    SeedReport {
+        violations,
+        user_ops: log.ops.len(),
+        lock_calls: log.lock_calls,
+        migrations_swapped: log.swapped,
+        faults: fleet.store.stats(),
+        by_phase,
+        skew_ms,
+    }
+}
+
+fn phase_name(phase: Option<Phase>) -> &'static str {
+    phase.map_or("unlocked", Phase::as_str)
+}
+
+fn to_delta(d: Duration) -> TimeDelta {
+    lockprobe::clock::to_chrono(d)
+}
+
+/// Every user key, read back through instance 0 once everything settled.
+async fn read_back(fleet: &Fleet) -> HashMap<(String, String), Final> {
+    let mut out = HashMap::new();
+    for resource in RESOURCES {
+        for u in 0..USERS {
+            for k in 0..KEYS_PER_USER {
+                let key = format!("u{u}-k{k}");
+                let a = fleet.read(0, resource, &key).await;
+                let seen = match (a.status, a.body["tombstone"].as_bool()) {
+                    (200, Some(true)) => Final::Tombstone,
+                    (200, _) => Final::Present(a.body["value"].clone()),
+                    (404, _) => Final::Absent,
+                    (other, _) => Final::Other(other),
+                };
+                out.insert((resource.to_owned(), key), seen);
+            }
+        }
+    }
+    out
+}
+
+/// A user: reads, writes and deletes its own keys, on random resources and instances,
+/// one operation at a time (so the order of its acknowledgements is the order of its
+/// effects).
+async fn use_items(fleet: Arc<Fleet>, shared: Shared, u: usize, mut rng: StdRng, deadline: DateTime<Utc>) {
+    let mut n = 0u64;
+    while fleet.now() < deadline {
+        tokio::time::sleep(ms(rng.random_range(20..300))).await;
+        let resource = RESOURCES[rng.random_range(0..RESOURCES.len())];
+        let key = format!("u{u}-k{}", rng.random_range(0..KEYS_PER_USER));
+        let instance = rng.random_range(0..fleet.instances());
+        let (op, value) = match rng.random_range(0..10) {
+            0..4 => (Op::Read, None),
+            4..8 => {
+                n += 1;
+                (Op::Write, Some(json!({"u": u, "n": n})))
+            }
+            _ => (Op::Delete, None),
+        };
+        let answer = match op {
+            Op::Read => in_step("read", fleet.read(instance, resource, &key)).await,
+            Op::Write => in_step("write", fleet.write(instance, resource, &key, value.clone().unwrap())).await,
+            Op::Delete => in_step("delete", fleet.delete(instance, resource, &key)).await,
+        };
+        log(&shared).ops.push(UserOp { at: fleet.now(), instance, resource: resource.into(), key, op, status: answer.status, value });
+    }
+}
+
+/// An orchestrator's view of one lock call's answer.
+enum Outcome {
+    /// 2xx.
+    Done(Answer),
+    /// A definite refusal (4xx, or 503 that applied nothing).
+    Refused(Answer),
+    /// Still unknown after the repeats.
+    Unknown,
+}
+
+/// An orchestrator: migrates random resources, one at a time, start to finish, or gives
+/// up (and releases) when refused, now and then "crashing" without releasing.
+struct Orchestrator {
+    fleet: Arc<Fleet>,
+    shared: Shared,
+    me: usize,
+    rng: StdRng,
+    /// Unanswered pre-locks to recover at the end: (resource, key, lease, target).
+    unanswered: Vec<(String, String, f64, Option<String>)>,
+    /// The pre-locks' lease, seconds.
+    lease: f64,
+}
+
+async fn orchestrate(fleet: Arc<Fleet>, shared: Shared, me: usize, rng: StdRng, deadline: DateTime<Utc>, lease: f64) {
+    let mut o = Orchestrator { fleet, shared, me, rng, unanswered: Vec::new(), lease };
+    while o.fleet.now() < deadline {
+        o.migrate().await;
+        let pause = ms(o.rng.random_range(0..1_500));
+        tokio::time::sleep(pause).await;
+    }
+    o.recover().await;
+}
+
+impl Orchestrator {
+    fn key(&mut self, what: &str) -> String {
+        format!("o{}-{what}-{:016x}", self.me, self.rng.random::<u64>())
+    }
+
+    fn instance(&mut self) -> usize {
+        self.rng.random_range(0..self.fleet.instances())
+    }
+
+    /// Sends a lock call under one key, repeating it while its outcome is unknown.
+    async fn call<F, Fut>(&mut self, step: &'static str, send: F) -> Outcome
+    where
+        F: Fn(Arc<Fleet>, usize) -> Fut,
+        Fut: std::future::Future<Output = Answer>,
+    {
+        // Once an answer was unknown, only a decision settles it: a later "nothing was
+        // applied" speaks for that attempt, not for the one that may still land.
+        let mut unknown = false;
+        for _ in 0..6 {
+            let instance = self.instance();
+            let answer = in_step(step, send(self.fleet.clone(), instance)).await;
+            log(&self.shared).lock_calls += 1;
+            match (answer.status, answer.problem()) {
+                (200..=299, _) => return Outcome::Done(answer),
+                (503, Some("outcome-unknown")) => unknown = true,
+                (503, _) if unknown => {}
+                // Nothing was applied, or the decision was refused: a definite answer.
+                _ => return Outcome::Refused(answer),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        if unknown {
+            Outcome::Unknown
+        } else {
+            Outcome::Refused(Answer { status: 503, body: serde_json::Value::Null, retry_after: None })
+        }
+    }
+
+    /// Remembers a lock view's token and lease: a newer view of the same token tells
+    /// the lease as it stands now (an escalation may shorten it), so it replaces the end.
+    fn held(&self, resource: &str, answer: &Answer) {
+        let (Some(token), Some(until)) = (answer.field("token"), answer.time("expiresAt")) else { return };
+        let mut log = log(&self.shared);
+        log.known.insert(token.to_owned());
+        if let Some(h) = log.holdings.iter_mut().find(|h| h.token == token) {
+            h.until = until;
+            return;
+        }
+        log.holdings.push(Holding {
+            resource: resource.to_owned(),
+            token: token.to_owned(),
+            from: self.fleet.now(),
+            until,
+            orchestrator: self.me,
+        });
+    }
+
+    /// A resource the route view shows unlocked, if one turns up in a few looks (so
+    /// orchestrators rarely race each other: a slow pre-lock mostly meets no rival).
+    async fn pick(&mut self) -> String {
+        let mut resource = RESOURCES[self.rng.random_range(0..RESOURCES.len())];
+        for _ in 0..3 {
+            let instance = self.instance();
+            if self.fleet.route(instance, resource).await.body["lock"].is_null() {
+                break;
+            }
+            resource = RESOURCES[self.rng.random_range(0..RESOURCES.len())];
+        }
+        resource.to_owned()
+    }
+
+    async fn migrate(&mut self) {
+        let resource = self.pick().await;
+        let lease = self.lease;
+        let target = self.rng.random_bool(0.5).then(|| LOCATIONS[self.rng.random_range(0..2)].to_owned());
+        let key = self.key("pre");
+        let r = resource.clone();
+        let (k, t) = (key.clone(), target.clone());
+        let pre = self
+            .call("preLock", move |f, i| {
+                let (r, k, t) = (r.clone(), k.clone(), t.clone());
+                async move { f.pre_lock(i, &r, &k, lease, t.as_deref()).await }
+            })
+            .await;
+        let pre = match pre {
+            Outcome::Done(a) => a,
+            Outcome::Unknown => {
+                self.unanswered.push((resource, key, lease, target));
+                return;
+            }
+            Outcome::Refused(_) => return,
+        };
+        self.held(&resource, &pre);
+        let token = pre.field("token").unwrap().to_owned();
+        let replied = self.fleet.now();
+        // Eager orchestrators escalate at the instant the service named; careful ones wait
+        // from their own answer too, plus a buffer.
+        let effective = pre.time("effectiveAt").unwrap();
+        let start = if self.rng.random_bool(0.7) {
+            effective
+        } else {
+            effective.max(replied + to_delta(TTL + BOUND)) + TimeDelta::milliseconds(200)
+        };
+        self.fleet.until(start).await;
+        if !self.escalate(&resource, &token, "hardDelete", 5.0).await {
+            return self.release(&resource, &token).await;
+        }
+        tokio::time::sleep(ms(self.rng.random_range(0..2_000))).await;
+        if self.rng.random_bool(0.4) {
+            // Renew close to the lease's end: a late renewal is the interesting one.
+            if !self.renew_near_the_end(&resource, &token).await {
+                return self.release(&resource, &token).await;
+            }
+        }
+        let write_lease = self.rng.random_range(1.0..3.0);
+        if !self.escalate(&resource, &token, "write", write_lease).await {
+            return self.release(&resource, &token).await;
+        }
+        tokio::time::sleep(ms(self.rng.random_range(0..800))).await;
+        if self.rng.random_bool(0.05) {
+            return; // crashed: the lease ends it
+        }
+        if self.rng.random_bool(0.75) {
+            self.swap(&resource, &token, target).await;
+        } else {
+            self.release(&resource, &token).await;
+        }
+    }
+
+    async fn escalate(&mut self, resource: &str, token: &str, phase: &'static str, lease: f64) -> bool {
+        let key = self.key(phase);
+        for _ in 0..5 {
+            let (r, k, t) = (resource.to_owned(), key.clone(), token.to_owned());
+            let outcome = self
+                .call("escalate", move |f, i| {
+                    let (r, k, t) = (r.clone(), k.clone(), t.clone());
+                    async move { f.escalate(i, &r, &k, &t, phase, lease).await }
+                })
+                .await;
+            match outcome {
+                Outcome::Done(a) => {
+                    self.held(resource, &a);
+                    return true;
+                }
+                // Too early by the deciding instance's clock (skew): try again shortly.
+                Outcome::Refused(a) if a.problem() == Some("invalid-transition") && a.body["detail"].as_str().is_some_and(|d| d.contains("before effectiveAt")) => {
+                    tokio::time::sleep(ms(300)).await;
+                }
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    async fn renew_near_the_end(&mut self, resource: &str, token: &str) -> bool {
+        let view = self.fleet.route(0, resource).await;
+        let Some(ends) = view.body["lock"]["expiresAt"].as_str().and_then(|t| DateTime::parse_from_rfc3339(t).ok()) else {
+            return false;
+        };
+        let before = TimeDelta::milliseconds(self.rng.random_range(0..400));
+        self.fleet.until(ends.to_utc() - before).await;
+        let key = self.key("renew");
+        let (r, t) = (resource.to_owned(), token.to_owned());
+        let outcome = self
+            .call("renew", move |f, i| {
+                let (r, k, t) = (r.clone(), key.clone(), t.clone());
+                async move { f.renew(i, &r, &k, &t, 5.0).await }
+            })
+            .await;
+        match outcome {
+            Outcome::Done(a) => {
+                self.held(resource, &a);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    async fn swap(&mut self, resource: &str, token: &str, declared: Option<String>) {
+        let view = self.fleet.route(0, resource).await;
+        let here = view.field("location").unwrap_or(LOCATIONS[0]).to_owned();
+        let to = declared.unwrap_or_else(|| if here == LOCATIONS[0] { LOCATIONS[1] } else { LOCATIONS[0] }.to_owned());
+        let key = self.key("swap");
+        let (r, t) = (resource.to_owned(), token.to_owned());
+        let outcome = self
+            .call("swap", move |f, i| {
+                let (r, k, t, to) = (r.clone(), key.clone(), t.clone(), to.clone());
+                async move { f.swap(i, &r, &k, &t, &to).await }
+            })
+            .await;
+        match outcome {
+            Outcome::Done(_) => log(&self.shared).swapped += 1,
+            _ => self.release(resource, token).await,
+        }
+    }
+
+    async fn release(&mut self, resource: &str, token: &str) {
+        let key = self.key("release");
+        let (r, t) = (resource.to_owned(), token.to_owned());
+        let _ = self
+            .call("release", move |f, i| {
+                let (r, k, t) = (r.clone(), key.clone(), t.clone());
+                async move { f.release(i, &r, &k, &t).await }
+            })
+            .await;
+    }
+
+    /// After the active period: every pre-lock whose answer never came is repeated under
+    /// its key until its outcome is known; a granted one is released.
+    async fn recover(&mut self) {
+        for (resource, key, lease, target) in std::mem::take(&mut self.unanswered) {
+            loop {
+                let answer = self.fleet.pre_lock(0, &resource, &key, lease, target.as_deref()).await;
+                match (answer.status, answer.problem()) {
+                    (503, _) => tokio::time::sleep(Duration::from_secs(1)).await,
+                    (201, _) => {
+                        let token = answer.field("token").unwrap().to_owned();
+                        log(&self.shared).known.insert(token.clone());
+                        self.release(&resource, &token).await;
+                        break;
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+}
+
+/// Runs `seeds` on two threads, each seed in its own paused runtime.
+fn campaign(seeds: std::ops::Range<u64>, legacy: &'static [Fault], stop_at_first_violation: bool) -> Vec<(u64, SeedReport)> {
+    let next = Arc::new(Mutex::new(seeds));
+    let found = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (next, found) = (next.clone(), found.clone());
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                loop {
+                    if stop_at_first_violation && found.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let Some(seed) = next.lock().unwrap().next() else { break };
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+                    let report = rt.block_on(run_seed(seed, legacy, Backend::Memory, MEMORY));
+                    if !report.violations.is_empty() {
+                        found.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    out.push((seed, report));
+                }
+                out
+            })
+        })
+        .collect();
+    let mut all: Vec<(u64, SeedReport)> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    all.sort_by_key(|(seed, _)| *seed);
+    all
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Prints the campaign's figures (for RELIABILITY.md) and returns the violations.
+fn summarize(reports: &[(u64, SeedReport)]) -> Vec<(u64, Violation)> {
+    let mut faults = FaultStats::default();
+    let mut by_phase: BTreeMap<(&'static str, FaultKind), u64> = BTreeMap::new();
+    let (mut ops, mut calls, mut swaps) = (0, 0, 0);
+    for (_, r) in reports {
+        faults.add(&r.faults);
+        for (k, n) in &r.by_phase {
+            *by_phase.entry(*k).or_default() += n;
+        }
+        ops += r.user_ops;
+        calls += r.lock_calls;
+        swaps += r.migrations_swapped;
+    }
+    let skews = reports.iter().map(|(_, r)| r.skew_ms.abs()).max().unwrap_or(0);
+    let violations: Vec<(u64, Violation)> =
+        reports.iter().flat_map(|(s, r)| r.violations.iter().map(move |v| (*s, v.clone()))).collect();
+    println!("campaign: {} seeds, {ops} user operations, {calls} lock calls, {swaps} swaps, {} faults injected, one instance skewed by up to {skews} ms", reports.len(), faults.injected_total());
+    println!("faults injected by the phase of the resource they hit:");
+    let phases = ["unlocked", "preLock", "hardDelete", "write"];
+    println!("  {:<12} {}", "fault", phases.map(|p| format!("{p:>11}")).join(""));
+    for fault in FaultKind::ALL {
+        let row: Vec<String> = phases.iter().map(|p| format!("{:>11}", by_phase.get(&(*p, fault)).copied().unwrap_or(0))).collect();
+        println!("  {:<12} {}", fault.as_str(), row.join(""));
+    }
+    println!("faults injected by the call they hit:");
+    let steps = ["preLock", "escalate", "renew", "swap", "release", "read", "write", "delete"];
+    println!("  {:<12} {}", "fault", steps.map(|p| format!("{p:>9}")).join(""));
+    for fault in FaultKind::ALL {
+        let row: Vec<String> = steps.iter().map(|s| format!("{:>9}", faults.injected_in_step(s, fault))).collect();
+        println!("  {:<12} {}", fault.as_str(), row.join(""));
+    }
+    println!("violations: {}", violations.len());
+    for (seed, v) in violations.iter().take(10) {
+        println!("  seed {seed}: {} - {}", v.kind, v.detail);
+    }
+    violations
+}
+
+/// Inside the scheme's assumptions: 0 violations over 1,000 seeds (by default), and
+/// every fault kind hits every phase of the lifecycle.
+#[test]
+fn a_thousand_seeds_of_store_faults_break_nothing() {
+    let first = env_u64("LOCKPROBE_CAMPAIGN_FIRST_SEED", 0);
+    let n = env_u64("LOCKPROBE_CAMPAIGN_SEEDS", 1_000);
+    let started = std::time::Instant::now();
+    let reports = campaign(first..first + n, &[], false);
+    let violations = summarize(&reports);
+    println!("took {:.1?}", started.elapsed());
+    assert!(violations.is_empty(), "{} violations; first: {:?}", violations.len(), violations.first());
+    let by_phase: BTreeMap<(&str, FaultKind), u64> = reports.iter().flat_map(|(_, r)| r.by_phase.clone()).fold(BTreeMap::new(), |mut m, (k, n)| {
+        *m.entry(k).or_default() += n;
+        m
+    });
+    if n >= 1_000 {
+        for phase in ["unlocked", "preLock", "hardDelete", "write"] {
+            for fault in FaultKind::ALL {
+                assert!(by_phase.get(&(phase, fault)).copied().unwrap_or(0) > 0, "no {} fault in the {phase} phase", fault.as_str());
+            }
+        }
+    }
+    let swaps: usize = reports.iter().map(|(_, r)| r.migrations_swapped).sum();
+    assert!(swaps as u64 >= n, "migrations must get through: {swaps} swaps in {n} seeds");
+}
+
+/// Runs seeds with `legacy` switched on until the oracle finds a violation; it must,
+/// within 1,000 seeds, and it must be one the fixed protocol exists to prevent.
+fn caught(legacy: &'static [Fault]) {
+    let reports = campaign(0..1_000, legacy, true);
+    let violations = summarize(&reports);
+    let (seed, first) = violations.first().unwrap_or_else(|| panic!("the campaign must catch {legacy:?}"));
+    println!("{legacy:?} caught at seed {seed}: {} - {}", first.kind, first.detail);
+    assert!(
+        violations.iter().all(|(_, v)| matches!(v.kind, "enforcement" | "lost-write" | "resurrected")),
+        "a legacy behaviour breaks enforcement or data, nothing else: {violations:?}"
+    );
+}
+
+/// The legacy `effectiveAt` (from decide time) is found within 1,000 seeds.
+#[test]
+fn the_legacy_effective_at_is_caught_within_a_thousand_seeds() {
+    caught(&[Fault::LegacyEffectiveAt]);
+}
+
+/// The legacy renewal (no lapse rule) is found within 1,000 seeds.
+#[test]
+fn the_legacy_renewal_is_caught_within_a_thousand_seeds() {
+    caught(&[Fault::LegacyRenewal]);
+}
+
+/// A smaller set on the local Cosmos DB server, in real time (its commit times are the
+/// server's `_ts`): four seeds at once, each on a database of its own. The oracle takes a
+/// version to be in force from the instant its write was answered, which is never before
+/// its commit: it can miss a violation in that gap, never invent one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_faults_on_the_cosmos_server_break_nothing() {
+    let n = env_u64("LOCKPROBE_COSMOS_CAMPAIGN_SEEDS", 4);
+    let server = cosmos_server::CosmosServer::start();
+    let seeds = (0..n).map(|seed| {
+        let endpoint = server.endpoint();
+        async move {
+            let database = cosmos_server::unique_database(&format!("campaign-{seed}"));
+            let store = cosmos_server::connect_with(&endpoint, &prometheus::Registry::new(), |a| a.database = Some(database)).await;
+            (seed, run_seed(seed, &[], Backend::Given(Arc::new(store)), COSMOS).await)
+        }
+    });
+    let reports = futures::future::join_all(seeds).await;
+    let violations = summarize(&reports);
+    assert!(violations.is_empty(), "{} violations; first: {:?}", violations.len(), violations.first());
+    let injected: u64 = reports.iter().map(|(_, r)| r.faults.injected_total()).sum();
+    let swaps: usize = reports.iter().map(|(_, r)| r.migrations_swapped).sum();
+    assert!(injected > 0 && swaps > 0, "faults were injected ({injected}) and migrations got through ({swaps})");
+}
