@@ -173,7 +173,7 @@ impl Monitor {
             // ahead of the monitor's own clock would make live locks look lapsed, so it
             // is capped at now: replays keep their real times, a skewed store cannot.
             let now = self.clock.now();
-            let mut inner = self.inner.lock().expect("monitor mutex poisoned");
+            let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for change in &batch.changes {
                 let at = change.doc.committed_at.min(now);
                 self.apply(&mut inner, &settled(&change.doc, at), at, Seen::Stream);
@@ -219,7 +219,7 @@ impl Monitor {
                 }
             };
             {
-                let mut inner = self.inner.lock().expect("monitor mutex poisoned");
+                let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 for v in &page {
                     self.apply(&mut inner, &settled(v, v.committed_at.min(read_at)), read_at, Seen::Scan);
                 }
@@ -233,7 +233,7 @@ impl Monitor {
             }
         }
         let now = self.clock.now();
-        let mut inner = self.inner.lock().expect("monitor mutex poisoned");
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         inner.last_scan_at = Some(now);
         self.metrics.scans.inc();
         self.metrics.last_scan.set(now.timestamp());
@@ -253,7 +253,7 @@ impl Monitor {
     /// Drain the stream first, or a late change may be mistaken for a lapse.
     pub fn sweep(&self) {
         let now = self.clock.now();
-        let mut inner = self.inner.lock().expect("monitor mutex poisoned");
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut found = Vec::new();
         inner.tracker.sweep(now, &mut found);
         for (id, event) in found {
@@ -265,7 +265,7 @@ impl Monitor {
     /// Applies one observed version of a document, as the stream or a scan would. Public
     /// so benches and embedders can feed observations directly.
     pub fn observe(&self, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen) {
-        let mut inner = self.inner.lock().expect("monitor mutex poisoned");
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.apply(&mut inner, doc, at, seen);
     }
 
@@ -273,7 +273,7 @@ impl Monitor {
     pub fn reserve(&self, n: usize) {
         self.inner
             .lock()
-            .expect("monitor mutex poisoned")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .tracker
             .reserve(n);
     }
@@ -282,7 +282,7 @@ impl Monitor {
     pub fn in_flight(&self) -> usize {
         self.inner
             .lock()
-            .expect("monitor mutex poisoned")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .tracker
             .in_flight()
     }
@@ -291,7 +291,7 @@ impl Monitor {
     pub fn orphaned_locks(&self) -> usize {
         self.inner
             .lock()
-            .expect("monitor mutex poisoned")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .tracker
             .orphans()
     }
@@ -301,7 +301,7 @@ impl Monitor {
         let mut ids = self
             .inner
             .lock()
-            .expect("monitor mutex poisoned")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .tracker
             .orphan_ids(limit);
         ids.sort();
@@ -329,7 +329,7 @@ impl Monitor {
     /// The status document for `/api/v1/monitor`: counts, exact percentiles (p50, p75,
     /// p99, max) and recent anomalies. Resource ids appear; lock tokens never do.
     pub fn status(&self) -> Value {
-        let inner = self.inner.lock().expect("monitor mutex poisoned");
+        let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let m = &self.metrics;
         let mut orphan_ids = inner.tracker.orphan_ids(STATUS_ORPHAN_IDS);
         orphan_ids.sort();

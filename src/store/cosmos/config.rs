@@ -178,8 +178,8 @@ fn required(value: &Option<String>, (flag, env): (&'static str, &'static str)) -
 }
 
 fn duration(value: &str, flag: &'static str) -> Result<Duration, CosmosConfigError> {
-    humantime::parse_duration(value.trim())
-        .map_err(|e| CosmosConfigError::Invalid { flag, reason: format!("{value:?} is not a duration like 2s or 5m: {e}") })
+    crate::usage::parse_bounded_duration(value.trim())
+        .map_err(|e| CosmosConfigError::Invalid { flag, reason: format!("{value:?} is not a duration like 2s or 5m of at most ten years: {e}") })
 }
 
 /// The Entra ID token credential `--cosmos-entra-credential` names. Building it does no
@@ -334,6 +334,13 @@ impl CosmosConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_duration_over_ten_years_names_its_flag() {
+        let err = super::duration("500000years", "--cosmos-request-timeout").unwrap_err();
+        assert!(err.to_string().contains("--cosmos-request-timeout"), "{err}");
+        assert_eq!(super::duration("10s", "--cosmos-request-timeout").unwrap(), std::time::Duration::from_secs(10));
+    }
+
     use super::*;
 
     fn args() -> CosmosArgs {
