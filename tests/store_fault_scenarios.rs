@@ -204,3 +204,29 @@ async fn a_second_swap_of_the_same_lock_never_overwrites_writes_made_after_the_f
     assert_eq!((second.status, second.problem()), (409, Some("token-mismatch")), "{:?}", second.body);
     assert_eq!(f.read(1, ID, "k").await.body["value"], "after", "the write made after the first swap survives");
 }
+
+/// Found by the model checker: an instance caches the document its own write produced
+/// when the answer arrives. If the answer is late, the cached (lock-free) document looked
+/// younger than it was, and was served while another orchestrator had locked and
+/// escalated meanwhile. The entry must age from before the write was sent.
+#[tokio::test(start_paused = true)]
+async fn a_late_acknowledged_release_is_not_cached_as_fresh() {
+    let f = Fleet::new(FleetOptions::default());
+    assert_eq!(f.write(0, ID, "k", json!(1)).await.status, 201);
+    let first = f.pre_lock(0, ID, "first", 600.0, None).await;
+    f.until(first.time("effectiveAt").unwrap()).await;
+    f.store.add_rule(rule("replace:late-ack=5s x1"));
+    let first_token = token(&first);
+    let release = f.release(0, ID, "release", &first_token);
+    let second = async {
+        tokio::time::sleep(ms(100)).await;
+        let second = f.pre_lock(1, ID, "second", 600.0, None).await;
+        assert_eq!(second.status, 201, "{:?}", second.body);
+        f.until(second.time("effectiveAt").unwrap()).await;
+        assert_eq!(f.escalate(1, ID, "hd", &token(&second), "hardDelete", 60.0).await.status, 200);
+    };
+    let (released, ()) = tokio::join!(release, second);
+    assert_eq!(released.status, 204);
+    let delete = f.delete(0, ID, "k").await;
+    assert_eq!(delete.status, 202, "tombstoned under the second migration's hardDelete lock: {:?}", delete.body);
+}

@@ -243,11 +243,14 @@ impl RoutingClient {
             other => return other,
         }
         let doc = LocationDocument::new(id, home);
+        let fetched = self.fetch_time();
         let started = Instant::now();
         match self.store.create(&doc).await {
             Ok(committed) => {
-                let record = Arc::new(Versioned { doc, etag: committed.etag, committed_at: committed.committed_at });
-                self.remember(id, record.clone(), self.fetch_time());
+                // A late answer is as stale a decision as a late read.
+                let created = Versioned { doc, etag: committed.etag, committed_at: committed.committed_at };
+                let record = Arc::new(self.fresh_enough(started, created)?);
+                self.remember(id, record.clone(), fetched);
                 Ok(Resolved { record, source: Source::Store, store_time: started.elapsed() })
             }
             // Someone else created it first: theirs is the document.
@@ -418,12 +421,15 @@ impl RoutingClient {
                 Decided::Replayed => return Ok(base),
                 Decided::Write(next) => *next,
             };
+            // Taken before the write is sent, like every fetch time: an acknowledgement that
+            // arrives late must not make the cached version look younger than it is.
+            let fetched = self.fetch_time();
             let written = match &condition {
                 Some(etag) => self.store.replace(&next, etag).await,
                 None => self.store.create(&next).await,
             };
             match written {
-                Ok(committed) => return self.judge(id, next, committed, &key),
+                Ok(committed) => return self.judge(id, next, committed, &key, fetched),
                 Err(StoreError::PreconditionFailed) if condition.is_some() => unresolved = None,
                 Err(StoreError::Conflict) if condition.is_none() => unresolved = None,
                 Err(StoreError::OutcomeUnknown(why)) => unresolved = Some((condition, why)),
@@ -438,11 +444,18 @@ impl RoutingClient {
 
     /// The written version as every reader will take it: a call that landed after the
     /// lease it relied on took no effect, and its caller hears that the lease expired.
-    fn judge(&self, id: &str, written: LocationDocument, committed: Committed, key: &str) -> Result<Versioned, RoutingError> {
+    fn judge(
+        &self,
+        id: &str,
+        written: LocationDocument,
+        committed: Committed,
+        key: &str,
+        fetched: (DateTime<Utc>, i64),
+    ) -> Result<Versioned, RoutingError> {
         let lease_end = written.pending.as_ref().and_then(|p| p.void_if_committed_after);
         let doc = lifecycle::settle(written, committed.committed_at);
         let record = Versioned { doc, etag: committed.etag, committed_at: committed.committed_at };
-        self.remember(id, Arc::new(record.clone()), self.fetch_time());
+        self.remember(id, Arc::new(record.clone()), fetched);
         if !lifecycle::took_effect(&record.doc, key) {
             let expired_at = lease_end.unwrap_or(committed.committed_at);
             return Err(RoutingError::Lock(LockError::LeaseExpired { expired_at }));

@@ -79,8 +79,8 @@ pub struct PendingEffect {
     /// than the commit + this many seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effective_after_commit_seconds: Option<f64>,
-    /// The write relied on a lease ending here: committed later, it takes no effect and
-    /// readers see `previous`.
+    /// The write relied on a lease ending here: committed then or later, it takes no
+    /// effect and readers see `previous`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub void_if_committed_after: Option<DateTime<Utc>>,
     /// The document this write replaced (settled), restored when the write is void.

@@ -439,7 +439,10 @@ pub fn settle(mut doc: LocationDocument, committed_at: DateTime<Utc>) -> Locatio
     if pending.digest != doc.state_digest() {
         return doc;
     }
-    if pending.void_if_committed_after.is_some_and(|deadline| committed_at > deadline) {
+    // At the deadline itself the lease has ended (it is live only while `now < expiresAt`),
+    // and a reader whose clock runs ahead by the margin may already have taken the lapse
+    // as final: a write committed then is as late as one committed after it.
+    if pending.void_if_committed_after.is_some_and(|deadline| committed_at >= deadline) {
         return void(doc, *pending);
     }
     if let Some(seconds) = pending.effective_after_commit_seconds {
