@@ -55,7 +55,7 @@ pub mod timing {
     /// The service's maximum pre-lock (renewal ceiling).
     pub const MAX_PRE_LOCK: u64 = 4;
     /// Lease asked for by each escalation.
-    pub const ESCALATE: u64 = 2;
+    pub const ESCALATE: u64 = 1;
     /// Extension asked for by a renewal.
     pub const RENEW: u64 = 3;
     /// The client's decision age: user operations are atomic in the model, so zero.
@@ -154,7 +154,7 @@ impl Bounds {
             orchestrators: 2,
             instances: 2,
             skews: vec![1],
-            horizon: 5,
+            horizon: 4,
             delayed: 1,
             ambiguous: 1,
             attempts: 1,
