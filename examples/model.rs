@@ -13,7 +13,7 @@
 #[allow(dead_code)]
 mod spec;
 
-use spec::{check, render_path, Bounds, LockModel, Variant};
+use spec::{check, render_path, replay_on_fixed, Bounds, LockModel, Variant};
 
 const USAGE: &str = "usage: model [--variant fixed|legacy-effective-at|legacy-renewal|swap-without-if-match|early-escalation|cache-serves-started-locks|all]
              [--orchestrators N] [--instances N] [--horizon TICKS] [--delayed N] [--ambiguous N]
@@ -105,6 +105,13 @@ fn run() -> Result<bool, String> {
         println!("  reached: {}", if outcome.examples.is_empty() { "-".into() } else { outcome.examples.join("; ") });
         for (name, path) in &outcome.counterexamples {
             println!("  counterexample to \"{name}\":\n{}", render_path(&model, path));
+            if variant != Variant::Fixed {
+                match replay_on_fixed(&model.bounds, path) {
+                    Ok(None) => println!("  the fixed protocol does not reproduce it on the same schedule"),
+                    Ok(Some(p)) => println!("  the fixed protocol violates \"{p}\" on the same schedule too"),
+                    Err(step) => println!("  the fixed protocol cannot take step {step} of it"),
+                }
+            }
         }
         let as_expected = (variant == Variant::Fixed) == outcome.counterexamples.is_empty();
         if !as_expected {
