@@ -301,10 +301,10 @@ pub enum Client {
     /// About to read the write region and decide; `unresolved` is the ETag an earlier
     /// write whose outcome is unknown was conditional on.
     Ready { unresolved: Option<u16> },
-    /// A write is in flight, conditional on `condition`.
-    Waiting { condition: u16, next: Doc },
+    /// A write is in flight, conditional on `condition`, sent at local time `sent`.
+    Waiting { condition: u16, next: Doc, sent: DateTime<Utc> },
     /// The write committed; the acknowledgement is on its way (late).
-    Acked { condition: u16, next: Doc, etag: u16, committed: u8 },
+    Acked { condition: u16, next: Doc, etag: u16, committed: u8, sent: DateTime<Utc> },
 }
 
 /// What an orchestrator believes it holds (from acknowledged answers only).
@@ -323,8 +323,9 @@ pub struct Held {
 /// Where the swap handler of an orchestrator's swap request is.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum SwapStage {
-    /// `prepare_swap` decided the swap would be accepted; waiting until `quiet`.
-    Prepared { source: u8, target: u8, quiet: DateTime<Utc> },
+    /// `prepare_swap` decided the swap would be accepted; waiting until `quiet`. `before`
+    /// is the target's item as the handler saw it before `prepare_swap` read the document.
+    Prepared { source: u8, target: u8, quiet: DateTime<Utc>, before: Option<Item> },
     /// Items copied; the swap call comes next.
     Copied { target: u8 },
 }
@@ -623,7 +624,7 @@ impl LockModel {
         let call = lock_call(o, orch, step);
         let result = lifecycle::decide(&doc.doc, &call, &key, &self.policy, now).map(|d| match d {
             Decided::Replayed => None,
-            Decided::Write(next) => Some(Doc::new(next)),
+            Decided::Write(next) => Some(Doc::new(*next)),
         });
         self.decide_memo.lock().unwrap().insert(memo_key, result.clone());
         result
@@ -787,18 +788,20 @@ impl LockModel {
                     abandoned: false,
                     delayed: false,
                 });
-                s.orchs[o as usize].call = Some((step, Client::Waiting { condition: current.etag, next }));
+                s.orchs[o as usize].call = Some((step, Client::Waiting { condition: current.etag, next, sent: now }));
                 add!(self, s, "; decided at local {} on e{}, write sent", tick_of(now), current.etag);
             }
         }
     }
 
     /// `RoutingClient::judge`: the written version as every reader takes it; cached by
-    /// the calling instance; a call that did not take effect hears that the lease expired.
-    fn judge(&self, s: &mut State, o: u8, step: Step, next: &Doc, etag: u16, committed: u8) {
+    /// the calling instance as fetched when the write was sent (`sent`); a call that did
+    /// not take effect hears that the lease expired.
+    #[allow(clippy::too_many_arguments)]
+    fn judge(&self, s: &mut State, o: u8, step: Step, next: &Doc, etag: u16, committed: u8, sent: DateTime<Utc>) {
         let settled = self.settle(next, committed);
         let instance = self.instance_of(o);
-        self.remember(s, instance, settled.clone(), etag, committed);
+        self.remember(s, instance, settled.clone(), etag, committed, sent);
         let key = call_key(o, &s.orchs[o as usize], step);
         if lifecycle::took_effect(&settled.doc, &key) {
             self.answer(s, o, step, Answer::Ok(settled));
@@ -808,9 +811,8 @@ impl LockModel {
         }
     }
 
-    /// `RoutingClient::remember`: cache a settled document fetched now.
-    fn remember(&self, s: &mut State, instance: u8, doc: Doc, etag: u16, committed: u8) {
-        let fetched = self.local(s, instance);
+    /// `RoutingClient::remember`: cache a settled document fetched at `fetched` (local).
+    fn remember(&self, s: &mut State, instance: u8, doc: Doc, etag: u16, committed: u8, fetched: DateTime<Utc>) {
         let serve_until = freshness::serve_until(&doc.doc, fetched, &self.policy);
         s.caches[instance as usize] = Some(Entry { doc, etag, committed, fetched, serve_until });
     }
@@ -906,6 +908,8 @@ impl LockModel {
             Some(Step::Swap(t)) => t,
             _ => 1 - source,
         };
+        // The handler looks at the target before it reads the document (lock_api.rs).
+        let before = s.data[target as usize];
         let step = Step::Swap(target);
         let now = self.local(s, self.instance_of(o));
         match self.decide(&current.settled, o, &orch, step, now) {
@@ -915,7 +919,7 @@ impl LockModel {
                 let lock = current.settled.doc.primary.lock.as_ref();
                 let since = lock.and_then(|l| l.phase_since).unwrap_or(at(current.committed as i16));
                 let quiet = since + TimeDelta::seconds((timing::DECISION_AGE + timing::SKEW_MARGIN) as i64);
-                s.orchs[o as usize].swap = Some(SwapStage::Prepared { source, target, quiet });
+                s.orchs[o as usize].swap = Some(SwapStage::Prepared { source, target, quiet, before });
                 add!(self, s, "; copy from {} at local {} or later", LOCATIONS[source as usize], tick_of(quiet));
             }
         }
@@ -938,7 +942,7 @@ impl LockModel {
         } else {
             // The client cached what it read (`remember`), fetched at `local`.
             let v = s.versions.iter().find(|v| v.etag == read).expect("a version the model holds").clone();
-            self.remember(s, instance, v.settled.clone(), v.etag, v.committed);
+            self.remember(s, instance, v.settled.clone(), v.etag, v.committed, local);
             v.settled
         };
         let lock = doc.doc.primary.lock.as_ref();
@@ -1074,14 +1078,14 @@ impl LockModel {
             add!(self, s, " (its client gave up)");
             return;
         }
-        let Some((step, Client::Waiting { condition, next })) = s.orchs[o as usize].call.clone() else {
+        let Some((step, Client::Waiting { condition, next, sent })) = s.orchs[o as usize].call.clone() else {
             unreachable!("a live write has a waiting client: {step:?}")
         };
         match ack {
-            Ack::Now => self.judge(s, o, step, &next, etag, s.now),
+            Ack::Now => self.judge(s, o, step, &next, etag, s.now, sent),
             Ack::Late => {
                 s.delayed_used += 1;
-                s.orchs[o as usize].call = Some((step, Client::Acked { condition, next, etag, committed: s.now }));
+                s.orchs[o as usize].call = Some((step, Client::Acked { condition, next, etag, committed: s.now, sent }));
                 add!(self, s, "; acknowledgement delayed");
             }
             Ack::Lost => {
@@ -1261,7 +1265,14 @@ impl Model for LockModel {
                 self.prepare(&mut s, o);
             }
             Action::Copy(o) => {
-                let Some(SwapStage::Prepared { source, target, .. }) = s.orchs[o as usize].swap.clone() else { unreachable!() };
+                let Some(SwapStage::Prepared { source, target, before, .. }) = s.orchs[o as usize].swap.clone() else { unreachable!() };
+                if s.data[target as usize] != before {
+                    // `copy_resource_if` refuses: the handler decides again (a new prepare).
+                    s.orchs[o as usize].swap = None;
+                    s.orchs[o as usize].retry = Some(Step::Swap(target));
+                    say!(self, s, "t={} o{o}'s swap handler: the target changed since it looked; deciding again", s.now);
+                    return Some(s);
+                }
                 s.data[target as usize] = s.data[source as usize];
                 s.orchs[o as usize].swap = Some(SwapStage::Copied { target });
                 say!(
@@ -1276,9 +1287,9 @@ impl Model for LockModel {
             }
             Action::Commit(n, ack) => self.commit(&mut s, n, ack),
             Action::Deliver(o) => {
-                let Some((step, Client::Acked { next, etag, committed, .. })) = s.orchs[o as usize].call.clone() else { unreachable!() };
+                let Some((step, Client::Acked { next, etag, committed, sent, .. })) = s.orchs[o as usize].call.clone() else { unreachable!() };
                 say!(self, s, "t={} late acknowledgement reaches o{o}", s.now);
-                self.judge(&mut s, o, step, &next, etag, committed);
+                self.judge(&mut s, o, step, &next, etag, committed, sent);
             }
             Action::Timeout(o) => {
                 s.ambiguous_used += 1;
