@@ -121,8 +121,15 @@ function partitionOf(req, id) {
   }
 }
 
+const QUERY_METRICS =
+  "totalExecutionTimeInMs=0.00;queryCompileTimeInMs=0.00;queryLogicalPlanBuildTimeInMs=0.00;" +
+  "queryPhysicalPlanBuildTimeInMs=0.00;queryOptimizationTimeInMs=0.00;VMExecutionTimeInMs=0.00;" +
+  "indexLookupTimeInMs=0.00;documentLoadTimeInMs=0.00;systemFunctionExecuteTimeInMs=0.00;" +
+  "userFunctionExecuteTimeInMs=0.00;retrievedDocumentCount=0;retrievedDocumentSize=0;outputDocumentCount=1;" +
+  "outputDocumentSize=0;writeOutputTimeInMs=0.00;indexUtilizationRatio=0.00";
+
 // The package's request handler (lib/index.js generateRequestHandler, not exported),
-// for one region's account.
+// for one region's account: the same answers, headers and all.
 function packageHandler(account) {
   return (req, res) => {
     const route = routes(req);
@@ -148,6 +155,15 @@ function packageHandler(account) {
       res.setHeader("connection", "close");
       res.setHeader("x-ms-activity-id", crypto.randomUUID());
       res.setHeader("x-ms-request-charge", "1");
+      if (req.headers["x-ms-documentdb-populatequerymetrics"]) {
+        res.setHeader("x-ms-documentdb-query-metrics", QUERY_METRICS);
+      }
+      // Incremental reads (the SDK's partition key range feed): the package's stub
+      // answers 304 with ETag 1 once the client has a continuation.
+      if (req.headers["a-im"] && res.statusCode === 200) {
+        if (req.headers["if-none-match"]) res.statusCode = 304;
+        res.setHeader("etag", "1");
+      }
       res.end(JSON.stringify(body));
     })().catch(err => {
       console.error(err);
@@ -289,7 +305,13 @@ class Regions {
       tls: this.tls,
       feeds: region.feeds,
       rewriteAccount: (r, b) => this.rewriteAccount(region, r, b),
-      onWrite: (r, s, text, recorded) => this.onCommitted(region, r, s, text, recorded)
+      onWrite: (r, s, text, recorded) => {
+        try {
+          this.onCommitted(region, r, s, text, recorded);
+        } catch (err) {
+          process.stderr.write(`launcher: cannot replicate ${r.method} ${r.url}: ${err.stack || err}\n`);
+        }
+      }
     };
     serveFixed(packageHandler(region.account), ctx, req, res);
   }
