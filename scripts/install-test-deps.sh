@@ -2,6 +2,8 @@
 # Installs the system tools the integration tests drive, on a fresh Debian machine (as root):
 #   - prometheus (Debian package; ships `promtool`): rule tests, metric lint, a real scrape
 #   - chromium (/usr/bin/chromium): the headless browser test of the status page
+#   - systemd (ships `systemd-analyze`): verification of deploy/systemd/lockprobe.service
+# and then, without root, the packaging checks' pinned tools (scripts/setup-packaging-tools.sh).
 # Idempotent: a tool already on PATH is not reinstalled, and `apt-get update` runs at most
 # once per invocation, only when something is missing.
 set -euo pipefail
@@ -11,10 +13,11 @@ declare -A PACKAGE_FOR=(
   [promtool]=prometheus
   [prometheus]=prometheus
   [chromium]=chromium
+  [systemd-analyze]=systemd
 )
 
 missing=()
-for tool in promtool prometheus chromium; do
+for tool in promtool prometheus chromium systemd-analyze; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     pkg="${PACKAGE_FOR[$tool]}"
     [[ " ${missing[*]-} " == *" $pkg "* ]] || missing+=("$pkg")
@@ -53,3 +56,6 @@ promtool --version 2>&1 | head -n1
 prometheus --version 2>&1 | head -n1
 # The Debian launcher sources /etc/chromium.d/*, which can be noisy on stderr.
 chromium --version 2>/dev/null | head -n1
+systemd-analyze --version | head -n1
+
+bash "$(dirname "$0")/setup-packaging-tools.sh"
