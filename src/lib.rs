@@ -17,13 +17,9 @@
 //!
 //! Beside them, judging them from outside:
 //!
-//! - [`probe`]: the black-box probe (contract client, cycles, scheduler, reports). It
-//!   speaks HTTP to the service it judges and imports none of the layers above but
-//!   [`usage`]; it uses [`config`], [`metrics`] and [`server`].
-//! - [`config`]: the TOML configuration of `serve`, validated with errors naming the field.
-//! - [`metrics`]: the probe's Prometheus registry and exact HDR percentiles.
-//! - [`server`]: the probe's HTTP server: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`, `/`.
-//! - [`status_page`]: the human status page at `/`, rendered from the status API's JSON.
+//! - [`probe`]: the black-box probe (contract client, cycles, scheduler, reports, its
+//!   `serve` configuration, metrics, HTTP server and status page). It speaks HTTP to the
+//!   service it judges and imports none of the layers above but [`usage`].
 //! - [`monitor`]: the convergence monitor; reads the store's change stream, never the probe.
 //!
 //! Wiring, one command each:
@@ -32,15 +28,11 @@
 //! - [`serve`]: `lockprobe serve`: the probe and, when configured, the monitor in one process.
 
 pub mod clock;
-pub mod config;
 pub mod demo;
-pub mod metrics;
 pub mod monitor;
 pub mod probe;
 pub mod routing;
 pub mod serve;
-pub mod server;
 pub mod service;
-pub mod status_page;
 pub mod store;
 pub mod usage;

@@ -4,13 +4,17 @@
 //! the store: a probe that shares code paths with what it judges can share its bugs.
 
 pub mod cli;
+pub mod config;
+pub mod metrics;
 pub mod observer;
 pub mod report;
 pub mod runtime;
 pub mod scenario;
 pub mod scheduler;
+pub mod server;
 pub mod settings;
 pub mod state;
 pub mod status;
+pub mod status_page;
 pub mod target;
 pub mod validate;

@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lockprobe::metrics::Metrics;
+use lockprobe::probe::metrics::Metrics;
 use lockprobe::probe::observer::TracingObserver;
 use lockprobe::probe::report::{CycleReport, CycleResult};
 use lockprobe::probe::scenario::Scenario;
@@ -256,7 +256,7 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
         ("junit report", report.to_junit()),
         ("metrics", metrics.render()),
         ("status api", status_json.to_string()),
-        ("status page", lockprobe::status_page::render(&status_json)),
+        ("status page", lockprobe::probe::status_page::render(&status_json)),
     ];
     let issued = fake.issued.lock().unwrap().clone();
     assert!(!issued.is_empty());

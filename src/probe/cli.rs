@@ -13,7 +13,7 @@ use super::report::CycleResult;
 use super::runtime::Probe;
 use super::state::StateFile;
 use super::validate::{self, ValidateError, ValidateOptions};
-use crate::config::{Config, ConfigError};
+use super::config::{Config, ConfigError};
 use crate::usage::UsageError;
 
 /// Environment variable holding the lock API key for `validate`.

@@ -9,7 +9,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{json, Value};
 
 use super::report::{CycleReport, CycleResult};
-use crate::metrics::Metrics;
+use super::metrics::Metrics;
 
 /// How many cycles per target the status keeps.
 pub const LAST_CYCLES: usize = 20;

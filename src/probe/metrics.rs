@@ -12,7 +12,7 @@ use prometheus::{
 };
 use serde_json::{json, Value};
 
-use crate::probe::report::{CycleReport, CycleResult};
+use super::report::{CycleReport, CycleResult};
 
 /// Metric registration failed (a programming error: duplicate or invalid names).
 #[derive(Debug, thiserror::Error)]
@@ -329,7 +329,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::report::{Assertion, InstanceConvergence};
+    use super::super::report::{Assertion, InstanceConvergence};
     use chrono::Utc;
     use std::time::Duration;
 

@@ -11,8 +11,8 @@ use axum::{Json, Router};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
-use crate::probe::status::ProbeStatus;
+use super::metrics::Metrics;
+use super::status::ProbeStatus;
 
 /// What the handlers read.
 #[derive(Clone, Debug)]
@@ -75,7 +75,7 @@ async fn status(State(s): State<AppState>) -> Json<serde_json::Value> {
 }
 
 async fn page(State(s): State<AppState>) -> Html<String> {
-    Html(crate::status_page::render(&s.status.to_json(&s.metrics)))
+    Html(super::status_page::render(&s.status.to_json(&s.metrics)))
 }
 
 #[cfg(test)]

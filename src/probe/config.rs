@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::probe::scheduler::TargetSchedule;
-use crate::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use super::scheduler::TargetSchedule;
+use super::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
 use crate::usage::DurationError;
 
 /// A configuration problem, always naming the field it is about.
@@ -82,7 +82,7 @@ pub struct Config {
     pub targets: Vec<TargetConfig>,
     /// Optional: run the convergence monitor over the routing store this table names.
     /// Keys are the `lockprobe monitor` flags without their dashes (`store`,
-    /// `cosmos-endpoint`, `monitor-escalation-buffer`, …); see `crate::serve`.
+    /// `cosmos-endpoint`, `monitor-escalation-buffer`, …); see the `serve` wiring.
     #[serde(default)]
     pub monitor: Option<toml::Table>,
 }
