@@ -22,17 +22,17 @@
 //!   service it judges and imports none of the layers above but [`usage`].
 //! - [`monitor`]: the convergence monitor; reads the store's change stream, never the probe.
 //!
-//! Wiring, one command each:
+//! Wiring, above everything else:
 //!
-//! - [`demo`]: `lockprobe demo`: store, reference service, probe and monitor in one process.
-//! - [`serve`]: `lockprobe serve`: the probe and, when configured, the monitor in one process.
+//! - [`app`]: one module per command (`serve`, `demo`, `validate`, `service`, `monitor`)
+//!   and the store selection they share; `main.rs` only parses the command line and
+//!   calls into it.
 
+pub mod app;
 pub mod clock;
-pub mod demo;
 pub mod monitor;
 pub mod probe;
 pub mod routing;
-pub mod serve;
 pub mod service;
 pub mod store;
 pub mod usage;

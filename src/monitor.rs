@@ -8,13 +8,12 @@
 //! (a restart, a change log that dropped entries), and a sweep ends timelines whose
 //! lease ran out with no event. It reads the store, never the probe.
 //!
-//! - [`config`]: [`MonitorConfig`]; [`args`]: the monitor's flags; [`cli`]: the
-//!   `lockprobe monitor` command; [`http`]: the `/api/v1/monitor` route.
+//! - [`config`]: [`MonitorConfig`]; [`args`]: the monitor's flags; [`http`]: the
+//!   `/api/v1/monitor` route.
 //! - [`tracker`]: the pure inference from observed versions to events.
 //! - [`metrics`]: `lockprobe_monitor_*` and the HDR percentiles of the status API.
 
 pub mod args;
-pub mod cli;
 pub mod config;
 pub mod http;
 pub mod metrics;

@@ -3,7 +3,6 @@
 //! enforced on the real routing path. It never imports the routing library, the service or
 //! the store: a probe that shares code paths with what it judges can share its bugs.
 
-pub mod cli;
 pub mod config;
 pub mod metrics;
 pub mod observer;

@@ -12,7 +12,6 @@
 //! its own `RoutingClient` and so its own cache tiers: that is how stale caches and
 //! convergence are observed across instances.
 
-pub mod cli;
 pub mod data_api;
 pub mod error;
 pub mod input;

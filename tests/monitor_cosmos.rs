@@ -114,7 +114,7 @@ async fn the_monitor_follows_cosmos_through_the_change_feed() {
 #[derive(Debug, clap::Parser)]
 struct Cli {
     #[command(flatten)]
-    cmd: lockprobe::monitor::cli::MonitorCommand,
+    cmd: lockprobe::app::monitor::MonitorCommand,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +140,7 @@ async fn lockprobe_monitor_store_cosmos_watches_a_database() {
     ];
     let cmd = <Cli as clap::Parser>::try_parse_from(args).unwrap().cmd;
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(lockprobe::monitor::cli::run_on(cmd, listener, shutdown.clone()));
+    let task = tokio::spawn(lockprobe::app::monitor::run_on(cmd, listener, shutdown.clone()));
 
     let now = SystemClock.now();
     let policy = LockPolicy::new(60 * S, 3600 * S);

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use lockprobe::clock::{Clock, ManualClock};
-use lockprobe::monitor::cli::{run, run_on, MonitorCommand};
+use lockprobe::app::monitor::{run, run_on, MonitorCommand};
 use lockprobe::monitor::{http, Monitor, MonitorConfig, Outcome};
 use lockprobe::service::{self, items::ItemStores, Fault, ServiceConfig};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};

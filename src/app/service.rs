@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{start, Fault, ServiceConfig};
+use crate::service::{start, Fault, ServiceConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::store::faults::{FaultRule, FaultyStore};
 use crate::store::LocationStore;

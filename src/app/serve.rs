@@ -18,19 +18,30 @@
 //! monitor-declared-delay = "2h"
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
 use crate::monitor::args::MonitorArgs;
 use crate::monitor::{http as monitor_http, Monitor};
-use crate::probe::cli::{self as probe_cli, ServeArgs};
+use crate::probe::config::{Config, ConfigError};
+use crate::probe::observer::TracingObserver;
 use crate::probe::runtime::Probe;
+use crate::probe::state::StateFile;
 use crate::store::cosmos::{OpenStoreError, StoreArgs, StoreKind};
 use crate::usage::UsageError;
+
+/// Flags of `lockprobe serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The TOML configuration file.
+    #[arg(long)]
+    pub config: PathBuf,
+}
 
 /// The `[monitor]` table, parsed as the `lockprobe monitor` flags.
 #[derive(Debug, Clone, Parser)]
@@ -79,19 +90,32 @@ impl MonitorSection {
     }
 }
 
+/// Loads and validates the configuration; problems are usage errors naming the field.
+pub fn load(path: &Path) -> anyhow::Result<Config> {
+    Config::load(path).map_err(|e| match e {
+        ConfigError::Read { .. } => anyhow::Error::new(UsageError::new(e.to_string())),
+        other => anyhow::Error::new(UsageError::new(format!("{}: {other}", path.display()))),
+    })
+}
+
 /// `lockprobe check-config FILE`: the probe targets and the `[monitor]` table.
 pub fn check_config(path: &Path) -> anyhow::Result<()> {
-    let config = probe_cli::load(path)?;
+    let config = load(path)?;
     if let Some(table) = &config.monitor {
         MonitorSection::from_table(table).map_err(|e| UsageError::new(format!("{}: {e}", path.display())))?;
     }
-    probe_cli::print_config_ok(path, &config);
+    println!(
+        "{}: ok ({} target{})",
+        path.display(),
+        config.targets.len(),
+        if config.targets.len() == 1 { "" } else { "s" }
+    );
     Ok(())
 }
 
 /// `lockprobe serve --config FILE`: runs until `shutdown`.
 pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let config = probe_cli::load(&args.config)?;
+    let config = load(&args.config)?;
     let mut probe = Probe::new()?;
     if let Some(table) = &config.monitor {
         let section = MonitorSection::from_table(table).map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
@@ -104,7 +128,31 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result
         probe.extra_routes = Some(monitor_http::router(monitor));
         tracing::info!("convergence monitor running");
     }
-    probe_cli::serve_config(&args, config, probe, shutdown).await
+    serve_config(&args, config, probe, shutdown).await
+}
+
+/// Runs `probe` on the targets of an already loaded `config` until `shutdown` (the
+/// process may have given `probe` more routes to serve).
+async fn serve_config(args: &ServeArgs, config: Config, probe: Probe, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let targets = config
+        .probe_targets()
+        .map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
+    let state = Arc::new(StateFile::open(&config.state_file)?);
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(addr = %listener.local_addr()?, targets = targets.len(), "probe http server listening");
+    probe
+        .run(
+            targets,
+            state,
+            Arc::new(TracingObserver),
+            listener,
+            None,
+            shutdown,
+        )
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use axum::routing::get;
 use prometheus::{Encoder, Registry, TextEncoder};
 use tokio_util::sync::CancellationToken;
 
-use super::args::MonitorArgs;
-use super::{http, Monitor, MonitorConfig};
+use crate::monitor::args::MonitorArgs;
+use crate::monitor::{http, Monitor, MonitorConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::store::cosmos::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
