@@ -8,9 +8,12 @@
 //! - [`validate`]: `lockprobe validate`: one probe cycle as a pre-release gate.
 //! - [`service`]: `lockprobe service`: the reference service.
 //! - [`monitor`]: `lockprobe monitor`: the convergence monitor alone.
+//! - [`store`]: `--store memory|cosmos` and the `--cosmos-*` flags, and opening the store
+//!   they name.
 
 pub mod demo;
 pub mod monitor;
 pub mod serve;
 pub mod service;
+pub mod store;
 pub mod validate;

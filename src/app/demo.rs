@@ -18,7 +18,7 @@ use crate::probe::scheduler::TargetSchedule;
 use crate::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
 use crate::probe::state::StateFile;
 use crate::service::{self, ServiceConfig};
-use crate::store::cosmos::{OpenStoreError, StoreArgs};
+use super::store::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
 
 /// Flags of `lockprobe demo`.

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::monitor::args::MonitorArgs;
 use crate::monitor::{http, Monitor, MonitorConfig};
 use crate::clock::{Clock, SystemClock};
-use crate::store::cosmos::{OpenStoreError, StoreArgs};
+use super::store::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
 
 /// `lockprobe monitor` flags: which store, the monitor's own, and where to serve.

@@ -32,7 +32,7 @@ use crate::probe::config::{Config, ConfigError};
 use crate::probe::observer::TracingObserver;
 use crate::probe::runtime::Probe;
 use crate::probe::state::StateFile;
-use crate::store::cosmos::{OpenStoreError, StoreArgs, StoreKind};
+use super::store::{OpenStoreError, StoreArgs, StoreKind};
 use crate::usage::UsageError;
 
 /// Flags of `lockprobe serve`.

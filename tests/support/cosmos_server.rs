@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use lockprobe::store::cosmos::{CosmosArgs, CosmosConfig, CosmosStore};
+use lockprobe::app::store::CosmosArgs;
+use lockprobe::store::cosmos::{CosmosConfig, CosmosStore};
 use prometheus::Registry;
 
 const KEY_ENV: &str = "LOCKPROBE_TEST_COSMOS_KEY";
@@ -134,7 +135,7 @@ pub fn test_args(endpoint: &str, database: &str) -> CosmosArgs {
 
 /// Validates `args` the way `lockprobe` does, with a dummy key (the server checks none).
 pub fn config_from(args: &CosmosArgs) -> CosmosConfig {
-    CosmosConfig::try_from_args(args, |name| (name == KEY_ENV).then(|| "bG9ja3Byb2Jl".to_owned()))
+    args.to_config(|name| (name == KEY_ENV).then(|| "bG9ja3Byb2Jl".to_owned()))
         .expect("test cosmos settings are valid")
 }
 

@@ -1,13 +1,18 @@
-//! `--store memory|cosmos`: the flags `lockprobe service` and `lockprobe demo` flatten
-//! to choose their routing store, and the one function that opens it.
+//! `--store memory|cosmos`: the flags `lockprobe service`, `demo` and `monitor` flatten
+//! to choose their routing store, and the one function that opens it. The store layer
+//! knows no flags: [`cosmos::CosmosArgs`] turns into its validated `CosmosConfig` here.
+
+pub mod cosmos;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::Registry;
 
-use super::{CosmosArgs, CosmosConfig, CosmosConfigError, CosmosStore, CosmosStoreError};
+pub use cosmos::{CosmosArgs, CosmosConfigError};
+
 use crate::clock::Clock;
+use crate::store::cosmos::{CosmosConfig, CosmosStore, CosmosStoreError};
 use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 use crate::store::LocationStore;
 use crate::usage::UsageError;
@@ -59,7 +64,7 @@ impl StoreArgs {
     pub fn validate(&self) -> Result<Option<CosmosConfig>, CosmosConfigError> {
         match self.kind {
             StoreKind::Memory => Ok(None),
-            StoreKind::Cosmos => CosmosConfig::try_from_args(&self.cosmos, |name| std::env::var(name).ok()).map(Some),
+            StoreKind::Cosmos => self.cosmos.to_config(|name| std::env::var(name).ok()).map(Some),
         }
     }
 
