@@ -17,3 +17,4 @@ pub mod status;
 pub mod status_page;
 pub mod target;
 pub mod validate;
+pub mod vocabulary;

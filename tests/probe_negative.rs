@@ -179,7 +179,7 @@ fn failed_ops(r: &CycleReport, check: &str) -> Vec<(String, String, String)> {
     r.assertions
         .iter()
         .filter(|a| a.check == check && !a.passed)
-        .map(|a| (a.op.clone(), a.expected.clone(), a.observed.clone()))
+        .map(|a| (a.op.to_string(), a.expected.to_string(), a.observed.to_string()))
         .collect()
 }
 
@@ -334,7 +334,7 @@ async fn an_unreachable_target_is_an_error_not_a_crash() {
         report.error
     );
     assert_eq!(report.assertions.len(), 1);
-    assert_eq!(report.assertions[0].observed, "unreachable");
+    assert_eq!(report.assertions[0].observed.as_str(), "unreachable");
 }
 
 #[tokio::test]
@@ -400,9 +400,9 @@ async fn a_pre_lock_without_a_declared_delay_stops_the_walk_before_escalating() 
     let main: Vec<_> = report.assertions.iter().filter(|a| a.check == "cycle").collect();
     assert!(
         main.iter()
-            .any(|a| a.op == "convergence-delay" && a.observed == "missing" && !a.passed),
+            .any(|a| a.op.as_str() == "convergence-delay" && a.observed.as_str() == "missing" && !a.passed),
         "{main:#?}"
     );
-    assert!(!main.iter().any(|a| a.op == "escalate"), "{main:#?}");
+    assert!(!main.iter().any(|a| a.op.as_str() == "escalate"), "{main:#?}");
     assert_eq!(unreleased(&fake, "probe-0001"), Vec::<String>::new());
 }

@@ -13,14 +13,12 @@ use prometheus::{
 use serde_json::{json, Value};
 
 use super::report::{CycleReport, CycleResult};
+use super::vocabulary::Phase;
 
 /// Metric registration failed (a programming error: duplicate or invalid names).
 #[derive(Debug, thiserror::Error)]
 #[error("metrics registration: {0}")]
 pub struct MetricsError(#[from] prometheus::Error);
-
-/// Lock phases reported in phase-duration percentiles, in lifecycle order.
-pub const PHASES: [&str; 3] = ["preLock", "hardDelete", "write"];
 
 /// Buckets for lock phase durations: seconds-long test phases up to 48 h pre-locks, with
 /// the paper's 19 s production write-lock p99 as an edge.
@@ -259,18 +257,18 @@ impl Metrics {
         for a in &r.assertions {
             let result = if a.passed { "passed" } else { "failed" };
             self.assertions
-                .with_label_values(&[t, &a.phase, &a.op, &a.expected, result])
+                .with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), result])
                 .inc();
             if a.is_enforcement_violation() {
                 self.violations
-                    .with_label_values(&[t, &a.phase, &a.op, &a.expected, &a.observed])
+                    .with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), a.observed.as_str()])
                     .inc();
             }
         }
         let mut hdr = self.hdr.lock().unwrap_or_else(|e| e.into_inner());
         for (phase, secs) in &r.phase_durations {
             self.phase_duration
-                .with_label_values(&[t, phase])
+                .with_label_values(&[t, phase.as_str()])
                 .observe(*secs);
             hdr.record(t, &format!("phase:{phase}"), *secs);
         }
@@ -305,8 +303,8 @@ impl Metrics {
     pub fn percentiles(&self, target: &str) -> Value {
         let hdr = self.hdr.lock().unwrap_or_else(|e| e.into_inner());
         let mut phases = serde_json::Map::new();
-        for p in PHASES {
-            phases.insert(p.to_string(), hdr.summary(target, &format!("phase:{p}")));
+        for p in Phase::LOCK {
+            phases.insert(p.as_str().to_string(), hdr.summary(target, &format!("phase:{p}")));
         }
         json!({
             "lockPhaseDurationSeconds": phases,
@@ -330,18 +328,19 @@ impl Metrics {
 mod tests {
     use super::*;
     use super::super::report::{Assertion, InstanceConvergence};
+    use super::super::vocabulary::{Op, Outcome};
     use chrono::Utc;
     use std::time::Duration;
 
-    fn a(op: &str, expected: &str, observed: &str) -> Assertion {
+    fn a(op: Op, expected: Outcome, observed: Outcome) -> Assertion {
         Assertion {
             check: "cycle".into(),
-            phase: "write".into(),
-            op: op.into(),
+            phase: Phase::Write,
+            op,
             instance: None,
-            expected: expected.into(),
-            observed: observed.into(),
             passed: expected == observed,
+            expected,
+            observed,
             at: Utc::now(),
             duration: Duration::from_millis(1),
             detail: None,
@@ -356,8 +355,8 @@ mod tests {
             finished_at: Utc::now(),
             result: CycleResult::Failed,
             error: None,
-            assertions: vec![a("write", "block", "allow"), a("read", "allow", "allow")],
-            phase_durations: vec![("preLock".into(), 3.0), ("write".into(), 1.0)],
+            assertions: vec![a(Op::Write, Outcome::Block, Outcome::Allow), a(Op::Read, Outcome::Allow, Outcome::Allow)],
+            phase_durations: vec![(Phase::PreLock, 3.0), (Phase::Write, 1.0)],
             read_through_seconds: vec![0.001, 0.0015, 0.002],
             declared_convergence_seconds: Some(1.5),
             expected_convergence_seconds: Some(1.5),
@@ -442,7 +441,7 @@ mod tests {
         let m = Metrics::new().unwrap();
         let mut r = report();
         if phase {
-            r.phase_durations = values.iter().map(|v| ("preLock".to_string(), *v)).collect();
+            r.phase_durations = values.iter().map(|v| (Phase::PreLock, *v)).collect();
         } else {
             r.read_through_seconds = values.to_vec();
         }

@@ -9,11 +9,7 @@ use quick_xml::Writer;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-/// User-visible outcomes of the enforcement table in DESIGN.md.
-const ENFORCEMENT_OUTCOMES: [&str; 3] = ["allow", "block", "tombstone"];
-
-/// Observed outcome of a 423 that lacks the `Retry-After` the contract requires.
-pub const BLOCK_WITHOUT_RETRY_AFTER: &str = "423 without Retry-After";
+use super::vocabulary::{Op, Outcome, Phase};
 
 /// One check: what was done, what was expected, what was seen.
 #[derive(Debug, Clone, Serialize)]
@@ -22,15 +18,15 @@ pub struct Assertion {
     /// Which part of the cycle: `cycle` or `negative/<name>`.
     pub check: String,
     /// Lock phase in force (`seed`, `preLock`, `hardDelete`, `write`, `swap`, `cleanup`).
-    pub phase: String,
+    pub phase: Phase,
     /// Operation (`read`, `write`, `delete`, `escalate`, `converge`, ...).
-    pub op: String,
+    pub op: Op,
     /// Instance base URL, when the check was made on one instance.
     pub instance: Option<String>,
     /// Expected outcome (a small, bounded vocabulary; used as a metrics label).
-    pub expected: String,
+    pub expected: Outcome,
     /// Observed outcome.
-    pub observed: String,
+    pub observed: Outcome,
     /// Whether observed matched expected.
     pub passed: bool,
     /// When the check finished.
@@ -42,24 +38,15 @@ pub struct Assertion {
     pub detail: Option<String>,
 }
 
-/// The enforcement decision an outcome stands for, if it stands for one.
-fn decision(outcome: &str) -> Option<&str> {
-    match outcome {
-        o if ENFORCEMENT_OUTCOMES.contains(&o) => Some(o),
-        BLOCK_WITHOUT_RETRY_AFTER => Some("block"),
-        _ => None,
-    }
-}
-
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
 
-fn pairs_as_map<S: serde::Serializer>(pairs: &[(String, f64)], s: S) -> Result<S::Ok, S::Error> {
+fn pairs_as_map<S: serde::Serializer>(pairs: &[(Phase, f64)], s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut m = s.serialize_map(Some(pairs.len()))?;
     for (k, v) in pairs {
-        m.serialize_entry(k, v)?;
+        m.serialize_entry(k.as_str(), v)?;
     }
     m.end()
 }
@@ -75,8 +62,8 @@ impl Assertion {
     /// enforcement violation only where the phase demanded allow or tombstone.
     pub fn is_enforcement_violation(&self) -> bool {
         !self.passed
-            && matches!(self.op.as_str(), "read" | "write" | "delete")
-            && match (decision(&self.expected), decision(&self.observed)) {
+            && self.op.is_user_op()
+            && match (self.expected.decision(), self.observed.decision()) {
                 (Some(expected), Some(observed)) => expected != observed,
                 _ => false,
             }
@@ -158,10 +145,10 @@ pub struct CycleReport {
     pub error: Option<String>,
     /// Every assertion, in order.
     pub assertions: Vec<Assertion>,
-    /// Time spent in each lock phase of the main cycle, e.g. `("preLock", 3.1)`; in JSON
+    /// Time spent in each lock phase of the main cycle, e.g. `(PreLock, 3.1)`; in JSON
     /// an object `{"preLock": 3.1, ...}`.
     #[serde(serialize_with = "pairs_as_map")]
-    pub phase_durations: Vec<(String, f64)>,
+    pub phase_durations: Vec<(Phase, f64)>,
     /// Read-through latencies reported by the service, seconds.
     pub read_through_seconds: Vec<f64>,
     /// Convergence delay the service declared with the pre-lock.
@@ -313,14 +300,15 @@ mod tests {
     use super::*;
 
     fn assertion(check: &str, op: &str, expected: &str, observed: &str) -> Assertion {
+        let (expected, observed) = (Outcome::from_label(expected).unwrap(), Outcome::from_label(observed).unwrap());
         Assertion {
             check: check.into(),
-            phase: "write".into(),
-            op: op.into(),
+            phase: Phase::Write,
+            op: Op::from_label(op).unwrap(),
             instance: Some("http://127.0.0.1:1".into()),
-            expected: expected.into(),
-            observed: observed.into(),
             passed: expected == observed,
+            expected,
+            observed,
             at: Utc::now(),
             duration: Duration::from_millis(3),
             detail: None,
@@ -341,7 +329,7 @@ mod tests {
             },
             error: None,
             assertions,
-            phase_durations: vec![("preLock".into(), 2.0)],
+            phase_durations: vec![(Phase::PreLock, 2.0)],
             read_through_seconds: vec![],
             declared_convergence_seconds: Some(1.5),
             expected_convergence_seconds: None,
@@ -358,8 +346,8 @@ mod tests {
         assert!(!assertion("cycle", "write", "block", "500 internal").is_enforcement_violation());
         // A block without Retry-After is a block: wrong where allow was due, and only a
         // missing header (a failed assertion, not a violation) where block was due.
-        assert!(assertion("cycle", "write", "allow", BLOCK_WITHOUT_RETRY_AFTER).is_enforcement_violation());
-        assert!(!assertion("cycle", "write", "block", BLOCK_WITHOUT_RETRY_AFTER).is_enforcement_violation());
+        assert!(assertion("cycle", "write", "allow", "423 without Retry-After").is_enforcement_violation());
+        assert!(!assertion("cycle", "write", "block", "423 without Retry-After").is_enforcement_violation());
         assert!(
             !assertion("cycle", "escalate", "200", "409 invalid-transition")
                 .is_enforcement_violation()

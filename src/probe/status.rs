@@ -166,6 +166,7 @@ fn cycle_json(r: &CycleReport) -> Value {
 mod tests {
     use super::*;
     use crate::probe::report::Assertion;
+    use crate::probe::vocabulary::{Op, Outcome, Phase};
     use std::time::Duration;
 
     fn report(result: CycleResult) -> CycleReport {
@@ -178,17 +179,17 @@ mod tests {
             error: None,
             assertions: vec![Assertion {
                 check: "cycle".into(),
-                phase: "hardDelete".into(),
-                op: "delete".into(),
+                phase: Phase::HardDelete,
+                op: Op::Delete,
                 instance: Some("http://127.0.0.1:8080".into()),
-                expected: "tombstone".into(),
-                observed: "tombstone".into(),
+                expected: Outcome::Tombstone,
+                observed: Outcome::Tombstone,
                 passed: true,
                 at: Utc::now(),
                 duration: Duration::from_millis(4),
                 detail: None,
             }],
-            phase_durations: vec![("preLock".into(), 3.1)],
+            phase_durations: vec![(Phase::PreLock, 3.1)],
             read_through_seconds: vec![],
             declared_convergence_seconds: Some(3.0),
             expected_convergence_seconds: Some(3.0),

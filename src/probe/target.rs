@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::vocabulary::Outcome;
+
 /// A request that never produced an HTTP status, or one the probe refused to send.
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
@@ -76,12 +78,9 @@ pub struct Reply {
 }
 
 impl Reply {
-    /// `"201"` for success, `"423 lock-held"` for a problem: the observed outcome of a lock call.
-    pub fn outcome(&self) -> String {
-        match &self.problem {
-            Some(p) => format!("{} {}", self.status, p),
-            None => self.status.to_string(),
-        }
+    /// `201` for success, `423 lock-held` for a problem: the observed outcome of a lock call.
+    pub fn outcome(&self) -> Outcome {
+        Outcome::reply(self.status, self.problem.as_deref())
     }
 
     /// A string field of the body.
