@@ -14,6 +14,7 @@
 //!   service links.
 //! - [`service`]: the reference service speaking the probe contract over the routing library.
 //! - [`usage`]: command-line usage errors (exit 64).
+//! - [`exposition`]: the Prometheus text format and the one `GET /metrics` route.
 //!
 //! Beside them, judging them from outside:
 //!
@@ -30,6 +31,7 @@
 
 pub mod app;
 pub mod clock;
+pub mod exposition;
 pub mod monitor;
 pub mod probe;
 pub mod routing;

@@ -4,13 +4,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::routing::get;
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::monitor::args::MonitorArgs;
 use crate::monitor::{http, Monitor, MonitorConfig};
 use crate::clock::{Clock, SystemClock};
+use crate::exposition;
 use super::store::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
 
@@ -50,16 +50,7 @@ async fn serve(store: StoreArgs, config: MonitorConfig, listener: tokio::net::Tc
     // `demo` hand the monitor the store they run on.
     let store = store.open(clock.clone(), std::time::Duration::ZERO, &registry).await.map_err(OpenStoreError::into_anyhow)?;
     let monitor = Arc::new(Monitor::new(store, clock, config, &registry)?);
-    let metrics = get(move || {
-        let registry = registry.clone();
-        async move {
-            let mut buf = Vec::new();
-            // Encoding our own registry only fails on invalid metric families, a bug.
-            let _ = TextEncoder::new().encode(&registry.gather(), &mut buf);
-            ([(axum::http::header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], buf)
-        }
-    });
-    let app = http::router(monitor.clone()).route("/metrics", metrics);
+    let app = http::router(monitor.clone()).route(exposition::PATH, exposition::route(registry));
     println!("lockprobe monitor: listening on http://{}", listener.local_addr()?);
     let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let (_, served) = tokio::join!(monitor.run(shutdown.clone()), serve);

@@ -6,10 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use hdrhistogram::Histogram as Hdr;
-use prometheus::{
-    CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry,
-    TextEncoder,
-};
+use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use serde_json::{json, Value};
 
 use super::report::{CycleReport, CycleResult};
@@ -315,12 +312,7 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        // Encoding into a Vec only fails on invalid metric families, which `new` rules out.
-        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
-            tracing::error!(error = %e, "cannot encode metrics");
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        crate::exposition::render(&self.registry)
     }
 }
 

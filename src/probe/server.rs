@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
+use crate::exposition;
 use super::status::ProbeStatus;
 
 /// What the handlers read.
@@ -27,7 +28,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(page))
-        .route("/metrics", get(metrics))
+        .route(exposition::PATH, exposition::route(state.metrics.registry().clone()))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/api/v1/status", get(status))
@@ -51,17 +52,6 @@ pub async fn serve(
         .await
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        s.metrics.render(),
-    )
-        .into_response()
-}
-
 async fn readyz(State(s): State<AppState>) -> Response {
     if s.status.ready() {
         (StatusCode::OK, "ready\n").into_response()
@@ -82,7 +72,7 @@ async fn page(State(s): State<AppState>) -> Html<String> {
 mod tests {
     use super::*;
     use axum::body::Body;
-    use axum::http::Request;
+    use axum::http::{header, Request};
     use tower::ServiceExt;
 
     fn state() -> AppState {
