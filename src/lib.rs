@@ -15,6 +15,7 @@
 //! - [`service`]: the reference service speaking the probe contract over the routing library.
 //! - [`usage`]: command-line usage errors (exit 64).
 //! - [`exposition`]: the Prometheus text format and the one `GET /metrics` route.
+//! - [`percentiles`]: exact percentiles over a sliding window, for the status documents.
 //!
 //! Beside them, judging them from outside:
 //!
@@ -33,6 +34,7 @@ pub mod app;
 pub mod clock;
 pub mod exposition;
 pub mod monitor;
+pub mod percentiles;
 pub mod probe;
 pub mod routing;
 pub mod service;

@@ -362,7 +362,7 @@ impl Monitor {
             "declared_delay_seconds": self.config.declared_delay.map(|d| d.as_secs_f64()),
             "recent_anomalies": anomalies,
         });
-        if let (Value::Object(s), Value::Object(p)) = (&mut status, inner.percentiles.to_json()) {
+        if let (Value::Object(s), Value::Object(p)) = (&mut status, inner.percentiles.to_json(self.clock.now())) {
             s.extend(p);
         }
         status
@@ -441,7 +441,7 @@ impl Monitor {
                 m.phase_duration
                     .with_label_values(&[phase.as_str()])
                     .observe(held.as_secs_f64());
-                inner.percentiles.phase(phase, held);
+                inner.percentiles.phase(phase, at, held);
             }
             Event::Escalation {
                 interval,
@@ -450,7 +450,7 @@ impl Monitor {
             } => {
                 if let Some(i) = interval {
                     m.escalation_interval.observe(i.as_secs_f64());
-                    inner.percentiles.escalation(i);
+                    inner.percentiles.escalation(at, i);
                 }
                 if early {
                     m.early_escalations.inc();

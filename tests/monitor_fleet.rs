@@ -445,14 +445,14 @@ async fn a_clean_fleet_reports_no_anomaly() {
     // Every migration's hold was timed; write holds were planned at 1..=9 s.
     assert_eq!(status["phase_durations"]["write"]["count"], 300);
     assert!(
-        status["phase_durations"]["write"]["max_seconds"]
+        status["phase_durations"]["write"]["max"]
             .as_f64()
             .unwrap()
             <= 9.0,
         "{status}"
     );
     assert!(
-        status["phase_durations"]["write"]["p50_seconds"]
+        status["phase_durations"]["write"]["p50"]
             .as_f64()
             .unwrap()
             >= 1.0
@@ -461,7 +461,7 @@ async fn a_clean_fleet_reports_no_anomaly() {
     assert_eq!(status["escalation_interval"]["count"], 300);
     let p = |q: &str| status["escalation_interval"][q].as_f64().unwrap();
     assert!(
-        p("p50_seconds") >= 15.0 && p("max_seconds") <= 19.0,
+        p("p50") >= 15.0 && p("max") <= 19.0,
         "{status}"
     );
 

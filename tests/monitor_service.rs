@@ -110,8 +110,8 @@ async fn a_migration_through_the_service_appears_in_the_monitor() {
     assert_eq!(status["migrations"]["swapped"], 1);
     assert_eq!(status["migrations"]["lapsed"], 1);
     assert_eq!(status["orphan_ids"], json!(["res-2"]));
-    assert_eq!(status["phase_durations"]["write"]["p50_seconds"], 2.0);
-    assert_eq!(status["escalation_interval"]["max_seconds"], 4.0);
+    assert_eq!(status["phase_durations"]["write"]["p50"], 2.0);
+    assert_eq!(status["escalation_interval"]["max"], 4.0);
     assert!(!String::from_utf8_lossy(&body).contains(&token), "no token in the status API");
 }
 

@@ -4,12 +4,14 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
-use hdrhistogram::Histogram as Hdr;
+use chrono::{DateTime, Utc};
 use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use serde_json::{json, Value};
 
 use super::report::{CycleReport, CycleResult};
+use crate::percentiles::{Summary, WindowedPercentiles, DEFAULT_WINDOW};
 use super::vocabulary::Phase;
 
 /// Metric registration failed (a programming error: duplicate or invalid names).
@@ -33,43 +35,27 @@ const CYCLE_BUCKETS: &[f64] = &[
     86400.0, 172800.0, 259200.0,
 ];
 
-/// HDR histograms per (target, series), values in microseconds.
+/// Recent values per (target, series), for the status API's exact percentiles.
 #[derive(Default)]
-struct HdrSet {
-    by_key: HashMap<(String, String), Hdr<u64>>,
+struct Windows {
+    by_key: HashMap<(String, String), WindowedPercentiles>,
 }
 
-impl HdrSet {
-    fn record(&mut self, target: &str, series: &str, seconds: f64) {
-        let h = self
-            .by_key
+impl Windows {
+    fn record(&mut self, target: &str, series: &str, at: DateTime<Utc>, seconds: f64) {
+        self.by_key
             .entry((target.to_string(), series.to_string()))
-            // 3 significant digits, auto-resizing: covers microseconds to days.
-            .or_insert_with(|| {
-                Hdr::new(3).expect("3 significant figures is a valid HDR precision")
-            });
-        let micros = (seconds.max(0.0) * 1e6).round() as u64;
-        // `record` grows the auto-resizing histogram; `saturating_record` would clamp to
-        // its current (initially tiny) range instead.
-        if h.record(micros).is_err() {
-            h.saturating_record(micros);
-        }
+            // Microsecond steps: read-throughs take well under a millisecond.
+            .or_insert_with(|| WindowedPercentiles::new(Duration::from_micros(1), DEFAULT_WINDOW))
+            .record_seconds(at, seconds);
     }
 
     fn summary(&self, target: &str, series: &str) -> Value {
-        match self.by_key.get(&(target.to_string(), series.to_string())) {
-            Some(h) if !h.is_empty() => {
-                let q = |x: f64| h.value_at_quantile(x) as f64 / 1e6;
-                json!({
-                    "count": h.len(),
-                    "p50": q(0.50),
-                    "p75": q(0.75),
-                    "p99": q(0.99),
-                    "max": h.max() as f64 / 1e6,
-                })
-            }
-            _ => json!({"count": 0, "p50": null, "p75": null, "p99": null, "max": null}),
-        }
+        let summary = match self.by_key.get(&(target.to_string(), series.to_string())) {
+            Some(w) => w.summary(Utc::now()),
+            None => Summary::default(),
+        };
+        json!(summary)
     }
 }
 
@@ -88,7 +74,7 @@ pub struct Metrics {
     observed: GaugeVec,
     last_success: GaugeVec,
     convergence_violations: CounterVec,
-    hdr: Mutex<HdrSet>,
+    windows: Mutex<Windows>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -215,7 +201,7 @@ impl Metrics {
             observed,
             last_success,
             convergence_violations,
-            hdr: Mutex::new(HdrSet::default()),
+            windows: Mutex::new(Windows::default()),
         })
     }
 
@@ -262,16 +248,17 @@ impl Metrics {
                     .inc();
             }
         }
-        let mut hdr = self.hdr.lock().unwrap_or_else(|e| e.into_inner());
+        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let at = r.finished_at;
         for (phase, secs) in &r.phase_durations {
             self.phase_duration
                 .with_label_values(&[t, phase.as_str()])
                 .observe(*secs);
-            hdr.record(t, &format!("phase:{phase}"), *secs);
+            windows.record(t, &format!("phase:{phase}"), at, *secs);
         }
         for secs in &r.read_through_seconds {
             self.read_through.with_label_values(&[t]).observe(*secs);
-            hdr.record(t, "readThrough", *secs);
+            windows.record(t, "readThrough", at, *secs);
         }
         if let Some(d) = r.declared_convergence_seconds {
             self.declared.with_label_values(&[t]).set(d);
@@ -281,7 +268,7 @@ impl Metrics {
         }
         for c in &r.observed_convergence {
             if let Some(s) = c.observed_seconds {
-                hdr.record(t, "convergence", s);
+                windows.record(t, "convergence", at, s);
             } else {
                 self.convergence_violations.with_label_values(&[t]).inc();
             }
@@ -298,15 +285,15 @@ impl Metrics {
 
     /// The `percentiles` object of the status API for `target`.
     pub fn percentiles(&self, target: &str) -> Value {
-        let hdr = self.hdr.lock().unwrap_or_else(|e| e.into_inner());
+        let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let mut phases = serde_json::Map::new();
         for p in Phase::LOCK {
-            phases.insert(p.as_str().to_string(), hdr.summary(target, &format!("phase:{p}")));
+            phases.insert(p.as_str().to_string(), windows.summary(target, &format!("phase:{p}")));
         }
         json!({
             "lockPhaseDurationSeconds": phases,
-            "readThroughLatencySeconds": hdr.summary(target, "readThrough"),
-            "observedConvergenceSeconds": hdr.summary(target, "convergence"),
+            "readThroughLatencySeconds": windows.summary(target, "readThrough"),
+            "observedConvergenceSeconds": windows.summary(target, "convergence"),
         })
     }
 
