@@ -22,7 +22,7 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// Count and exact percentiles of one series, in seconds; `null` percentiles when
 /// nothing was recorded in the window.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct Summary {
     /// Values recorded in the window.
     pub count: u64,
@@ -34,6 +34,18 @@ pub struct Summary {
     pub p99: Option<f64>,
     /// Largest value.
     pub max: Option<f64>,
+}
+
+/// One summary per lock phase, in lifecycle order (`preLock`, `hardDelete`, `write`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PhaseSummaries {
+    /// `preLock`.
+    pub pre_lock: Summary,
+    /// `hardDelete`.
+    pub hard_delete: Summary,
+    /// `write`.
+    pub write: Summary,
 }
 
 #[derive(Debug, Clone)]

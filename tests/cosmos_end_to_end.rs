@@ -147,8 +147,8 @@ monitor-escalation-buffer = "300ms"
         }
     }
     assert!(monitor["migrations"]["swapped"].as_u64().unwrap_or(0) >= 1, "the monitor saw the probe's swap: {monitor}");
-    assert_eq!(monitor["partial_cutovers"], 0);
-    assert_eq!(monitor["early_escalations"], 0, "the probe waited out the declared delay: {monitor}");
+    assert_eq!(monitor["partialCutovers"], 0);
+    assert_eq!(monitor["earlyEscalations"], 0, "the probe waited out the declared delay: {monitor}");
     let cycle = &status["targets"][0]["lastCycles"][0];
     assert_eq!(cycle["result"], "passed", "{cycle}");
     let metrics = http.get(format!("http://{listen}/metrics")).send().await.unwrap().text().await.unwrap();

@@ -250,13 +250,13 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
     let status = ProbeStatus::new();
     metrics.record_cycle(&report);
     status.record_cycle(&report);
-    let status_json = status.to_json(&metrics);
+    let document = status.document(&metrics);
     let outputs = [
         ("json report", report.to_json().to_string()),
         ("junit report", report.to_junit()),
         ("metrics", metrics.render()),
-        ("status api", status_json.to_string()),
-        ("status page", lockprobe::probe::status_page::render(&status_json)),
+        ("status api", serde_json::to_string(&document).unwrap()),
+        ("status page", lockprobe::probe::status_page::render(&document)),
     ];
     let issued = fake.issued.lock().unwrap().clone();
     assert!(!issued.is_empty());

@@ -11,7 +11,7 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
-use crate::monitor::{http as monitor_http, Monitor, MonitorConfig};
+use crate::monitor::{http as monitor_http, Monitor, MonitorConfig, MonitorStatus};
 use crate::probe::observer::PrintObserver;
 use crate::probe::runtime::Probe;
 use crate::probe::scheduler::TargetSchedule;
@@ -186,16 +186,10 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
 }
 
 /// One line a person can read: what the monitor saw of the demo's migrations.
-fn print_monitor_summary(status: &serde_json::Value) {
-    let count = |key: &str| status[key].as_u64().unwrap_or(0);
-    let outcome = |key: &str| status["migrations"][key].as_u64().unwrap_or(0);
+fn print_monitor_summary(status: &MonitorStatus) {
+    let m = status.migrations;
     println!(
         "monitor: {} swapped, {} released, {} lapsed; early escalations {}, partial cutovers {}, orphaned locks {}",
-        outcome("swapped"),
-        outcome("released"),
-        outcome("lapsed"),
-        count("early_escalations"),
-        count("partial_cutovers"),
-        count("orphaned_locks"),
+        m.swapped, m.released, m.lapsed, status.early_escalations, status.partial_cutovers, status.orphaned_locks,
     );
 }

@@ -9,10 +9,9 @@ use prometheus::{
     Histogram as PromHistogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     Opts, Registry,
 };
-use serde_json::{json, Value};
 
 use super::tracker::Outcome;
-use crate::percentiles::{WindowedPercentiles, DEFAULT_WINDOW};
+use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
 use crate::routing::document::Phase;
 
 /// Buckets from a second to three days: tests run seconds, production hours.
@@ -157,13 +156,14 @@ impl Percentiles {
         self.escalation.record(at, d);
     }
 
-    /// `phase_durations` and `escalation_interval` for the status document, over the
-    /// window ending at `now`.
-    pub(crate) fn to_json(&self, now: DateTime<Utc>) -> Value {
-        let mut phases = serde_json::Map::new();
-        for p in PHASES {
-            phases.insert(p.as_str().to_owned(), json!(self.phases[phase_index(p)].summary(now)));
-        }
-        json!({ "phase_durations": phases, "escalation_interval": self.escalation.summary(now) })
+    /// The phase holds and the escalation interval, over the window ending at `now`.
+    pub(crate) fn summaries(&self, now: DateTime<Utc>) -> (PhaseSummaries, Summary) {
+        let phase = |p: Phase| self.phases[phase_index(p)].summary(now);
+        let phases = PhaseSummaries {
+            pre_lock: phase(Phase::PreLock),
+            hard_delete: phase(Phase::HardDelete),
+            write: phase(Phase::Write),
+        };
+        (phases, self.escalation.summary(now))
     }
 }

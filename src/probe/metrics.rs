@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use super::report::{CycleReport, CycleResult};
-use crate::percentiles::{Summary, WindowedPercentiles, DEFAULT_WINDOW};
+use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
 use super::vocabulary::Phase;
 
 /// Metric registration failed (a programming error: duplicate or invalid names).
@@ -50,13 +50,24 @@ impl Windows {
             .record_seconds(at, seconds);
     }
 
-    fn summary(&self, target: &str, series: &str) -> Value {
-        let summary = match self.by_key.get(&(target.to_string(), series.to_string())) {
-            Some(w) => w.summary(Utc::now()),
+    fn summary(&self, target: &str, series: &str, now: DateTime<Utc>) -> Summary {
+        match self.by_key.get(&(target.to_string(), series.to_string())) {
+            Some(w) => w.summary(now),
             None => Summary::default(),
-        };
-        json!(summary)
+        }
     }
+}
+
+/// The `percentiles` object of the status API: exact percentiles of the last day.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PercentilesDocument {
+    /// How long a probe lock was held in each phase.
+    pub lock_phase_duration_seconds: PhaseSummaries,
+    /// Read-through latency the service reported in `Server-Timing`.
+    pub read_through_latency_seconds: Summary,
+    /// Time each instance took to show a pre-lock.
+    pub observed_convergence_seconds: Summary,
 }
 
 /// Every metric the probe exports.
@@ -283,18 +294,20 @@ impl Metrics {
         }
     }
 
-    /// The `percentiles` object of the status API for `target`.
-    pub fn percentiles(&self, target: &str) -> Value {
+    /// The `percentiles` object of the status API for `target`, over the window ending
+    /// at `now`.
+    pub fn percentiles(&self, target: &str, now: DateTime<Utc>) -> PercentilesDocument {
         let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
-        let mut phases = serde_json::Map::new();
-        for p in Phase::LOCK {
-            phases.insert(p.as_str().to_string(), windows.summary(target, &format!("phase:{p}")));
+        let phase = |p: Phase| windows.summary(target, &format!("phase:{p}"), now);
+        PercentilesDocument {
+            lock_phase_duration_seconds: PhaseSummaries {
+                pre_lock: phase(Phase::PreLock),
+                hard_delete: phase(Phase::HardDelete),
+                write: phase(Phase::Write),
+            },
+            read_through_latency_seconds: windows.summary(target, "readThrough", now),
+            observed_convergence_seconds: windows.summary(target, "convergence", now),
         }
-        json!({
-            "lockPhaseDurationSeconds": phases,
-            "readThroughLatencySeconds": windows.summary(target, "readThrough"),
-            "observedConvergenceSeconds": windows.summary(target, "convergence"),
-        })
     }
 
     /// The Prometheus text exposition of every metric.
@@ -387,7 +400,7 @@ mod tests {
     fn hdr_percentiles_are_exact_and_empty_is_null() {
         let m = Metrics::new().unwrap();
         m.record_cycle(&report());
-        let p = m.percentiles("demo");
+        let p = serde_json::to_value(m.percentiles("demo", Utc::now())).unwrap();
         assert_eq!(p["readThroughLatencySeconds"]["count"], 3);
         assert_eq!(p["readThroughLatencySeconds"]["p50"], 0.0015);
         assert_eq!(p["readThroughLatencySeconds"]["max"], 0.002);
@@ -416,7 +429,7 @@ mod tests {
 
     /// Records `values` as read-through latencies or as preLock durations; returns the
     /// Prometheus buckets and the status API summary of that series.
-    fn recorded(values: &[f64], phase: bool) -> (Vec<(f64, u64)>, Value) {
+    fn recorded(values: &[f64], phase: bool) -> (Vec<(f64, u64)>, serde_json::Value) {
         let m = Metrics::new().unwrap();
         let mut r = report();
         if phase {
@@ -426,7 +439,7 @@ mod tests {
         }
         m.record_cycle(&r);
         let text = m.render();
-        let p = m.percentiles("demo");
+        let p = serde_json::to_value(m.percentiles("demo", Utc::now())).unwrap();
         if phase {
             (
                 buckets(

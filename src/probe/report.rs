@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
 use quick_xml::Writer;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::vocabulary::{Op, Outcome, Phase};
@@ -92,7 +92,7 @@ impl Assertion {
 }
 
 /// How a cycle ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CycleResult {
     /// Every assertion passed.

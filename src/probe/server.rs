@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
 use crate::exposition;
-use super::status::ProbeStatus;
+use super::status::{ProbeStatus, StatusDocument};
 
 /// What the handlers read.
 #[derive(Clone, Debug)]
@@ -60,12 +60,12 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
-async fn status(State(s): State<AppState>) -> Json<serde_json::Value> {
-    Json(s.status.to_json(&s.metrics))
+async fn status(State(s): State<AppState>) -> Json<StatusDocument> {
+    Json(s.status.document(&s.metrics))
 }
 
 async fn page(State(s): State<AppState>) -> Html<String> {
-    Html(super::status_page::render(&s.status.to_json(&s.metrics)))
+    Html(super::status_page::render(&s.status.document(&s.metrics)))
 }
 
 #[cfg(test)]
