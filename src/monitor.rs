@@ -8,13 +8,12 @@
 //! (a restart, a change log that dropped entries), and a sweep ends timelines whose
 //! lease ran out with no event. It reads the store, never the probe.
 //!
-//! - [`config`]: [`MonitorConfig`]; [`args`]: the monitor's flags; [`http`]: the
-//!   `/api/v1/monitor` route.
+//! - [`config`]: [`MonitorConfig`], the monitor's settings as flags and as `[monitor]`
+//!   keys; [`http`]: the `/api/v1/monitor` route.
 //! - [`tracker`]: the pure inference from observed versions to events.
 //! - [`metrics`]: `lockprobe_monitor_*` and the HDR percentiles of the status API.
 //! - [`status`]: [`MonitorStatus`], the document of `/api/v1/monitor`.
 
-pub mod args;
 pub mod config;
 pub mod http;
 pub mod metrics;
@@ -29,7 +28,6 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-pub use args::MonitorArgs;
 pub use config::{MonitorConfig, MonitorConfigError};
 pub use metrics::{MetricsError, MonitorMetrics};
 pub use status::{AnomalyDocument, MigrationCounts, MonitorStatus};

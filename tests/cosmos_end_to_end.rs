@@ -95,15 +95,15 @@ short_write = "1s"
 
 [monitor]
 store = "cosmos"
-cosmos-endpoint = "{endpoint}"
-cosmos-key-env = "SERVE_MONITOR_COSMOS_KEY"
-cosmos-database = "{database}"
-cosmos-container = "locations"
-cosmos-write-region = "South Central US"
-cosmos-preferred-region = ["South Central US"]
-cosmos-poll-interval = "100ms"
-monitor-poll-interval = "50ms"
-monitor-escalation-buffer = "300ms"
+cosmos_endpoint = "{endpoint}"
+cosmos_key_env = "SERVE_MONITOR_COSMOS_KEY"
+cosmos_database = "{database}"
+cosmos_container = "locations"
+cosmos_write_region = "South Central US"
+cosmos_preferred_region = ["South Central US"]
+cosmos_poll_interval = "100ms"
+monitor_poll_interval = "50ms"
+monitor_escalation_buffer = "300ms"
 "#,
         state = dir.path().join("state.json").display(),
         instances = instances.join(", "),

@@ -43,7 +43,7 @@ async fn until_effective(view: &Value) {
 async fn watch_a_service_driven_migration(change_stream: &str) {
     let server = CosmosServer::start();
     let store: Arc<dyn LocationStore> = Arc::new(
-        cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.change_stream = change_stream.into()).await,
+        cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.change_stream = clap::ValueEnum::from_str(change_stream, false).unwrap()).await,
     );
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     // 500 ms cache + 500 ms replication: declared 1 s.

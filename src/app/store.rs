@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::Registry;
+use serde::{Deserialize, Serialize};
 
 pub use cosmos::{CosmosArgs, CosmosConfigError};
 
@@ -18,7 +19,8 @@ use crate::store::LocationStore;
 use crate::usage::UsageError;
 
 /// Which routing store to run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum StoreKind {
     /// In process memory (the embedded default; replicas lag by the replication bound).
     Memory,
@@ -26,14 +28,17 @@ pub enum StoreKind {
     Cosmos,
 }
 
-/// Store selection flags.
-#[derive(Debug, Clone, clap::Args)]
+/// Store selection: the `--store` and `--cosmos-*` flags, or the `store` and
+/// `cosmos_*` keys of a `[monitor]` table.
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub struct StoreArgs {
     /// Routing store: memory (embedded) or cosmos (Azure Cosmos DB, see --cosmos-*).
     #[arg(long = "store", env = "LOCKPROBE_STORE", value_enum, default_value = "memory")]
+    #[serde(rename = "store")]
     pub kind: StoreKind,
     /// Cosmos DB settings (used with --store cosmos).
     #[command(flatten)]
+    #[serde(flatten)]
     pub cosmos: CosmosArgs,
 }
 

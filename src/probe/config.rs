@@ -7,11 +7,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use super::scheduler::TargetSchedule;
 use super::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
-use crate::usage::DurationError;
 
 /// A configuration problem, always naming the field it is about.
 #[derive(Debug, thiserror::Error)]
@@ -46,28 +45,6 @@ impl ConfigError {
     }
 }
 
-/// A duration written the human way in TOML (`"500ms"`, `"5m"`, `"48h"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct HumanDuration(pub Duration);
-
-impl<'de> Deserialize<'de> for HumanDuration {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        // The error points at the key (TOML shows the line), so it names the field.
-        match crate::usage::parse_bounded_duration(&s) {
-            Ok(duration) => Ok(HumanDuration(duration)),
-            Err(DurationError::Invalid(e)) => Err(serde::de::Error::custom(format!("invalid duration {s:?}: {e}"))),
-            Err(e) => Err(serde::de::Error::custom(format!("duration {e}"))),
-        }
-    }
-}
-
-impl From<HumanDuration> for Duration {
-    fn from(h: HumanDuration) -> Duration {
-        h.0
-    }
-}
-
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,8 +58,9 @@ pub struct Config {
     /// The services to probe.
     pub targets: Vec<TargetConfig>,
     /// Optional: run the convergence monitor over the routing store this table names.
-    /// Keys are the `lockprobe monitor` flags without their dashes (`store`,
-    /// `cosmos-endpoint`, `monitor-escalation-buffer`, …); see the `serve` wiring.
+    /// Keys are the `lockprobe monitor` flags without their dashes, `_` for `-` (`store`,
+    /// `cosmos_endpoint`, `monitor_escalation_buffer`, …); the probe keeps the table as
+    /// it is and the `serve` wiring reads it.
     #[serde(default)]
     pub monitor: Option<toml::Table>,
 }
@@ -107,31 +85,34 @@ pub struct TargetConfig {
     #[serde(default = "default_locations")]
     pub locations: Vec<String>,
     /// Expected maximum cache TTL across the service's tiers (the operator's expectation).
-    pub cache_ttl: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub cache_ttl: Duration,
     /// Expected replication bound of the service's store; the probe never waits less.
-    pub replication_bound: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub replication_bound: Duration,
     /// Extra wait on top of the declared convergence delay.
-    #[serde(default = "default_buffer")]
-    pub buffer: HumanDuration,
+    #[serde(default = "default_buffer", with = "crate::usage::duration")]
+    pub buffer: Duration,
     /// Lease lengths requested for each lock phase.
     #[serde(default)]
     pub leases: LeaseConfig,
     /// Cron expression (seconds first, as the `cron` crate reads it).
     pub schedule: String,
     /// Random delay added to each scheduled start, up to this much.
-    #[serde(default)]
-    pub jitter: HumanDuration,
+    #[serde(default, with = "crate::usage::duration")]
+    pub jitter: Duration,
     /// A cycle that runs longer is cancelled and its locks released.
-    pub timeout: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub timeout: Duration,
     /// Timeout of one HTTP request.
-    #[serde(default = "default_request_timeout")]
-    pub request_timeout: HumanDuration,
+    #[serde(default = "default_request_timeout", with = "crate::usage::duration")]
+    pub request_timeout: Duration,
     /// How many cycles of this target may run at once.
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
     /// How often the route view is polled while measuring convergence.
-    #[serde(default = "default_poll_interval")]
-    pub poll_interval: HumanDuration,
+    #[serde(default = "default_poll_interval", with = "crate::usage::duration")]
+    pub poll_interval: Duration,
     /// How many pre-locks the concurrent-pre-lock check sends at once.
     #[serde(default = "default_concurrent_pre_locks")]
     pub concurrent_pre_locks: usize,
@@ -142,23 +123,27 @@ pub struct TargetConfig {
 #[serde(deny_unknown_fields)]
 pub struct LeaseConfig {
     /// Parent lease of the whole migration.
-    pub pre_lock: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub pre_lock: Duration,
     /// Lease of the hard-delete phase.
-    pub hard_delete: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub hard_delete: Duration,
     /// Lease of the write phase.
-    pub write: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub write: Duration,
     /// Short write lease used by the lease-lapse negative check.
-    pub short_write: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub short_write: Duration,
 }
 
 impl Default for LeaseConfig {
     fn default() -> Self {
         let l = Leases::default();
         Self {
-            pre_lock: HumanDuration(l.pre_lock),
-            hard_delete: HumanDuration(l.hard_delete),
-            write: HumanDuration(l.write),
-            short_write: HumanDuration(l.short_write),
+            pre_lock: l.pre_lock,
+            hard_delete: l.hard_delete,
+            write: l.write,
+            short_write: l.short_write,
         }
     }
 }
@@ -178,17 +163,17 @@ fn default_pool_size() -> usize {
 fn default_locations() -> Vec<String> {
     vec!["westeurope".to_string(), "northeurope".to_string()]
 }
-fn default_buffer() -> HumanDuration {
-    HumanDuration(Duration::from_secs(60))
+fn default_buffer() -> Duration {
+    Duration::from_secs(60)
 }
-fn default_request_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(10))
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 fn default_concurrency() -> usize {
     1
 }
-fn default_poll_interval() -> HumanDuration {
-    HumanDuration(Duration::from_millis(200))
+fn default_poll_interval() -> Duration {
+    Duration::from_millis(200)
 }
 fn default_concurrent_pre_locks() -> usize {
     4
@@ -314,15 +299,15 @@ impl Config {
                 ("leases.write", t.leases.write),
                 ("leases.short_write", t.leases.short_write),
             ] {
-                if d.0.is_zero() {
+                if d.is_zero() {
                     return Err(ConfigError::invalid(f(name), "must be longer than zero"));
                 }
             }
             // Every cycle holds its pre-lock through the wait before escalating: a lease or
             // a timeout that ends first would fail (or cancel) every cycle.
-            let wait = t.cache_ttl.0 + t.replication_bound.0 + t.buffer.0;
+            let wait = t.cache_ttl + t.replication_bound + t.buffer;
             for (name, d) in [("leases.pre_lock", t.leases.pre_lock), ("timeout", t.timeout)] {
-                if d.0 <= wait {
+                if d <= wait {
                     return Err(ConfigError::invalid(
                         f(name),
                         format!(
@@ -332,7 +317,7 @@ impl Config {
                     ));
                 }
             }
-            if t.leases.short_write.0 >= t.leases.write.0 {
+            if t.leases.short_write >= t.leases.write {
                 return Err(ConfigError::invalid(
                     f("leases.short_write"),
                     "must be shorter than leases.write",
@@ -372,9 +357,9 @@ impl TargetConfig {
         Ok(TargetSchedule {
             name: self.name.clone(),
             schedule,
-            jitter: self.jitter.0,
+            jitter: self.jitter,
             concurrency: self.concurrency,
-            timeout: self.timeout.0,
+            timeout: self.timeout,
             pool: (1..=self.pool_size)
                 .map(|i| format!("{}{i:04}", self.test_prefix))
                 .collect(),
@@ -395,17 +380,17 @@ impl TargetConfig {
             api_key,
             test_prefix: self.test_prefix.clone(),
             locations: [self.locations[0].clone(), self.locations[1].clone()],
-            expected_convergence: Some(self.cache_ttl.0 + self.replication_bound.0),
-            replication_bound: self.replication_bound.0,
-            buffer: self.buffer.0,
+            expected_convergence: Some(self.cache_ttl + self.replication_bound),
+            replication_bound: self.replication_bound,
+            buffer: self.buffer,
             leases: Leases {
-                pre_lock: self.leases.pre_lock.0,
-                hard_delete: self.leases.hard_delete.0,
-                write: self.leases.write.0,
-                short_write: self.leases.short_write.0,
+                pre_lock: self.leases.pre_lock,
+                hard_delete: self.leases.hard_delete,
+                write: self.leases.write,
+                short_write: self.leases.short_write,
             },
-            request_timeout: self.request_timeout.0,
-            poll_interval: self.poll_interval.0,
+            request_timeout: self.request_timeout,
+            poll_interval: self.poll_interval,
             concurrent_pre_locks: self.concurrent_pre_locks,
             owner: format!("lockprobe/{}", self.name),
         })
@@ -446,9 +431,9 @@ short_write = "30s"
     #[test]
     fn good_config_parses_with_human_durations() {
         let c: Config = GOOD.parse().unwrap();
-        assert_eq!(c.targets[0].cache_ttl.0, Duration::from_secs(3600));
+        assert_eq!(c.targets[0].cache_ttl, Duration::from_secs(3600));
         assert_eq!(
-            c.targets[0].leases.pre_lock.0,
+            c.targets[0].leases.pre_lock,
             Duration::from_secs(48 * 3600)
         );
         assert_eq!(c.targets[0].locations, vec!["westeurope", "northeurope"]);
@@ -470,7 +455,7 @@ short_write = "30s"
     fn bad_duration_names_the_key() {
         let e = err_of(&GOOD.replace("\"1h\"", "\"an hour\""));
         assert!(
-            e.contains("cache_ttl") && e.contains("invalid duration"),
+            e.contains("cache_ttl") && e.contains("expected a duration"),
             "{e}"
         );
     }
@@ -486,7 +471,7 @@ short_write = "30s"
             assert!(e.contains(key) && e.contains("over the limit of 10years"), "{to}: {e}");
         }
         let ten_years = GOOD.replace("timeout = \"60h\"", "timeout = \"10years\"");
-        assert_eq!(ten_years.parse::<Config>().unwrap().targets[0].timeout.0, crate::usage::MAX_DURATION);
+        assert_eq!(ten_years.parse::<Config>().unwrap().targets[0].timeout, crate::usage::MAX_DURATION);
     }
 
     #[test]
