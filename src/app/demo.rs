@@ -15,7 +15,7 @@ use crate::monitor::{http as monitor_http, Monitor, MonitorConfig, MonitorStatus
 use crate::probe::observer::PrintObserver;
 use crate::probe::runtime::Probe;
 use crate::probe::scheduler::TargetSchedule;
-use crate::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use crate::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use crate::probe::state::StateFile;
 use crate::service::{self, ServiceConfig};
 use super::store::{OpenStoreError, StoreArgs};
@@ -127,24 +127,12 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     println!();
 
     let settings = ProbeSettings {
-        name: "demo".into(),
-        instances,
-        api_key,
-        test_prefix: "probe-".into(),
-        locations: ["westeurope".into(), "northeurope".into()],
         expected_convergence: Some(args.cache_ttl + args.replication_bound),
         replication_bound: args.replication_bound,
         buffer: args.buffer,
-        leases: Leases {
-            pre_lock: Duration::from_secs(600),
-            hard_delete: Duration::from_secs(300),
-            write: Duration::from_secs(120),
-            short_write: Duration::from_secs(1),
-        },
         request_timeout: Duration::from_secs(5),
         poll_interval: Duration::from_millis(100),
-        concurrent_pre_locks: 4,
-        owner: "lockprobe demo".into(),
+        ..ProbeSettings::short_run("demo", instances, api_key, "probe-")
     };
     let target = TargetSchedule {
         name: "demo".into(),

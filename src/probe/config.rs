@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::scheduler::TargetSchedule;
 use super::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use super::target::check_instance_url;
 
 /// A configuration problem, always naming the field it is about.
 #[derive(Debug, thiserror::Error)]
@@ -237,21 +238,7 @@ impl Config {
                 ));
             }
             for (j, url) in t.instances.iter().enumerate() {
-                match reqwest::Url::parse(url) {
-                    Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
-                    Ok(_) => {
-                        return Err(ConfigError::invalid(
-                            format!("targets[{i}].instances[{j}]"),
-                            "must be an http or https URL",
-                        ))
-                    }
-                    Err(e) => {
-                        return Err(ConfigError::invalid(
-                            format!("targets[{i}].instances[{j}]"),
-                            format!("invalid URL {url:?}: {e}"),
-                        ))
-                    }
-                }
+                check_instance_url(url).map_err(|m| ConfigError::invalid(format!("targets[{i}].instances[{j}]"), m))?;
             }
             if t.api_key_env.trim().is_empty() {
                 return Err(ConfigError::invalid(

@@ -23,6 +23,16 @@ pub enum TargetError {
     },
 }
 
+/// Checks an instance's base URL (from a config file or a flag): an `http` or `https`
+/// URL; the message says what is wrong with it.
+pub fn check_instance_url(url: &str) -> Result<(), String> {
+    match reqwest::Url::parse(url) {
+        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => Ok(()),
+        Ok(u) => Err(format!("{url:?} is not an http or https URL (scheme {:?})", u.scheme())),
+        Err(e) => Err(format!("{url:?} is not an http or https URL: {e}")),
+    }
+}
+
 /// Which way the routing path went and what it cost, from `Server-Timing`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerTiming {
