@@ -10,10 +10,12 @@
 //! - [`monitor`]: `lockprobe monitor`: the convergence monitor alone.
 //! - [`store`]: `--store memory|cosmos` and the `--cosmos-*` flags, and opening the store
 //!   they name.
+//! - [`tasks`]: how `serve` and `demo` run their background parts and stop them.
 
 pub mod demo;
 pub mod monitor;
 pub mod serve;
 pub mod service;
 pub mod store;
+pub mod tasks;
 pub mod validate;

@@ -34,6 +34,7 @@ use crate::probe::observer::TracingObserver;
 use crate::probe::runtime::Probe;
 use crate::probe::state::StateFile;
 use super::store::OpenStoreError;
+use super::tasks::{Background, GRACE};
 use crate::usage::UsageError;
 
 /// Flags of `lockprobe serve`.
@@ -71,17 +72,21 @@ pub fn check_config(path: &Path) -> anyhow::Result<()> {
 pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let config = load(&args.config)?;
     let mut probe = Probe::new()?;
+    // The monitor runs beside the probe, on the tracker, and stops after it.
+    let background = Background::new();
     if let Some(table) = &config.monitor {
         let section = MonitorSection::from_table(table).map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let registry = probe.metrics.registry();
         let store = section.store.open(clock.clone(), std::time::Duration::ZERO, registry).await.map_err(OpenStoreError::into_anyhow)?;
         let monitor = Arc::new(Monitor::new(store, clock, section.monitor, registry)?);
-        tokio::spawn(monitor.clone().run(shutdown.clone()));
+        background.spawn("monitor", monitor.clone().run(background.token()));
         probe.extra_routes = Some(monitor_http::router(monitor));
         tracing::info!("convergence monitor running");
     }
-    serve_config(&args, config, probe, shutdown).await
+    let served = serve_config(&args, config, probe, shutdown).await;
+    background.stop(GRACE).await;
+    served
 }
 
 /// Runs `probe` on the targets of an already loaded `config` until `shutdown` (the
