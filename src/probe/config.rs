@@ -204,118 +204,107 @@ impl Config {
     /// Checks every value that parsed but may still be unusable.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.targets.is_empty() {
-            return Err(ConfigError::invalid(
-                "targets",
-                "at least one target is required",
-            ));
+            return Err(ConfigError::invalid("targets", "at least one target is required"));
         }
         let mut names = std::collections::HashSet::new();
         for (i, t) in self.targets.iter().enumerate() {
-            let f = |name: &str| format!("targets[{i}].{name}");
-            if t.name.trim().is_empty() {
-                return Err(ConfigError::invalid(f("name"), "must not be empty"));
-            }
-            if !t
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            {
-                return Err(ConfigError::invalid(
-                    f("name"),
-                    "only letters, digits, '-' and '_' are allowed",
-                ));
-            }
+            t.validate(i)?;
             if !names.insert(t.name.as_str()) {
+                return Err(ConfigError::invalid(format!("targets[{i}].name"), format!("duplicate target {:?}", t.name)));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TargetConfig {
+    /// Checks target `index`: where it is, how it is scheduled, how long it waits.
+    fn validate(&self, index: usize) -> Result<(), ConfigError> {
+        let field = |name: &str| format!("targets[{index}].{name}");
+        self.check_identity(index, field)?;
+        self.check_schedule(field)?;
+        self.check_durations(field)
+    }
+
+    /// Name, instances, key variable, test prefix and locations.
+    fn check_identity(&self, index: usize, field: impl Fn(&str) -> String) -> Result<(), ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(ConfigError::invalid(field("name"), "must not be empty"));
+        }
+        if !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(ConfigError::invalid(field("name"), "only letters, digits, '-' and '_' are allowed"));
+        }
+        if self.instances.is_empty() {
+            return Err(ConfigError::invalid(field("instances"), "at least one instance URL is required"));
+        }
+        for (j, url) in self.instances.iter().enumerate() {
+            check_instance_url(url).map_err(|m| ConfigError::invalid(format!("targets[{index}].instances[{j}]"), m))?;
+        }
+        if self.api_key_env.trim().is_empty() {
+            return Err(ConfigError::invalid(field("api_key_env"), "must name an environment variable"));
+        }
+        if self.test_prefix.trim().is_empty() {
+            return Err(ConfigError::invalid(field("test_prefix"), "must not be empty (the probe only locks resources under it)"));
+        }
+        if self.locations.len() != 2 || self.locations[0] == self.locations[1] {
+            return Err(ConfigError::invalid(field("locations"), "must list exactly two distinct locations"));
+        }
+        Ok(())
+    }
+
+    /// Concurrency, the pool it needs, the cron expression and the pre-lock race.
+    fn check_schedule(&self, field: impl Fn(&str) -> String) -> Result<(), ConfigError> {
+        if self.concurrency == 0 {
+            return Err(ConfigError::invalid(field("concurrency"), "must be at least 1"));
+        }
+        let needed = RESOURCES_PER_CYCLE * self.concurrency;
+        if self.pool_size < needed {
+            return Err(ConfigError::invalid(
+                field("pool_size"),
+                format!("must be at least {needed} ({RESOURCES_PER_CYCLE} resources per cycle x concurrency {})", self.concurrency),
+            ));
+        }
+        if let Err(e) = cron::Schedule::from_str(&self.schedule) {
+            return Err(ConfigError::invalid(field("schedule"), format!("invalid cron expression: {e}")));
+        }
+        if self.concurrent_pre_locks < 2 {
+            return Err(ConfigError::invalid(field("concurrent_pre_locks"), "must be at least 2"));
+        }
+        Ok(())
+    }
+
+    /// Timeouts and leases: positive, and long enough for the wait before escalating.
+    fn check_durations(&self, field: impl Fn(&str) -> String) -> Result<(), ConfigError> {
+        let l = &self.leases;
+        for (name, d) in [
+            ("timeout", self.timeout),
+            ("request_timeout", self.request_timeout),
+            ("poll_interval", self.poll_interval),
+            ("leases.pre_lock", l.pre_lock),
+            ("leases.hard_delete", l.hard_delete),
+            ("leases.write", l.write),
+            ("leases.short_write", l.short_write),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::invalid(field(name), "must be longer than zero"));
+            }
+        }
+        // Every cycle holds its pre-lock through the wait before escalating: a lease or
+        // a timeout that ends first would fail (or cancel) every cycle.
+        let wait = self.cache_ttl + self.replication_bound + self.buffer;
+        for (name, d) in [("leases.pre_lock", l.pre_lock), ("timeout", self.timeout)] {
+            if d <= wait {
                 return Err(ConfigError::invalid(
-                    f("name"),
-                    format!("duplicate target {:?}", t.name),
-                ));
-            }
-            if t.instances.is_empty() {
-                return Err(ConfigError::invalid(
-                    f("instances"),
-                    "at least one instance URL is required",
-                ));
-            }
-            for (j, url) in t.instances.iter().enumerate() {
-                check_instance_url(url).map_err(|m| ConfigError::invalid(format!("targets[{i}].instances[{j}]"), m))?;
-            }
-            if t.api_key_env.trim().is_empty() {
-                return Err(ConfigError::invalid(
-                    f("api_key_env"),
-                    "must name an environment variable",
-                ));
-            }
-            if t.test_prefix.trim().is_empty() {
-                return Err(ConfigError::invalid(
-                    f("test_prefix"),
-                    "must not be empty (the probe only locks resources under it)",
-                ));
-            }
-            if t.concurrency == 0 {
-                return Err(ConfigError::invalid(f("concurrency"), "must be at least 1"));
-            }
-            let needed = RESOURCES_PER_CYCLE * t.concurrency;
-            if t.pool_size < needed {
-                return Err(ConfigError::invalid(
-                    f("pool_size"),
+                    field(name),
                     format!(
-                        "must be at least {needed} ({RESOURCES_PER_CYCLE} resources per cycle x concurrency {})",
-                        t.concurrency
+                        "must be longer than cache_ttl + replication_bound + buffer ({}), the wait before escalating",
+                        humantime::format_duration(wait)
                     ),
                 ));
             }
-            if t.locations.len() != 2 || t.locations[0] == t.locations[1] {
-                return Err(ConfigError::invalid(
-                    f("locations"),
-                    "must list exactly two distinct locations",
-                ));
-            }
-            if let Err(e) = cron::Schedule::from_str(&t.schedule) {
-                return Err(ConfigError::invalid(
-                    f("schedule"),
-                    format!("invalid cron expression: {e}"),
-                ));
-            }
-            for (name, d) in [
-                ("timeout", t.timeout),
-                ("request_timeout", t.request_timeout),
-                ("poll_interval", t.poll_interval),
-                ("leases.pre_lock", t.leases.pre_lock),
-                ("leases.hard_delete", t.leases.hard_delete),
-                ("leases.write", t.leases.write),
-                ("leases.short_write", t.leases.short_write),
-            ] {
-                if d.is_zero() {
-                    return Err(ConfigError::invalid(f(name), "must be longer than zero"));
-                }
-            }
-            // Every cycle holds its pre-lock through the wait before escalating: a lease or
-            // a timeout that ends first would fail (or cancel) every cycle.
-            let wait = t.cache_ttl + t.replication_bound + t.buffer;
-            for (name, d) in [("leases.pre_lock", t.leases.pre_lock), ("timeout", t.timeout)] {
-                if d <= wait {
-                    return Err(ConfigError::invalid(
-                        f(name),
-                        format!(
-                            "must be longer than cache_ttl + replication_bound + buffer ({}), the wait before escalating",
-                            humantime::format_duration(wait)
-                        ),
-                    ));
-                }
-            }
-            if t.leases.short_write >= t.leases.write {
-                return Err(ConfigError::invalid(
-                    f("leases.short_write"),
-                    "must be shorter than leases.write",
-                ));
-            }
-            if t.concurrent_pre_locks < 2 {
-                return Err(ConfigError::invalid(
-                    f("concurrent_pre_locks"),
-                    "must be at least 2",
-                ));
-            }
+        }
+        if l.short_write >= l.write {
+            return Err(ConfigError::invalid(field("leases.short_write"), "must be shorter than leases.write"));
         }
         Ok(())
     }

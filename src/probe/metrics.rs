@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use prometheus::core::Collector;
 use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +59,25 @@ impl Windows {
     }
 }
 
+/// Registers `collector` on `registry` and returns it.
+fn register<C: Collector + Clone + 'static>(registry: &Registry, collector: C) -> Result<C, MetricsError> {
+    registry.register(Box::new(collector.clone()))?;
+    Ok(collector)
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec, MetricsError> {
+    register(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+/// A gauge per target.
+fn gauge(registry: &Registry, name: &str, help: &str) -> Result<GaugeVec, MetricsError> {
+    register(registry, GaugeVec::new(Opts::new(name, help), &["target"])?)
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64], labels: &[&str]) -> Result<HistogramVec, MetricsError> {
+    register(registry, HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels)?)
+}
+
 /// The `percentiles` object of the status API: exact percentiles of the last day.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -97,121 +117,61 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// Creates the metrics on a fresh registry.
     pub fn new() -> Result<Self, MetricsError> {
-        let registry = Registry::new();
-        let runs = IntCounterVec::new(
-            Opts::new("lockprobe_probe_runs_total", "Probe cycles run, by result."),
-            &["target", "result"],
-        )?;
-        let missed = IntCounterVec::new(
-            Opts::new(
+        let r = Registry::new();
+        Ok(Self {
+            runs: counter(&r, "lockprobe_probe_runs_total", "Probe cycles run, by result.", &["target", "result"])?,
+            missed: counter(
+                &r,
                 "lockprobe_probe_missed_schedules_total",
                 "Scheduled cycles that did not start (concurrency limit, empty pool or late wake-up).",
-            ),
-            &["target"],
-        )?;
-        let duration = HistogramVec::new(
-            HistogramOpts::new(
-                "lockprobe_probe_duration_seconds",
-                "Wall time of a probe cycle.",
-            )
-            .buckets(CYCLE_BUCKETS.to_vec()),
-            &["target"],
-        )?;
-        let assertions = IntCounterVec::new(
-            Opts::new(
+                &["target"],
+            )?,
+            duration: histogram(&r, "lockprobe_probe_duration_seconds", "Wall time of a probe cycle.", CYCLE_BUCKETS, &["target"])?,
+            assertions: counter(
+                &r,
                 "lockprobe_assertions_total",
                 "Probe assertions, by phase, operation, expected outcome and result.",
-            ),
-            &["target", "phase", "op", "expected", "result"],
-        )?;
-        let violations = IntCounterVec::new(
-            Opts::new(
+                &["target", "phase", "op", "expected", "result"],
+            )?,
+            violations: counter(
+                &r,
                 "lockprobe_enforcement_violations_total",
                 "User operations whose allow / block / tombstone outcome was wrong for the lock phase.",
-            ),
-            &["target", "phase", "op", "expected", "observed"],
-        )?;
-        let phase_duration = HistogramVec::new(
-            HistogramOpts::new(
+                &["target", "phase", "op", "expected", "observed"],
+            )?,
+            phase_duration: histogram(
+                &r,
                 "lockprobe_lock_phase_duration_seconds",
                 "Time a probe lock spent in each phase.",
-            )
-            .buckets(PHASE_BUCKETS.to_vec()),
-            &["target", "phase"],
-        )?;
-        let read_through = HistogramVec::new(
-            HistogramOpts::new(
+                PHASE_BUCKETS,
+                &["target", "phase"],
+            )?,
+            read_through: histogram(
+                &r,
                 "lockprobe_read_through_latency_seconds",
                 "Read-through latency reported by the service in Server-Timing.",
-            )
-            .buckets(READ_THROUGH_BUCKETS.to_vec()),
-            &["target"],
-        )?;
-        let declared = GaugeVec::new(
-            Opts::new(
-                "lockprobe_convergence_declared_seconds",
-                "Convergence delay the service declared with the last pre-lock.",
-            ),
-            &["target"],
-        )?;
-        let expected = GaugeVec::new(
-            Opts::new(
-                "lockprobe_convergence_expected_seconds",
-                "Convergence delay the operator configured for the target.",
-            ),
-            &["target"],
-        )?;
-        let observed = GaugeVec::new(
-            Opts::new(
+                READ_THROUGH_BUCKETS,
+                &["target"],
+            )?,
+            declared: gauge(&r, "lockprobe_convergence_declared_seconds", "Convergence delay the service declared with the last pre-lock.")?,
+            expected: gauge(&r, "lockprobe_convergence_expected_seconds", "Convergence delay the operator configured for the target.")?,
+            observed: gauge(
+                &r,
                 "lockprobe_convergence_observed_seconds",
                 "Slowest instance's time to show the last pre-lock on its routing path (at least the whole wait when one never did).",
-            ),
-            &["target"],
-        )?;
-        let last_success = GaugeVec::new(
-            Opts::new(
-                "lockprobe_last_success_timestamp_seconds",
-                "Unix time of the last passed cycle.",
-            ),
-            &["target"],
-        )?;
-        let convergence_violations = CounterVec::new(
-            Opts::new(
-                "lockprobe_convergence_violations_total",
-                "Instances that did not show the pre-lock within the declared delay plus buffer.",
-            ),
-            &["target"],
-        )?;
-        for c in [
-            Box::new(runs.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(missed.clone()),
-            Box::new(duration.clone()),
-            Box::new(assertions.clone()),
-            Box::new(violations.clone()),
-            Box::new(phase_duration.clone()),
-            Box::new(read_through.clone()),
-            Box::new(declared.clone()),
-            Box::new(expected.clone()),
-            Box::new(observed.clone()),
-            Box::new(last_success.clone()),
-            Box::new(convergence_violations.clone()),
-        ] {
-            registry.register(c)?;
-        }
-        Ok(Self {
-            registry,
-            runs,
-            missed,
-            duration,
-            assertions,
-            violations,
-            phase_duration,
-            read_through,
-            declared,
-            expected,
-            observed,
-            last_success,
-            convergence_violations,
+            )?,
+            last_success: gauge(&r, "lockprobe_last_success_timestamp_seconds", "Unix time of the last passed cycle.")?,
+            convergence_violations: register(
+                &r,
+                CounterVec::new(
+                    Opts::new(
+                        "lockprobe_convergence_violations_total",
+                        "Instances that did not show the pre-lock within the declared delay plus buffer.",
+                    ),
+                    &["target"],
+                )?,
+            )?,
+            registry: r,
             windows: Mutex::new(Windows::default()),
         })
     }

@@ -199,22 +199,14 @@ impl CycleReport {
         let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
         // Writing into a Vec cannot fail; the results are ignored for that reason only.
         let _ = w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)));
-        let total = self.assertions.len().to_string();
-        let failures = self.failed_assertions().to_string();
-        let errors = usize::from(self.result == CycleResult::Error).to_string();
-        let wall = (self.finished_at - self.started_at)
-            .to_std()
-            .unwrap_or_default()
-            .as_secs_f64();
-        let wall = format!("{wall:.3}");
+        let wall = (self.finished_at - self.started_at).to_std().unwrap_or_default().as_secs_f64();
         let mut root = BytesStart::new("testsuites");
         root.push_attribute(("name", format!("lockprobe {}", self.target).as_str()));
-        root.push_attribute(("tests", total.as_str()));
-        root.push_attribute(("failures", failures.as_str()));
-        root.push_attribute(("errors", errors.as_str()));
-        root.push_attribute(("time", wall.as_str()));
+        root.push_attribute(("tests", self.assertions.len().to_string().as_str()));
+        root.push_attribute(("failures", self.failed_assertions().to_string().as_str()));
+        root.push_attribute(("errors", usize::from(self.result == CycleResult::Error).to_string().as_str()));
+        root.push_attribute(("time", format!("{wall:.3}").as_str()));
         let _ = w.write_event(Event::Start(root));
-
         let mut checks: Vec<&str> = Vec::new();
         for a in &self.assertions {
             if !checks.contains(&a.check.as_str()) {
@@ -222,77 +214,74 @@ impl CycleReport {
             }
         }
         for check in checks {
-            let cases: Vec<&Assertion> = self
-                .assertions
-                .iter()
-                .filter(|a| a.check == check)
-                .collect();
-            let n = cases.len().to_string();
-            let f = cases.iter().filter(|a| !a.passed).count().to_string();
-            let t: f64 = cases.iter().map(|a| a.duration.as_secs_f64()).sum();
-            let t = format!("{t:.3}");
-            let mut suite = BytesStart::new("testsuite");
-            suite.push_attribute(("name", check));
-            suite.push_attribute(("tests", n.as_str()));
-            suite.push_attribute(("failures", f.as_str()));
-            suite.push_attribute(("time", t.as_str()));
-            suite.push_attribute((
-                "timestamp",
-                self.started_at
-                    .to_rfc3339_opts(SecondsFormat::Secs, true)
-                    .as_str(),
-            ));
-            let _ = w.write_event(Event::Start(suite));
-            for (i, a) in cases.iter().enumerate() {
-                let name = match &a.instance {
-                    Some(inst) => format!("{:03} {} @ {}", i + 1, a.name(), inst),
-                    None => format!("{:03} {}", i + 1, a.name()),
-                };
-                let classname = format!("lockprobe.{}.{}", self.target, check.replace('/', "."));
-                let time = format!("{:.3}", a.duration.as_secs_f64());
-                let mut case = BytesStart::new("testcase");
-                case.push_attribute(("name", name.as_str()));
-                case.push_attribute(("classname", classname.as_str()));
-                case.push_attribute(("time", time.as_str()));
-                let _ = w.write_event(Event::Start(case));
-                if !a.passed {
-                    let msg = format!(
-                        "{}: expected {}, observed {}",
-                        a.name(),
-                        a.expected,
-                        a.observed
-                    );
-                    let mut failure = BytesStart::new("failure");
-                    failure.push_attribute(("message", msg.as_str()));
-                    failure.push_attribute(("type", a.op.as_str()));
-                    let _ = w.write_event(Event::Start(failure));
-                    let body = a.line();
-                    let _ = w.write_event(Event::Text(BytesText::new(&body)));
-                    let _ = w.write_event(Event::End(BytesEnd::new("failure")));
-                }
-                let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
-            }
-            let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+            let cases: Vec<&Assertion> = self.assertions.iter().filter(|a| a.check == check).collect();
+            self.junit_suite(&mut w, check, &cases);
         }
         if let Some(err) = &self.error {
-            let mut suite = BytesStart::new("testsuite");
-            suite.push_attribute(("name", "cycle-error"));
-            suite.push_attribute(("tests", "1"));
-            suite.push_attribute(("errors", "1"));
-            let _ = w.write_event(Event::Start(suite));
-            let mut case = BytesStart::new("testcase");
-            case.push_attribute(("name", "cycle completed"));
-            case.push_attribute(("classname", format!("lockprobe.{}", self.target).as_str()));
-            let _ = w.write_event(Event::Start(case));
-            let mut e = BytesStart::new("error");
-            e.push_attribute(("message", err.as_str()));
-            let _ = w.write_event(Event::Empty(e));
-            let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
-            let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+            self.junit_error(&mut w, err);
         }
         let _ = w.write_event(Event::End(BytesEnd::new("testsuites")));
         String::from_utf8(w.into_inner()).unwrap_or_default()
     }
+
+    /// One `<testsuite>`: the assertions of one check.
+    fn junit_suite(&self, w: &mut Writer<Vec<u8>>, check: &str, cases: &[&Assertion]) {
+        let failures = cases.iter().filter(|a| !a.passed).count();
+        let time: f64 = cases.iter().map(|a| a.duration.as_secs_f64()).sum();
+        let mut suite = BytesStart::new("testsuite");
+        suite.push_attribute(("name", check));
+        suite.push_attribute(("tests", cases.len().to_string().as_str()));
+        suite.push_attribute(("failures", failures.to_string().as_str()));
+        suite.push_attribute(("time", format!("{time:.3}").as_str()));
+        suite.push_attribute(("timestamp", self.started_at.to_rfc3339_opts(SecondsFormat::Secs, true).as_str()));
+        let _ = w.write_event(Event::Start(suite));
+        let classname = format!("lockprobe.{}.{}", self.target, check.replace('/', "."));
+        for (i, a) in cases.iter().enumerate() {
+            junit_case(w, i + 1, a, &classname);
+        }
+        let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+    }
+
+    /// The `cycle-error` suite: why the cycle could not complete.
+    fn junit_error(&self, w: &mut Writer<Vec<u8>>, err: &str) {
+        let mut suite = BytesStart::new("testsuite");
+        suite.push_attribute(("name", "cycle-error"));
+        suite.push_attribute(("tests", "1"));
+        suite.push_attribute(("errors", "1"));
+        let _ = w.write_event(Event::Start(suite));
+        let mut case = BytesStart::new("testcase");
+        case.push_attribute(("name", "cycle completed"));
+        case.push_attribute(("classname", format!("lockprobe.{}", self.target).as_str()));
+        let _ = w.write_event(Event::Start(case));
+        let mut e = BytesStart::new("error");
+        e.push_attribute(("message", err));
+        let _ = w.write_event(Event::Empty(e));
+        let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
+        let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+    }
+}
+
+/// One `<testcase>`, the `n`th of its suite, with its `<failure>` if it failed.
+fn junit_case(w: &mut Writer<Vec<u8>>, n: usize, a: &Assertion, classname: &str) {
+    let name = match &a.instance {
+        Some(inst) => format!("{n:03} {} @ {inst}", a.name()),
+        None => format!("{n:03} {}", a.name()),
+    };
+    let mut case = BytesStart::new("testcase");
+    case.push_attribute(("name", name.as_str()));
+    case.push_attribute(("classname", classname));
+    case.push_attribute(("time", format!("{:.3}", a.duration.as_secs_f64()).as_str()));
+    let _ = w.write_event(Event::Start(case));
+    if !a.passed {
+        let msg = format!("{}: expected {}, observed {}", a.name(), a.expected, a.observed);
+        let mut failure = BytesStart::new("failure");
+        failure.push_attribute(("message", msg.as_str()));
+        failure.push_attribute(("type", a.op.as_str()));
+        let _ = w.write_event(Event::Start(failure));
+        let _ = w.write_event(Event::Text(BytesText::new(&a.line())));
+        let _ = w.write_event(Event::End(BytesEnd::new("failure")));
+    }
+    let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
 }
 
 #[cfg(test)]

@@ -12,18 +12,25 @@ use crate::probe::target::{CallKey, Reply};
 use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
 
 impl Check<'_> {
-    /// The main migration walk on the cycle's resource.
+    /// The main migration walk on the cycle's resource: each step stands on the one
+    /// before it, and the walk stops at the first that does not give what the next needs.
     pub(super) async fn walk(&self) -> Result<(), Abort> {
+        let to = self.seed().await?;
+        let pre_locked = self.pre_lock_and_converge(&to).await?;
+        let hard_delete = self.hard_delete_phase(pre_locked).await?;
+        let write = self.write_phase(hard_delete).await?;
+        self.swap_and_check(&to, write).await
+    }
+
+    /// Writes three items through every instance and reads each back on every instance;
+    /// returns the location the resource migrates to (the one it is not at).
+    async fn seed(&self) -> Result<String, Abort> {
         let n = self.instances();
         let s = &self.sc.settings;
-        let c = &self.sc.client;
-        let res = self.resource.clone();
-
-        self.step(&format!("seed: writing {} items to {res}", 3 * n));
+        self.step(&format!("seed: writing {} items to {}", 3 * n, self.resource));
         for i in 0..n {
             for kind in ["keep", "del", "wl"] {
-                self.user_op(Phase::Seed, UserOp::Write, i, &format!("{kind}-{i}"), Outcome::Allow)
-                    .await?;
+                self.user_op(Phase::Seed, UserOp::Write, i, &format!("{kind}-{i}"), Outcome::Allow).await?;
             }
         }
         self.step("seed: reading every item back on every instance");
@@ -33,46 +40,27 @@ impl Check<'_> {
                 self.read_back(Phase::Seed, j, key).await?;
             }
         }
+        let route = self.expect(Phase::Seed, Op::Route, Outcome::ok()).on(0).call(self.sc.client.route(0, &self.resource)).await?;
+        let current = route.str_field("location").unwrap_or_default();
+        let to = if current == s.locations[0] { &s.locations[1] } else { &s.locations[0] };
+        self.step(&format!("pre-lock {} (at {current:?}, migrating to {to:?})", self.resource));
+        Ok(to.clone())
+    }
 
-        let route = self.expect(Phase::Seed, Op::Route, Outcome::ok()).on(0).call(c.route(0, &res)).await?;
-        let current = route.str_field("location").unwrap_or_default().to_string();
-        let to = if current == s.locations[0] {
-            s.locations[1].clone()
-        } else {
-            s.locations[0].clone()
-        };
-
-        self.step(&format!(
-            "pre-lock {res} (at {current:?}, migrating to {to:?})"
-        ));
-        let (r, ok) = self.pre_lock(Phase::PreLock, Some(&to), true).await?;
+    /// Takes the pre-lock towards `to`, judges the declared convergence delay, measures
+    /// convergence on every instance while checking nothing is restricted yet, and waits
+    /// until escalation is safe; returns when the pre-lock was granted.
+    async fn pre_lock_and_converge(&self, to: &str) -> Result<Instant, Abort> {
+        let (r, ok) = self.pre_lock(Phase::PreLock, Some(to), true).await?;
         if !ok {
             return Err(Abort::Stop);
         }
         let t0 = Instant::now();
-        // Without a declared delay there is no safe time to escalate: the walk stops (and
-        // releases) rather than guess.
-        let Some(declared) = self.declared(&r) else {
-            self.expect(Phase::PreLock, Op::ConvergenceDelay, Outcome::Declared)
-                .detail("no usable convergenceDelaySeconds in the lock view")
-                .observed(Outcome::Missing, r.elapsed);
-            return Err(Abort::Stop);
-        };
-        *lock(&self.rec.declared) = Some(declared.as_secs_f64());
-        if let Some(expected) = s.expected_convergence {
-            let same = (declared.as_secs_f64() - expected.as_secs_f64()).abs() < 0.001;
-            self.expect(Phase::PreLock, Op::DeclaredConvergence, Outcome::AsConfigured)
-                .detail(format!(
-                    "service declared {:.3}s, configured expectation {:.3}s",
-                    declared.as_secs_f64(),
-                    expected.as_secs_f64()
-                ))
-                .observed(if same { Outcome::AsConfigured } else { Outcome::Mismatch }, Duration::ZERO);
-        }
+        let declared = self.judge_declared(&r)?;
         let wait = self.escalation_wait(&r, declared);
-
         self.step(&format!(
-            "measuring convergence on {n} instances (declared {:.3}s, waiting {:.3}s) while checking nothing is restricted yet",
+            "measuring convergence on {} instances (declared {:.3}s, waiting {:.3}s) while checking nothing is restricted yet",
+            self.instances(),
             declared.as_secs_f64(),
             wait.as_secs_f64()
         ));
@@ -84,8 +72,39 @@ impl Check<'_> {
         );
         futures::future::try_join(self.converge(t0, wait), unrestricted).await?;
         tokio::time::sleep_until((t0 + wait).into()).await;
+        Ok(t0)
+    }
 
-        let t1 = self.escalate_after(Phase::PreLock, t0, Phase::HardDelete, s.leases.hard_delete).await?;
+    /// The convergence delay the pre-lock's answer `r` declares, checked against the
+    /// configured expectation. Without a declared delay there is no safe time to
+    /// escalate: the walk stops (and releases) rather than guess.
+    fn judge_declared(&self, r: &Reply) -> Result<Duration, Abort> {
+        let Some(declared) = self.declared(r) else {
+            self.expect(Phase::PreLock, Op::ConvergenceDelay, Outcome::Declared)
+                .detail("no usable convergenceDelaySeconds in the lock view")
+                .observed(Outcome::Missing, r.elapsed);
+            return Err(Abort::Stop);
+        };
+        *lock(&self.rec.declared) = Some(declared.as_secs_f64());
+        if let Some(expected) = self.sc.settings.expected_convergence {
+            let same = (declared.as_secs_f64() - expected.as_secs_f64()).abs() < 0.001;
+            self.expect(Phase::PreLock, Op::DeclaredConvergence, Outcome::AsConfigured)
+                .detail(format!(
+                    "service declared {:.3}s, configured expectation {:.3}s",
+                    declared.as_secs_f64(),
+                    expected.as_secs_f64()
+                ))
+                .observed(if same { Outcome::AsConfigured } else { Outcome::Mismatch }, Duration::ZERO);
+        }
+        Ok(declared)
+    }
+
+    /// Escalates to hardDelete (the pre-lock held since `pre_locked`): reads and writes
+    /// allowed, deletes tombstoned and read back as tombstones everywhere.
+    async fn hard_delete_phase(&self, pre_locked: Instant) -> Result<Instant, Abort> {
+        let n = self.instances();
+        let lease = self.sc.settings.leases.hard_delete;
+        let since = self.escalate_after(Phase::PreLock, pre_locked, Phase::HardDelete, lease).await?;
         self.on_every_instance(
             Phase::HardDelete,
             [(UserOp::Read, "keep", Outcome::Allow), (UserOp::Write, "keep", Outcome::Allow), (UserOp::Delete, "del", Outcome::Tombstone)],
@@ -94,31 +113,45 @@ impl Check<'_> {
         for i in 0..n {
             for j in 0..n {
                 // The contract demands a tombstone here, whatever the delete answered.
-                self.read_back_expecting(Phase::HardDelete, j, &format!("del-{i}"), Outcome::Tombstone)
-                    .await?;
+                self.read_back_expecting(Phase::HardDelete, j, &format!("del-{i}"), Outcome::Tombstone).await?;
             }
         }
+        Ok(since)
+    }
 
-        let t2 = self.escalate_after(Phase::HardDelete, t1, Phase::Write, s.leases.write).await?;
+    /// Escalates to write (hardDelete held since `hard_deleted`): reads allowed, writes
+    /// and deletes blocked.
+    async fn write_phase(&self, hard_deleted: Instant) -> Result<Instant, Abort> {
+        let lease = self.sc.settings.leases.write;
+        let since = self.escalate_after(Phase::HardDelete, hard_deleted, Phase::Write, lease).await?;
         self.on_every_instance(
             Phase::Write,
             [(UserOp::Read, "keep", Outcome::Allow), (UserOp::Write, "wl", Outcome::Block), (UserOp::Delete, "wl", Outcome::Block)],
         )
         .await?;
+        Ok(since)
+    }
 
+    /// Swaps to `to` (the write lock held since `write_locked`): every route view shows
+    /// the new location and no lock, user operations are allowed, and every item is at
+    /// the new location as last written, none resurrected.
+    async fn swap_and_check(&self, to: &str, write_locked: Instant) -> Result<(), Abort> {
+        let n = self.instances();
+        let c = &self.sc.client;
+        let res = &self.resource;
         self.step(&format!("swapping {res} to {to:?}"));
         let token = self.token();
-        let send = |k| c.swap(0, &res, &token, &to, k);
+        let send = |k| c.swap(0, res, &token, to, k);
         let r = self.expect(Phase::Swap, Op::Swap, Outcome::ok()).must_lock_op(c.until_known(&CallKey::fresh(), send)).await?;
-        lock(&self.rec.phases).push((Phase::Write, t2.elapsed().as_secs_f64()));
+        lock(&self.rec.phases).push((Phase::Write, write_locked.elapsed().as_secs_f64()));
         self.dropped();
         self.expect(Phase::Swap, Op::SwapView, Outcome::MovedUnlocked)
             .detail(format!("location {:?}", r.str_field("location").unwrap_or_default()))
-            .observed(route_summary(&r, &to), Duration::ZERO);
+            .observed(route_summary(&r, to), Duration::ZERO);
         for i in 0..n {
             let expect = self.expect(Phase::Swap, Op::Route, Outcome::MovedUnlocked).on(i);
-            let r = expect.call(c.route(i, &res)).await?;
-            expect.observed(route_summary(&r, &to), r.elapsed);
+            let r = expect.call(c.route(i, res)).await?;
+            expect.observed(route_summary(&r, to), r.elapsed);
         }
         self.on_every_instance(
             Phase::Swap,
