@@ -1,4 +1,4 @@
-//! The reference resource-owning service: the probe contract (`shared/contract.md`)
+//! The reference resource-owning service: the probe contract (`docs/architecture.md`)
 //! over the routing library.
 //!
 //! - [`lock_api`]: the orchestrator's lock calls, behind a bearer key and an optional

@@ -3,7 +3,7 @@
 //! that table names, in one process with one `/metrics`.
 //!
 //! The `[monitor]` table and the `lockprobe monitor` flags are two views of one type,
-//! [`MonitorSection`](super::monitor::MonitorSection): each key is a flag without its dashes, `_` for `-`. A key in the
+//! [`MonitorSection`]: each key is a flag without its dashes, `_` for `-`. A key in the
 //! file wins over the flag's environment variable, which fills only keys the file
 //! leaves out:
 //!

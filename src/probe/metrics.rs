@@ -1,5 +1,5 @@
 //! The probe's metrics: an explicit Prometheus [`Registry`] owned by [`Metrics`] (no global
-//! statics), names and labels as in DESIGN.md §Metrics, and every histogram mirrored in an
+//! statics), names and labels as the dashboards and alert rules use them, and every histogram mirrored in an
 //! HDR histogram so the status API can report exact p50 / p75 / p99 / max.
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! HTTP client for the probe contract (`shared/contract.md`). The probe's only way to
+//! HTTP client for the probe contract (see `docs/architecture.md`). The probe's only way to
 //! reach a service: it shares no code with the routing library it judges.
 
 use std::time::{Duration, Instant};
