@@ -1,46 +1,44 @@
 //! lockprobe: synthetic probes and convergence monitoring for routing-embedded
 //! migration locks.
 //!
-//! Layers, bottom up (each imports only what is listed before it):
+//! Layers, bottom up; each uses only the layers above it in this list, and
+//! `tests/layering.rs` checks it (the picture is in `docs/architecture.md`):
 //!
-//! - [`clock`]: the one source of time: the system clock, a manual clock, a clock that
-//!   follows tokio's (pausable) time, and a skewed clock for fault tests.
-//! - [`routing::document`]: the location document and its schema versioning.
-//! - [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
-//!   [`store::cosmos`] the Azure Cosmos DB backend, [`store::faults`] a wrapper around
-//!   either that injects slow, late, ambiguous and failed calls.
-//! - [`routing`]: the lock lifecycle (pure, with the commit-time rules and idempotency
-//!   records), enforcement, cache freshness, the tiered cache and the `RoutingClient` a
-//!   service links.
-//! - [`service`]: the reference service speaking the probe contract over the routing library.
-//! - [`usage`]: command-line usage errors (exit 64).
-//!
-//! Beside them, judging them from outside:
-//!
-//! - [`probe`]: the black-box probe (contract client, cycles, scheduler, reports). It
-//!   speaks HTTP to the service it judges and imports none of the layers above but
-//!   [`usage`]; it uses [`config`], [`metrics`] and [`server`].
-//! - [`config`]: the TOML configuration of `serve`, validated with errors naming the field.
-//! - [`metrics`]: the probe's Prometheus registry and exact HDR percentiles.
-//! - [`server`]: the probe's HTTP server: `/metrics`, `/healthz`, `/readyz`, `/api/v1/status`, `/`.
-//! - [`status_page`]: the human status page at `/`, rendered from the status API's JSON.
-//! - [`monitor`]: the convergence monitor; reads the store's change stream, never the probe.
-//!
-//! Wiring, one command each:
-//!
-//! - [`demo`]: `lockprobe demo`: store, reference service, probe and monitor in one process.
-//! - [`serve`]: `lockprobe serve`: the probe and, when configured, the monitor in one process.
+//! 1. The bottom, importing nothing of ours:
+//!    - [`clock`]: the one source of time: the system clock, a manual clock, a clock
+//!      that follows tokio's (pausable) time, and a skewed clock for fault tests.
+//!    - [`usage`]: usage errors (exit 64) and the ten-year bound on every duration, for
+//!      flags and files alike.
+//!    - [`routing::document`]: the location document and its schema versioning.
+//!    - [`percentiles`]: exact percentiles over a sliding window, for status documents.
+//!    - [`exposition`]: the Prometheus text format and the one `GET /metrics` route.
+//! 2. [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
+//!    [`store::cosmos`] the Azure Cosmos DB backend, [`store::faults`] a wrapper around
+//!    either that injects slow, late, ambiguous and failed calls. It knows documents, not
+//!    lock rules, and no command line.
+//! 3. [`routing`]: the lock lifecycle (pure, with the commit-time rules and idempotency
+//!    records), enforcement, cache freshness, the tiered cache and the `RoutingClient` a
+//!    service links.
+//! 4. Three components, none using another or the wiring:
+//!    - [`service`]: the reference service speaking the probe contract over the routing
+//!      library.
+//!    - [`monitor`]: the convergence monitor; reads the store's change stream and settles
+//!      what it reads with the routing lifecycle's rules.
+//!    - [`probe`]: the black-box probe (contract client, cycles, scheduler, reports, its
+//!      `serve` configuration, metrics, HTTP server and status page). It speaks HTTP to
+//!      the service it judges and uses only [`clock`], [`usage`], [`percentiles`] and
+//!      [`exposition`].
+//! 5. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`,
+//!    `service`, `monitor`), the store selection they share and their shutdown;
+//!    `main.rs` only parses the command line and calls into it.
 
+pub mod app;
 pub mod clock;
-pub mod config;
-pub mod demo;
-pub mod metrics;
+pub mod exposition;
 pub mod monitor;
+pub mod percentiles;
 pub mod probe;
 pub mod routing;
-pub mod serve;
-pub mod server;
 pub mod service;
-pub mod status_page;
 pub mod store;
 pub mod usage;

@@ -1,13 +1,13 @@
-//! The `lockprobe` command: parses the command line, starts tracing, wires the parts
-//! together and waits for SIGINT or SIGTERM. Logic lives in the library.
+//! The `lockprobe` command: parses the command line, starts tracing and hands the command
+//! to its wiring in `lockprobe::app`, with a token that SIGINT or SIGTERM cancels. Logic
+//! lives in the library.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use lockprobe::probe::cli::{self as probe_cli, ServeArgs, ValidateArgs};
-use lockprobe::{demo, service};
+use lockprobe::app::{demo, monitor, serve, service, validate};
 use lockprobe::usage::{exit_code, EXIT_USAGE};
 
 #[derive(Debug, Parser)]
@@ -20,16 +20,16 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the reference resource-owning service (key in LOCKPROBE_LOCK_API_KEY).
-    Service(Box<service::cli::ServiceArgs>),
+    Service(Box<service::ServiceArgs>),
     /// The embedded default: store, service and probe in one process.
     Demo(Box<demo::DemoArgs>),
     /// One full probe cycle plus every negative check against a service (key in LOCKPROBE_LOCK_API_KEY).
-    Validate(ValidateArgs),
+    Validate(validate::ValidateArgs),
     /// Run every configured target on its schedule, with metrics and status over HTTP.
-    Serve(ServeArgs),
+    Serve(serve::ServeArgs),
     /// Watch every migration in a routing store: lock timelines, early escalations,
     /// orphaned locks, partial cutovers.
-    Monitor(Box<lockprobe::monitor::cli::MonitorCommand>),
+    Monitor(Box<monitor::MonitorCommand>),
     /// Check a probe configuration file; exit 64 naming the bad field.
     CheckConfig {
         /// The TOML configuration file.
@@ -66,12 +66,12 @@ fn main() -> ExitCode {
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         match cli.command {
-            Command::Service(args) => service::cli::run(*args, shutdown).await.map(|()| 0),
+            Command::Service(args) => service::run(*args, shutdown).await.map(|()| 0),
             Command::Demo(args) => demo::run(*args, shutdown).await,
-            Command::Validate(args) => probe_cli::validate(args, shutdown).await,
-            Command::Serve(args) => lockprobe::serve::run(args, shutdown).await.map(|()| 0),
-            Command::Monitor(cmd) => lockprobe::monitor::cli::run(*cmd, shutdown).await.map(|()| 0),
-            Command::CheckConfig { file } => lockprobe::serve::check_config(&file).map(|()| 0),
+            Command::Validate(args) => validate::run(args, shutdown).await,
+            Command::Serve(args) => serve::run(args, shutdown).await.map(|()| 0),
+            Command::Monitor(cmd) => monitor::run(*cmd, shutdown).await.map(|()| 0),
+            Command::CheckConfig { file } => serve::check_config(&file).map(|()| 0),
         }
     });
     match result {

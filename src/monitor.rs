@@ -8,16 +8,16 @@
 //! (a restart, a change log that dropped entries), and a sweep ends timelines whose
 //! lease ran out with no event. It reads the store, never the probe.
 //!
-//! - [`config`]: [`MonitorConfig`]; [`args`]: the monitor's flags; [`cli`]: the
-//!   `lockprobe monitor` command; [`http`]: the `/api/v1/monitor` route.
+//! - [`config`]: [`MonitorConfig`], the monitor's settings as flags and as `[monitor]`
+//!   keys; [`http`]: the `/api/v1/monitor` route.
 //! - [`tracker`]: the pure inference from observed versions to events.
 //! - [`metrics`]: `lockprobe_monitor_*` and the HDR percentiles of the status API.
+//! - [`status`]: [`MonitorStatus`], the document of `/api/v1/monitor`.
 
-pub mod args;
-pub mod cli;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod status;
 pub mod timeline;
 pub mod tracker;
 
@@ -25,13 +25,12 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-pub use args::MonitorArgs;
 pub use config::{MonitorConfig, MonitorConfigError};
 pub use metrics::{MetricsError, MonitorMetrics};
+pub use status::{AnomalyDocument, MigrationCounts, MonitorStatus};
 pub use tracker::{Event, Outcome, Rules, Seen, Tracker};
 
 use crate::clock::Clock;
@@ -327,46 +326,39 @@ impl Monitor {
     }
 
     /// The status document for `/api/v1/monitor`: counts, exact percentiles (p50, p75,
-    /// p99, max) and recent anomalies. Resource ids appear; lock tokens never do.
-    pub fn status(&self) -> Value {
+    /// p99, max) of the last day and recent anomalies.
+    pub fn status(&self) -> MonitorStatus {
         let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let m = &self.metrics;
         let mut orphan_ids = inner.tracker.orphan_ids(STATUS_ORPHAN_IDS);
         orphan_ids.sort();
-        let outcomes: serde_json::Map<String, Value> = Outcome::ALL
-            .iter()
-            .map(|o| {
-                (
-                    o.as_str().to_owned(),
-                    json!(m.migrations.with_label_values(&[o.as_str()]).get()),
-                )
-            })
-            .collect();
-        let anomalies: Vec<Value> = inner
-            .anomalies
-            .iter()
-            .rev()
-            .map(|a| json!({ "kind": a.kind, "resource": a.id, "at": a.at.to_rfc3339() }))
-            .collect();
-        let mut status = json!({
-            "in_flight": inner.tracker.in_flight(),
-            "orphaned_locks": inner.tracker.orphans(),
-            "orphan_ids": orphan_ids,
-            "migrations": outcomes,
-            "early_escalations": m.early_escalations.get(),
-            "partial_cutovers": m.partial_cutovers.get(),
-            "renewals": m.renewals.get(),
-            "changes": m.changes.get(),
-            "scans": m.scans.get(),
-            "last_scan_at": inner.last_scan_at.map(|t| t.to_rfc3339()),
-            "escalation_buffer_seconds": self.config.escalation_buffer.as_secs_f64(),
-            "declared_delay_seconds": self.config.declared_delay.map(|d| d.as_secs_f64()),
-            "recent_anomalies": anomalies,
-        });
-        if let (Value::Object(s), Value::Object(p)) = (&mut status, inner.percentiles.to_json()) {
-            s.extend(p);
+        let (phase_duration_seconds, escalation_interval_seconds) = inner.percentiles.summaries(self.clock.now());
+        MonitorStatus {
+            in_flight: inner.tracker.in_flight(),
+            orphaned_locks: inner.tracker.orphans(),
+            orphan_ids,
+            migrations: MigrationCounts {
+                swapped: self.outcomes(Outcome::Swapped),
+                released: self.outcomes(Outcome::Released),
+                lapsed: self.outcomes(Outcome::Lapsed),
+            },
+            early_escalations: m.early_escalations.get(),
+            partial_cutovers: m.partial_cutovers.get(),
+            renewals: m.renewals.get(),
+            changes: m.changes.get(),
+            scans: m.scans.get(),
+            last_scan_at: inner.last_scan_at,
+            escalation_buffer_seconds: self.config.escalation_buffer.as_secs_f64(),
+            declared_delay_seconds: self.config.declared_delay.map(|d| d.as_secs_f64()),
+            recent_anomalies: inner
+                .anomalies
+                .iter()
+                .rev()
+                .map(|a| AnomalyDocument { kind: a.kind.to_owned(), resource: a.id.clone(), at: a.at })
+                .collect(),
+            phase_duration_seconds,
+            escalation_interval_seconds,
         }
-        status
     }
 
     /// Follows the stream, sweeps and scans until `shutdown` is cancelled. The first
@@ -442,7 +434,7 @@ impl Monitor {
                 m.phase_duration
                     .with_label_values(&[phase.as_str()])
                     .observe(held.as_secs_f64());
-                inner.percentiles.phase(phase, held);
+                inner.percentiles.phase(phase, at, held);
             }
             Event::Escalation {
                 interval,
@@ -451,7 +443,7 @@ impl Monitor {
             } => {
                 if let Some(i) = interval {
                     m.escalation_interval.observe(i.as_secs_f64());
-                    inner.percentiles.escalation(i);
+                    inner.percentiles.escalation(at, i);
                 }
                 if early {
                     m.early_escalations.inc();

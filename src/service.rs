@@ -1,4 +1,4 @@
-//! The reference resource-owning service: the probe contract (`shared/contract.md`)
+//! The reference resource-owning service: the probe contract (`docs/architecture.md`)
 //! over the routing library.
 //!
 //! - [`lock_api`]: the orchestrator's lock calls, behind a bearer key and an optional
@@ -12,7 +12,6 @@
 //! its own `RoutingClient` and so its own cache tiers: that is how stale caches and
 //! convergence are observed across instances.
 
-pub mod cli;
 pub mod data_api;
 pub mod error;
 pub mod input;
@@ -31,6 +30,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::exposition;
 use crate::routing::cache::TieredCache;
 use crate::routing::client::DEFAULT_MAX_DECISION_AGE;
 use crate::routing::lifecycle::DEFAULT_SKEW_MARGIN;
@@ -204,7 +204,7 @@ pub fn router(instance: Arc<Instance>) -> Router {
             get(data_api::read_item).put(data_api::write_item).delete(data_api::delete_item),
         )
         .route("/healthz", get(|| async { "ok" }))
-        .route("/metrics", get(render_metrics))
+        .route(exposition::PATH, exposition::route(instance.config.metrics.clone().unwrap_or_default()))
         // After every route: it applies to the routes registered before it. axum still
         // sets `Allow` on its answer.
         .method_not_allowed_fallback(|| async { error::ApiError::method_not_allowed() })
@@ -212,13 +212,6 @@ pub fn router(instance: Arc<Instance>) -> Router {
         .layer(axum::Extension(input::BodyLimit(limit)))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(instance)
-}
-
-/// `GET /metrics`: the store's metrics in the Prometheus text format (empty when the
-/// store exports none).
-async fn render_metrics(axum::extract::State(instance): axum::extract::State<Arc<Instance>>) -> String {
-    let families = instance.config.metrics.as_ref().map(prometheus::Registry::gather).unwrap_or_default();
-    prometheus::TextEncoder::new().encode_to_string(&families).unwrap_or_default()
 }
 
 /// A started service: one listener per instance.

@@ -58,6 +58,53 @@ pub fn parse_bounded_duration(value: &str) -> Result<Duration, DurationError> {
     Ok(duration)
 }
 
+/// Serde for durations in configuration files: the human form of the flags (`500ms`,
+/// `5m`, `48h`) through `humantime-serde`, bounded at [`MAX_DURATION`] like every flag.
+/// Use as `#[serde(with = "crate::usage::duration")]` (or `duration::option`).
+pub mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserializer, Serializer};
+
+    /// Writes `5m`, `1h 30m`.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        humantime_serde::serialize(d, s)
+    }
+
+    /// Reads a human duration of at most ten years.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        bounded(humantime_serde::deserialize(d)?)
+    }
+
+    fn bounded<E: serde::de::Error>(d: Duration) -> Result<Duration, E> {
+        if d > super::MAX_DURATION {
+            return Err(E::custom(format!(
+                "duration {} is over the limit of {}",
+                humantime::format_duration(d),
+                humantime::format_duration(super::MAX_DURATION)
+            )));
+        }
+        Ok(d)
+    }
+
+    /// The same for an optional duration.
+    pub mod option {
+        use std::time::Duration;
+
+        use serde::{Deserializer, Serializer};
+
+        /// Writes `5m`, or nothing.
+        pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+            humantime_serde::option::serialize(d, s)
+        }
+
+        /// Reads an optional human duration of at most ten years.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            humantime_serde::option::deserialize(d)?.map(super::bounded).transpose()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +125,25 @@ mod tests {
             assert!(matches!(e, DurationError::TooLong { .. }), "{value}: {e:?}");
             assert_eq!(e.to_string(), format!("{value} is over the limit of 10years"));
         }
+    }
+
+    #[test]
+    fn config_durations_are_human_and_bounded() {
+        #[derive(Debug, serde::Deserialize, serde::Serialize)]
+        struct C {
+            #[serde(with = "duration")]
+            d: Duration,
+            #[serde(default, with = "duration::option")]
+            o: Option<Duration>,
+        }
+        let c: C = toml::from_str("d = \"90s\"\no = \"10years\"").unwrap();
+        assert_eq!((c.d, c.o), (Duration::from_secs(90), Some(MAX_DURATION)));
+        assert_eq!(toml::to_string(&c).unwrap(), "d = \"1m 30s\"\no = \"10years\"\n");
+        let e = toml::from_str::<C>("d = \"500000years\"").unwrap_err().to_string();
+        assert!(e.contains("d = ") && e.contains("over the limit of 10years"), "{e}");
+        let e = toml::from_str::<C>("d = \"an hour\"").unwrap_err().to_string();
+        assert!(e.contains("d = ") && e.contains("duration"), "{e}");
+        assert!(toml::from_str::<C>("d = \"1s\"").unwrap().o.is_none());
     }
 
     #[test]

@@ -95,15 +95,15 @@ short_write = "1s"
 
 [monitor]
 store = "cosmos"
-cosmos-endpoint = "{endpoint}"
-cosmos-key-env = "SERVE_MONITOR_COSMOS_KEY"
-cosmos-database = "{database}"
-cosmos-container = "locations"
-cosmos-write-region = "South Central US"
-cosmos-preferred-region = ["South Central US"]
-cosmos-poll-interval = "100ms"
-monitor-poll-interval = "50ms"
-monitor-escalation-buffer = "300ms"
+cosmos_endpoint = "{endpoint}"
+cosmos_key_env = "SERVE_MONITOR_COSMOS_KEY"
+cosmos_database = "{database}"
+cosmos_container = "locations"
+cosmos_write_region = "South Central US"
+cosmos_preferred_region = ["South Central US"]
+cosmos_poll_interval = "100ms"
+monitor_poll_interval = "50ms"
+monitor_escalation_buffer = "300ms"
 "#,
         state = dir.path().join("state.json").display(),
         instances = instances.join(", "),
@@ -147,8 +147,8 @@ monitor-escalation-buffer = "300ms"
         }
     }
     assert!(monitor["migrations"]["swapped"].as_u64().unwrap_or(0) >= 1, "the monitor saw the probe's swap: {monitor}");
-    assert_eq!(monitor["partial_cutovers"], 0);
-    assert_eq!(monitor["early_escalations"], 0, "the probe waited out the declared delay: {monitor}");
+    assert_eq!(monitor["partialCutovers"], 0);
+    assert_eq!(monitor["earlyEscalations"], 0, "the probe waited out the declared delay: {monitor}");
     let cycle = &status["targets"][0]["lastCycles"][0];
     assert_eq!(cycle["result"], "passed", "{cycle}");
     let metrics = http.get(format!("http://{listen}/metrics")).send().await.unwrap().text().await.unwrap();

@@ -66,10 +66,10 @@ async fn wait_for(regions: &CosmosRegions, region: &str, database: &str, id: &st
 
 /// A store on the two-region account, configured as a service in the read region
 /// would be: write region West Europe (static), replica reads from North Europe.
-async fn store(regions: &CosmosRegions, request_timeout: &str) -> (CosmosStore, String) {
+async fn store(regions: &CosmosRegions, request_timeout: Duration) -> (CosmosStore, String) {
     let database = unique_database("regions-sdk");
     let mut args = two_region_args(regions, &database);
-    args.request_timeout = request_timeout.into();
+    args.request_timeout = request_timeout;
     let store = CosmosStore::connect(config_from(&args), &Registry::new()).await.expect("connects to the two-region account");
     (store, database)
 }
@@ -329,7 +329,7 @@ async fn a_forced_failover_loses_the_writes_not_yet_replicated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_routes_replica_reads_to_the_read_region_and_sees_the_lag() {
     let regions = CosmosServer::start_two_regions(Duration::from_secs(2));
-    let (store, database) = store(&regions, "10s").await;
+    let (store, database) = store(&regions, Duration::from_secs(10)).await;
     let doc = LocationDocument::new("s1", "westeurope");
     let committed = store.create(&doc).await.expect("create through the write region");
 
@@ -347,7 +347,7 @@ async fn the_sdk_routes_replica_reads_to_the_read_region_and_sees_the_lag() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_follows_a_failover_for_writes_after_one_403_3() {
     let regions = CosmosServer::start_two_regions(Duration::ZERO);
-    let (store, database) = store(&regions, "10s").await;
+    let (store, database) = store(&regions, Duration::from_secs(10)).await;
     store.create(&LocationDocument::new("f0", "westeurope")).await.unwrap();
     regions.failover(Failover::Planned).await;
 
@@ -371,7 +371,7 @@ async fn the_sdk_follows_a_failover_for_writes_after_one_403_3() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn known_bug_after_a_failover_write_region_reads_go_to_the_old_region() {
     let regions = CosmosServer::start_two_regions(Duration::ZERO);
-    let (store, database) = store(&regions, "10s").await;
+    let (store, database) = store(&regions, Duration::from_secs(10)).await;
     let v1 = LocationDocument::new("b1", "westeurope");
     let e1 = store.create(&v1).await.unwrap().etag;
     regions.failover(Failover::Planned).await;
@@ -403,7 +403,7 @@ async fn known_bug_after_a_failover_write_region_reads_go_to_the_old_region() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_during_a_planned_failover_times_out_as_an_unknown_outcome_and_writes_nothing() {
     let regions = Arc::new(CosmosServer::start_two_regions(Duration::from_secs(6)));
-    let (store, database) = store(&regions, "2s").await;
+    let (store, database) = store(&regions, Duration::from_secs(2)).await;
     store.create(&LocationDocument::new("d0", "westeurope")).await.unwrap();
     let failover = tokio::spawn({
         let regions = regions.clone();
@@ -427,7 +427,7 @@ async fn a_write_during_a_planned_failover_times_out_as_an_unknown_outcome_and_w
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_failover_loses_a_write_the_store_saw_committed() {
     let regions = CosmosServer::start_two_regions(Duration::from_secs(3600));
-    let (store, database) = store(&regions, "10s").await;
+    let (store, database) = store(&regions, Duration::from_secs(10)).await;
     let acknowledged = store.create(&LocationDocument::new("l1", "westeurope")).await.expect("acknowledged");
     regions.failover(Failover::Forced).await;
 

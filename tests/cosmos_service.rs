@@ -58,7 +58,7 @@ async fn harness_via(via_proxy: bool) -> Harness {
         None => server.endpoint(),
     };
     let store: Arc<dyn LocationStore> = Arc::new(
-        cosmos_server::connect_with(&endpoint, &Registry::new(), |args| args.request_timeout = "2s".into()).await,
+        cosmos_server::connect_with(&endpoint, &Registry::new(), |args| args.request_timeout = std::time::Duration::from_secs(2)).await,
     );
     // The service's clock starts at the real time: Cosmos stamps commits (`_ts`) with its
     // own, and the routing library starts a pre-lock no earlier than its commit.

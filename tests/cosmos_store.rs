@@ -43,7 +43,7 @@ fn sample(text: &str, series: &str) -> f64 {
 
 async fn store_at(endpoint: &str) -> CosmosStore {
     let mut args = test_args(endpoint, &unique_database("outage"));
-    args.request_timeout = humantime::format_duration(REQUEST_TIMEOUT).to_string();
+    args.request_timeout = REQUEST_TIMEOUT;
     CosmosStore::connect(config_from(&args), &Registry::new()).await.expect("connects")
 }
 
@@ -206,7 +206,7 @@ async fn connecting_to_an_unreachable_server_fails_and_can_be_retried_with_the_s
     proxy.cut().await;
     let registry = Registry::new();
     let mut args = test_args(&endpoint, &unique_database("down"));
-    args.request_timeout = "2s".into();
+    args.request_timeout = Duration::from_secs(2);
     let started = Instant::now();
     let err = CosmosStore::connect(config_from(&args), &registry).await.expect_err("nothing answers there");
     assert!(started.elapsed() <= REQUEST_TIMEOUT + SLACK, "connect took {:?}", started.elapsed());

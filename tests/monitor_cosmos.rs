@@ -43,7 +43,7 @@ async fn until_effective(view: &Value) {
 async fn watch_a_service_driven_migration(change_stream: &str) {
     let server = CosmosServer::start();
     let store: Arc<dyn LocationStore> = Arc::new(
-        cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.change_stream = change_stream.into()).await,
+        cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.change_stream = clap::ValueEnum::from_str(change_stream, false).unwrap()).await,
     );
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     // 500 ms cache + 500 ms replication: declared 1 s.
@@ -93,10 +93,10 @@ async fn watch_a_service_driven_migration(change_stream: &str) {
     assert_eq!(monitor.partial_cutovers(), 0, "{change_stream}");
     assert_eq!(monitor.orphan_ids(10), ["res-2"], "{change_stream}: found by the scan");
     let status = monitor.status();
-    let interval = status["escalation_interval"]["max_seconds"].as_f64().unwrap();
-    assert!(interval >= 1.0, "the escalation waited at least the declared delay: {status}");
-    assert!(status["phase_durations"]["write"]["max_seconds"].as_f64().is_some(), "{status}");
-    assert!(!status.to_string().contains(&token));
+    let interval = status.escalation_interval_seconds.max.unwrap();
+    assert!(interval >= 1.0, "the escalation waited at least the declared delay: {status:?}");
+    assert!(status.phase_duration_seconds.write.max.is_some(), "{status:?}");
+    assert!(!serde_json::to_string(&status).unwrap().contains(&token));
     shutdown.cancel();
     running.wait().await;
 }
@@ -114,7 +114,7 @@ async fn the_monitor_follows_cosmos_through_the_change_feed() {
 #[derive(Debug, clap::Parser)]
 struct Cli {
     #[command(flatten)]
-    cmd: lockprobe::monitor::cli::MonitorCommand,
+    cmd: lockprobe::app::monitor::MonitorCommand,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +140,7 @@ async fn lockprobe_monitor_store_cosmos_watches_a_database() {
     ];
     let cmd = <Cli as clap::Parser>::try_parse_from(args).unwrap().cmd;
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(lockprobe::monitor::cli::run_on(cmd, listener, shutdown.clone()));
+    let task = tokio::spawn(lockprobe::app::monitor::run_on(cmd, listener, shutdown.clone()));
 
     let now = SystemClock.now();
     let policy = LockPolicy::new(60 * S, 3600 * S);
@@ -154,13 +154,13 @@ async fn lockprobe_monitor_store_cosmos_watches_a_database() {
     for _ in 0..100 {
         if let Ok(resp) = http.get(&url).send().await {
             seen = resp.json().await.unwrap_or(Value::Null);
-            if seen["in_flight"] == 1 {
+            if seen["inFlight"] == 1 {
                 break;
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(seen["in_flight"], 1, "the monitor saw the pre-lock in cosmos: {seen}");
+    assert_eq!(seen["inFlight"], 1, "the monitor saw the pre-lock in cosmos: {seen}");
     let metrics = http.get(format!("http://{listen}/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("lockprobe_monitor_in_flight_migrations 1"), "{metrics}");
     shutdown.cancel();

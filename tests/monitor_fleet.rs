@@ -353,9 +353,9 @@ fn metrics_text(registry: &prometheus::Registry) -> String {
 }
 
 /// No lock token the fleet was issued appears in the metrics or the status document.
-fn assert_no_token_in(fleet: &Fleet, metrics: &str, status: &serde_json::Value) {
+fn assert_no_token_in(fleet: &Fleet, metrics: &str, status: &lockprobe::monitor::MonitorStatus) {
     assert!(!fleet.tokens_seen.is_empty(), "the fleet took locks");
-    let status = status.to_string();
+    let status = serde_json::to_string(status).unwrap();
     for token in &fleet.tokens_seen {
         assert!(!metrics.contains(token.as_str()) && !status.contains(token.as_str()), "a lock token leaked");
     }
@@ -441,29 +441,16 @@ async fn a_clean_fleet_reports_no_anomaly() {
 
     let status = monitor.status();
     let renewals: u64 = (0..300u64).map(|i| i % 3).sum();
-    assert_eq!(status["renewals"], renewals);
+    assert_eq!(status.renewals, renewals);
     // Every migration's hold was timed; write holds were planned at 1..=9 s.
-    assert_eq!(status["phase_durations"]["write"]["count"], 300);
-    assert!(
-        status["phase_durations"]["write"]["max_seconds"]
-            .as_f64()
-            .unwrap()
-            <= 9.0,
-        "{status}"
-    );
-    assert!(
-        status["phase_durations"]["write"]["p50_seconds"]
-            .as_f64()
-            .unwrap()
-            >= 1.0
-    );
+    let write = &status.phase_duration_seconds.write;
+    assert_eq!(write.count, 300);
+    assert!(write.max.unwrap() <= 9.0, "{status:?}");
+    assert!(write.p50.unwrap() >= 1.0);
     // Clean escalations came at delay + buffer (15 s) plus 0..4 s of jitter.
-    assert_eq!(status["escalation_interval"]["count"], 300);
-    let p = |q: &str| status["escalation_interval"][q].as_f64().unwrap();
-    assert!(
-        p("p50_seconds") >= 15.0 && p("max_seconds") <= 19.0,
-        "{status}"
-    );
+    let interval = &status.escalation_interval_seconds;
+    assert_eq!(interval.count, 300);
+    assert!(interval.p50.unwrap() >= 15.0 && interval.max.unwrap() <= 19.0, "{status:?}");
 
     let text = metrics_text(&registry);
     assert!(text.contains("lockprobe_monitor_early_escalations_total 0"));
@@ -521,15 +508,10 @@ async fn every_injected_anomaly_is_counted_exactly() {
     assert!(text.contains("lockprobe_monitor_orphaned_locks 5"));
     assert!(text.contains("lockprobe_monitor_migrations_total{outcome=\"lapsed\"} 9"));
     let status = monitor.status();
-    let kinds: BTreeSet<&str> = status["recent_anomalies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["kind"].as_str().unwrap())
-        .collect();
+    let kinds: BTreeSet<&str> = status.recent_anomalies.iter().map(|a| a.kind.as_str()).collect();
     assert!(
         kinds.contains("partial_cutover") && kinds.contains("orphaned_lock"),
-        "{status}"
+        "{status:?}"
     );
     assert_no_token_in(&fleet, &text, &status);
 }
@@ -596,7 +578,7 @@ async fn latest_only_delivery_counts_the_same_anomalies() {
     monitor.drain().await.unwrap();
     monitor.sweep();
     monitor.scan_once().await.unwrap();
-    let delivered = monitor.status()["changes"].as_u64().unwrap();
+    let delivered = monitor.status().changes;
     let written = fleet.store.counts().writes();
     assert!(delivered + 100 < written, "versions must really collapse: {delivered} of {written}");
 

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use lockprobe::clock::{Clock, ManualClock};
-use lockprobe::monitor::cli::{run, run_on, MonitorCommand};
+use lockprobe::app::monitor::{run, run_on, MonitorCommand};
 use lockprobe::monitor::{http, Monitor, MonitorConfig, Outcome};
 use lockprobe::service::{self, items::ItemStores, Fault, ServiceConfig};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
@@ -109,9 +109,9 @@ async fn a_migration_through_the_service_appears_in_the_monitor() {
     let status: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(status["migrations"]["swapped"], 1);
     assert_eq!(status["migrations"]["lapsed"], 1);
-    assert_eq!(status["orphan_ids"], json!(["res-2"]));
-    assert_eq!(status["phase_durations"]["write"]["p50_seconds"], 2.0);
-    assert_eq!(status["escalation_interval"]["max_seconds"], 4.0);
+    assert_eq!(status["orphanIds"], json!(["res-2"]));
+    assert_eq!(status["phaseDurationSeconds"]["write"]["p50"], 2.0);
+    assert_eq!(status["escalationIntervalSeconds"]["max"], 4.0);
     assert!(!String::from_utf8_lossy(&body).contains(&token), "no token in the status API");
 }
 
@@ -154,7 +154,7 @@ async fn the_command_serves_status_and_metrics_on_memory_and_stops_on_shutdown()
     // instead of racing its start.
     let http = reqwest::Client::new();
     let status: Value = http.get(format!("{base}{}", http::STATUS_PATH)).send().await.unwrap().json().await.unwrap();
-    assert_eq!((status["in_flight"].as_u64(), status["orphaned_locks"].as_u64()), (Some(0), Some(0)), "{status}");
+    assert_eq!((status["inFlight"].as_u64(), status["orphanedLocks"].as_u64()), (Some(0), Some(0)), "{status}");
     let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("lockprobe_monitor_orphaned_locks 0"), "{metrics}");
 

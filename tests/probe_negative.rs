@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lockprobe::metrics::Metrics;
+use lockprobe::probe::metrics::Metrics;
 use lockprobe::probe::observer::TracingObserver;
 use lockprobe::probe::report::{CycleReport, CycleResult};
 use lockprobe::probe::scenario::Scenario;
@@ -179,7 +179,7 @@ fn failed_ops(r: &CycleReport, check: &str) -> Vec<(String, String, String)> {
     r.assertions
         .iter()
         .filter(|a| a.check == check && !a.passed)
-        .map(|a| (a.op.clone(), a.expected.clone(), a.observed.clone()))
+        .map(|a| (a.op.to_string(), a.expected.to_string(), a.observed.to_string()))
         .collect()
 }
 
@@ -250,13 +250,13 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
     let status = ProbeStatus::new();
     metrics.record_cycle(&report);
     status.record_cycle(&report);
-    let status_json = status.to_json(&metrics);
+    let document = status.document(&metrics);
     let outputs = [
         ("json report", report.to_json().to_string()),
         ("junit report", report.to_junit()),
         ("metrics", metrics.render()),
-        ("status api", status_json.to_string()),
-        ("status page", lockprobe::status_page::render(&status_json)),
+        ("status api", serde_json::to_string(&document).unwrap()),
+        ("status page", lockprobe::probe::status_page::render(&document)),
     ];
     let issued = fake.issued.lock().unwrap().clone();
     assert!(!issued.is_empty());
@@ -334,7 +334,7 @@ async fn an_unreachable_target_is_an_error_not_a_crash() {
         report.error
     );
     assert_eq!(report.assertions.len(), 1);
-    assert_eq!(report.assertions[0].observed, "unreachable");
+    assert_eq!(report.assertions[0].observed.as_str(), "unreachable");
 }
 
 #[tokio::test]
@@ -400,9 +400,9 @@ async fn a_pre_lock_without_a_declared_delay_stops_the_walk_before_escalating() 
     let main: Vec<_> = report.assertions.iter().filter(|a| a.check == "cycle").collect();
     assert!(
         main.iter()
-            .any(|a| a.op == "convergence-delay" && a.observed == "missing" && !a.passed),
+            .any(|a| a.op.as_str() == "convergence-delay" && a.observed.as_str() == "missing" && !a.passed),
         "{main:#?}"
     );
-    assert!(!main.iter().any(|a| a.op == "escalate"), "{main:#?}");
+    assert!(!main.iter().any(|a| a.op.as_str() == "escalate"), "{main:#?}");
     assert_eq!(unreleased(&fake, "probe-0001"), Vec::<String>::new());
 }

@@ -140,10 +140,10 @@ async fn enforcement_violations_reach_metrics_and_status() {
     ] {
         assert!(text.contains(needle), "missing {needle}:\n{text}");
     }
-    let status = probe.status.to_json(&probe.metrics);
-    let cycle = &status["targets"][0]["lastCycles"][0];
-    assert_eq!(cycle["result"], "failed");
-    assert_eq!(cycle["failedAssertions"], 4);
+    let status = probe.status.document(&probe.metrics);
+    let cycle = &status.targets[0].last_cycles[0];
+    assert_eq!(cycle.result, CycleResult::Failed);
+    assert_eq!(cycle.failed_assertions, 4);
     // The server has stopped with the run; its state is what the status API served.
     assert!(reqwest::get(format!("{base}/healthz")).await.is_err());
 }

@@ -1,6 +1,6 @@
 //! Defects found in the routing library and the memory store while writing the
-//! routing tests, kept as regression tests. Each states the behaviour DESIGN.md asks
-//! for. All but the last were fixed on main in f82d69d; the last
+//! routing tests, kept as regression tests. Each states the behaviour the lock protocol
+//! asks for. All but the last were fixed on main in f82d69d; the last
 //! (`a_lease_revived_by_a_clock_step_is_not_served_stale_from_cache`) in 4373345.
 
 use std::sync::Arc;

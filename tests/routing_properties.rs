@@ -3,7 +3,7 @@
 //! and one manual clock, with injected 412s, a concurrent writer, forward clock jumps
 //! and backward steps of up to the skew margin (the step the design absorbs). After
 //! every step the store's write-region document and its whole change history are
-//! checked against the invariants of DESIGN.md:
+//! checked against the invariants of the lock protocol:
 //!
 //! - at most one live token per resource (no new token while a live lock exists; at most
 //!   one orchestrator's token is accepted at any instant; a swap's guard on `secondary`

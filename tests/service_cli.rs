@@ -237,11 +237,11 @@ timeout = "2h"
     let monitor = r#"
 [monitor]
 store = "cosmos"
-cosmos-endpoint = "https://routing.documents.azure.com:443/"
-cosmos-key-env = "CHECK_CONFIG_COSMOS_KEY"
-cosmos-database = "routing"
-cosmos-container = "locations"
-cosmos-write-region = "westeurope"
+cosmos_endpoint = "https://routing.documents.azure.com:443/"
+cosmos_key_env = "CHECK_CONFIG_COSMOS_KEY"
+cosmos_database = "routing"
+cosmos_container = "locations"
+cosmos_write_region = "westeurope"
 "#;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("probe.toml");
@@ -255,7 +255,7 @@ cosmos-write-region = "westeurope"
         ("cache_ttl = \"1s\"", "cache_ttl = \"500000years\"", "cache_ttl"),
         ("timeout = \"2h\"", "timeout = \"500000years\"", "timeout"),
         ("timeout = \"2h\"", "timeout = \"2h\"\njitter = \"500000years\"", "jitter"),
-        ("cosmos-write-region = \"westeurope\"", "cosmos-write-region = \"westeurope\"\nmonitor-lapse-grace = \"500000years\"", "--monitor-lapse-grace"),
+        ("cosmos_write_region = \"westeurope\"", "cosmos_write_region = \"westeurope\"\nmonitor_lapse_grace = \"500000years\"", "monitor_lapse_grace"),
     ] {
         std::fs::write(path, good.replace(from, to)).unwrap();
         let (code, stderr) = run_briefly(&["check-config", path], &cosmos_key);

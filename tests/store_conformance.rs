@@ -308,7 +308,7 @@ async fn cosmos_store() -> Arc<dyn LocationStore> {
 /// in place of the server's stub), a fresh database per test.
 async fn cosmos_change_feed_store() -> Arc<dyn LocationStore> {
     let registry = prometheus::Registry::new();
-    Arc::new(cosmos_server::connect_with(&cosmos_endpoint(), &registry, |args| args.change_stream = "change-feed".into()).await)
+    Arc::new(cosmos_server::connect_with(&cosmos_endpoint(), &registry, |args| args.change_stream = lockprobe::app::store::cosmos::ChangeStreamChoice::ChangeFeed).await)
 }
 
 conformance_suite!(memory, memory_store());

@@ -1,9 +1,18 @@
 //! What the monitor is told: intervals, the escalation buffer and the service's
 //! declared convergence delay. Every duration is configuration.
+//!
+//! [`MonitorConfig`] is the one settings type of the monitor: its flags (each with a
+//! `--monitor-` prefix and a `LOCKPROBE_MONITOR_*` variable, so it can be flattened into
+//! any command beside other parts' flags) and its keys in a `[monitor]` table of a
+//! `serve` configuration (the flag's name without its dashes, `_` for `-`:
+//! `monitor_escalation_buffer = "10m"`) are two views of it.
 
 use std::time::Duration;
 
-/// A monitor setting that cannot be used, naming the field (or flag) at fault.
+use serde::{Deserialize, Serialize};
+
+/// A monitor setting that cannot be used, naming the field at fault (see
+/// [`MonitorConfigError::flag`] and [`MonitorConfigError::key`] for its other names).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MonitorConfigError {
     /// A duration that must be positive is zero.
@@ -20,34 +29,58 @@ pub enum MonitorConfigError {
     },
 }
 
-/// Settings of one monitor.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Settings of one monitor: flags, `[monitor]` keys and the struct are one type.
+/// Missing keys and absent flags take the defaults of [`MonitorConfig::default`].
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
+#[serde(default)]
 pub struct MonitorConfig {
-    /// How long the change-stream loop waits after an empty poll.
+    /// Wait after an empty change-stream poll.
+    #[arg(id = "monitor_poll_interval", long = "monitor-poll-interval", env = "LOCKPROBE_MONITOR_POLL_INTERVAL", default_value = "200ms", value_parser = crate::usage::parse_bounded_duration)]
+    #[serde(rename = "monitor_poll_interval", with = "crate::usage::duration")]
     pub poll_interval: Duration,
-    /// How many changes one poll asks for.
+    /// Changes asked for per poll.
+    #[arg(id = "monitor_poll_batch", long = "monitor-poll-batch", env = "LOCKPROBE_MONITOR_POLL_BATCH", default_value_t = 1000)]
+    #[serde(rename = "monitor_poll_batch")]
     pub poll_batch: usize,
-    /// How often the whole store is scanned for orphaned locks and partial cutovers the
-    /// stream may have missed.
+    /// How often the whole store is scanned for orphans and partial cutovers the stream
+    /// may have missed.
+    #[arg(id = "monitor_scan_interval", long = "monitor-scan-interval", env = "LOCKPROBE_MONITOR_SCAN_INTERVAL", default_value = "5m", value_parser = crate::usage::parse_bounded_duration)]
+    #[serde(rename = "monitor_scan_interval", with = "crate::usage::duration")]
     pub scan_interval: Duration,
-    /// Page size of the scan.
+    /// Documents per scan page.
+    #[arg(id = "monitor_scan_page", long = "monitor-scan-page", env = "LOCKPROBE_MONITOR_SCAN_PAGE", default_value_t = 1000)]
+    #[serde(rename = "monitor_scan_page")]
     pub scan_page: usize,
-    /// How often in-memory timelines are checked for leases that ran out with no event.
+    /// How often lapsed leases are looked for between scans.
+    #[arg(id = "monitor_sweep_interval", long = "monitor-sweep-interval", env = "LOCKPROBE_MONITOR_SWEEP_INTERVAL", default_value = "5s", value_parser = crate::usage::parse_bounded_duration)]
+    #[serde(rename = "monitor_sweep_interval", with = "crate::usage::duration")]
     pub sweep_interval: Duration,
-    /// How long past a lease's end a lock still in the document is taken as live
-    /// before it is called lapsed (by the sweep, the stream or a scan alike): a swap
-    /// committed just before expiry may be delivered late by the stream, and a service
-    /// whose clock lags the monitor's may still swap under the lease.
+    /// How long past a lease's end the sweep waits before calling it lapsed (covers
+    /// change-stream delivery lag).
+    ///
+    /// A lock still in the document is taken as live until then (by the sweep, the stream
+    /// or a scan alike): a swap committed just before expiry may be delivered late by the
+    /// stream, and a service whose clock lags the monitor's may still swap under the lease.
+    #[arg(id = "monitor_lapse_grace", long = "monitor-lapse-grace", env = "LOCKPROBE_MONITOR_LAPSE_GRACE", default_value = "30s", value_parser = crate::usage::parse_bounded_duration)]
+    #[serde(rename = "monitor_lapse_grace", with = "crate::usage::duration")]
     pub lapse_grace: Duration,
-    /// The orchestrator's safety buffer: hardDelete must not come before
-    /// acquiredAt + declared delay + buffer.
+    /// The orchestrator's buffer after the convergence delay before hardDelete.
+    ///
+    /// hardDelete must not come before acquiredAt + declared delay + buffer.
+    #[arg(id = "monitor_escalation_buffer", long = "monitor-escalation-buffer", env = "LOCKPROBE_MONITOR_ESCALATION_BUFFER", default_value = "10m", value_parser = crate::usage::parse_bounded_duration)]
+    #[serde(rename = "monitor_escalation_buffer", with = "crate::usage::duration")]
     pub escalation_buffer: Duration,
-    /// The convergence delay the service declared (max cache TTL + replication bound),
-    /// if the monitor is told one. A lock whose own declared delay
-    /// (effectiveAt - acquiredAt) is shorter is judged against this one instead: a
-    /// client that under-declares cannot hide an early escalation.
+    /// The service's declared convergence delay (max cache TTL + replication bound); a
+    /// lock declaring less is judged against this.
+    ///
+    /// A client that under-declares (effectiveAt - acquiredAt shorter than this) cannot
+    /// hide an early escalation.
+    #[arg(id = "monitor_declared_delay", long = "monitor-declared-delay", env = "LOCKPROBE_MONITOR_DECLARED_DELAY", value_parser = crate::usage::parse_bounded_duration)]
+    #[serde(rename = "monitor_declared_delay", with = "crate::usage::duration::option", skip_serializing_if = "Option::is_none")]
     pub declared_delay: Option<Duration>,
-    /// How many recent anomalies the status API lists.
+    /// How many recent anomalies the status API lists (not a flag: embedders set it).
+    #[arg(skip = MonitorConfig::RECENT_ANOMALIES)]
+    #[serde(skip)]
     pub recent_anomalies: usize,
 }
 
@@ -62,12 +95,42 @@ impl Default for MonitorConfig {
             lapse_grace: Duration::from_secs(30),
             escalation_buffer: Duration::from_secs(600),
             declared_delay: None,
-            recent_anomalies: 32,
+            recent_anomalies: Self::RECENT_ANOMALIES,
+        }
+    }
+}
+
+impl MonitorConfigError {
+    /// The field at fault, e.g. `scan_interval`.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::NotPositive { field } | Self::ZeroCount { field } => field,
+        }
+    }
+
+    /// The flag of the field at fault, e.g. `--monitor-scan-interval`.
+    pub fn flag(&self) -> String {
+        format!("--monitor-{}", self.field().replace('_', "-"))
+    }
+
+    /// The `[monitor]` key of the field at fault, e.g. `monitor_scan_interval`.
+    pub fn key(&self) -> String {
+        format!("monitor_{}", self.field())
+    }
+
+    /// What is wrong, without the name.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotPositive { .. } => "must be positive",
+            Self::ZeroCount { .. } => "must be at least 1",
         }
     }
 }
 
 impl MonitorConfig {
+    /// Recent anomalies the status API lists by default.
+    pub const RECENT_ANOMALIES: usize = 32;
+
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<(), MonitorConfigError> {
         for (field, d) in [
@@ -94,6 +157,74 @@ impl MonitorConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        monitor: MonitorConfig,
+    }
+
+    fn parse(args: &[&str]) -> Result<MonitorConfig, clap::Error> {
+        Cli::try_parse_from(std::iter::once("lockprobe").chain(args.iter().copied())).map(|c| c.monitor)
+    }
+
+    #[test]
+    fn the_flags_default_to_the_defaults() {
+        // A variable of this test's would race other tests; none of these is set here.
+        assert_eq!(parse(&[]).unwrap(), MonitorConfig::default());
+        let config: MonitorConfig = toml::from_str("").unwrap();
+        assert_eq!(config, MonitorConfig::default());
+    }
+
+    #[test]
+    fn flags_and_keys_are_two_views_of_one_type() {
+        let from_flags = parse(&[
+            "--monitor-scan-interval",
+            "2s",
+            "--monitor-escalation-buffer",
+            "1s",
+            "--monitor-declared-delay",
+            "4s",
+        ])
+        .unwrap();
+        assert_eq!(from_flags.scan_interval, Duration::from_secs(2));
+        assert_eq!(from_flags.declared_delay, Some(Duration::from_secs(4)));
+        assert_eq!(from_flags.poll_interval, Duration::from_millis(200));
+        let from_keys: MonitorConfig = toml::from_str(
+            "monitor_scan_interval = \"2s\"\nmonitor_escalation_buffer = \"1s\"\nmonitor_declared_delay = \"4s\"",
+        )
+        .unwrap();
+        assert_eq!(from_keys, from_flags);
+        // Every flag has the key of its name, and back.
+        let keys = toml::Table::try_from(MonitorConfig { declared_delay: Some(Duration::ZERO), ..MonitorConfig::default() }).unwrap();
+        let flags: Vec<String> = <Cli as clap::CommandFactory>::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .map(|l| l.replace('-', "_"))
+            .collect();
+        let mut keys: Vec<String> = keys.keys().cloned().collect();
+        keys.sort();
+        let mut flags = flags;
+        flags.sort();
+        assert_eq!(keys, flags);
+    }
+
+    #[test]
+    fn a_zero_interval_names_its_flag_and_its_key() {
+        let err = parse(&["--monitor-sweep-interval", "0s"]).unwrap().validate().unwrap_err();
+        assert_eq!((err.flag(), err.key(), err.reason()), ("--monitor-sweep-interval".into(), "monitor_sweep_interval".into(), "must be positive"));
+        assert!(parse(&["--monitor-poll-interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn an_interval_over_ten_years_names_its_flag() {
+        let err = parse(&["--monitor-lapse-grace", "500000years"]).unwrap_err().to_string();
+        assert!(err.contains("--monitor-lapse-grace") && err.contains("over the limit of 10years"), "{err}");
+        assert!(parse(&["--monitor-lapse-grace", "10years"]).is_ok());
+        let err = toml::from_str::<MonitorConfig>("monitor_lapse_grace = \"500000years\"").unwrap_err().to_string();
+        assert!(err.contains("monitor_lapse_grace") && err.contains("over the limit of 10years"), "{err}");
+    }
 
     #[test]
     fn defaults_are_valid_and_zero_intervals_are_named() {

@@ -5,9 +5,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::Value;
-
-use super::Monitor;
+use super::{Monitor, MonitorStatus};
 
 /// Where the status document is served.
 pub const STATUS_PATH: &str = "/api/v1/monitor";
@@ -17,6 +15,6 @@ pub fn router(monitor: Arc<Monitor>) -> Router {
     Router::new().route(STATUS_PATH, get(status)).with_state(monitor)
 }
 
-async fn status(State(monitor): State<Arc<Monitor>>) -> Json<Value> {
+async fn status(State(monitor): State<Arc<Monitor>>) -> Json<MonitorStatus> {
     Json(monitor.status())
 }

@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
+use chrono::{DateTime, Utc};
 use prometheus::{
     Histogram as PromHistogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     Opts, Registry,
 };
-use serde_json::{json, Value};
 
 use super::tracker::Outcome;
+use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
 use crate::routing::document::Phase;
 
 /// Buckets from a second to three days: tests run seconds, production hours.
@@ -119,19 +119,17 @@ impl MonitorMetrics {
     }
 }
 
-/// Exact percentiles of the durations the monitor has seen, in milliseconds.
+/// Exact percentiles of the durations the monitor has seen lately (see
+/// [`crate::percentiles`]), in steps of a millisecond: lock times come from settled
+/// timestamps, finer steps would only add noise.
 #[derive(Debug)]
 pub(crate) struct Percentiles {
-    phases: [Histogram<u64>; 3],
-    escalation: Histogram<u64>,
+    phases: [WindowedPercentiles; 3],
+    escalation: WindowedPercentiles,
 }
 
-fn hdr() -> Histogram<u64> {
-    // Up to 30 days in milliseconds, three significant digits; auto-resize beyond.
-    let mut h =
-        Histogram::new_with_bounds(1, 30 * 24 * 3600 * 1000, 3).expect("valid static bounds");
-    h.auto(true);
-    h
+fn window() -> WindowedPercentiles {
+    WindowedPercentiles::new(Duration::from_millis(1), DEFAULT_WINDOW)
 }
 
 fn phase_index(p: Phase) -> usize {
@@ -142,53 +140,30 @@ fn phase_index(p: Phase) -> usize {
     }
 }
 
-fn record(h: &mut Histogram<u64>, d: Duration) {
-    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
-    // Auto-resizing histograms only fail on values beyond u64 range, which saturate above.
-    let _ = h.record(ms);
-}
-
-fn summary(h: &Histogram<u64>) -> Value {
-    // HDR buckets hold values equal to three significant digits; report each bucket's
-    // lowest value, so a recorded 9.000 s reads 9.000 s rather than 9.007 s.
-    let secs = |v: u64| h.lowest_equivalent(v) as f64 / 1000.0;
-    if h.is_empty() {
-        return json!({ "count": 0 });
-    }
-    json!({
-        "count": h.len(),
-        "p50_seconds": secs(h.value_at_quantile(0.50)),
-        "p75_seconds": secs(h.value_at_quantile(0.75)),
-        "p99_seconds": secs(h.value_at_quantile(0.99)),
-        "max_seconds": secs(h.max()),
-    })
-}
-
 impl Percentiles {
-    /// Empty histograms.
+    /// Empty windows.
     pub(crate) fn new() -> Self {
-        Self {
-            phases: [hdr(), hdr(), hdr()],
-            escalation: hdr(),
-        }
+        Self { phases: [window(), window(), window()], escalation: window() }
     }
 
-    /// Records one hold of phase `p`.
-    pub(crate) fn phase(&mut self, p: Phase, d: Duration) {
-        record(&mut self.phases[phase_index(p)], d);
+    /// Records one hold of phase `p`, ended at `at`.
+    pub(crate) fn phase(&mut self, p: Phase, at: DateTime<Utc>, d: Duration) {
+        self.phases[phase_index(p)].record(at, d);
     }
 
-    /// Records one timed pre-lock -> hardDelete interval.
-    pub(crate) fn escalation(&mut self, d: Duration) {
-        record(&mut self.escalation, d);
+    /// Records one timed pre-lock -> hardDelete interval, ended at `at`.
+    pub(crate) fn escalation(&mut self, at: DateTime<Utc>, d: Duration) {
+        self.escalation.record(at, d);
     }
 
-    /// `phase_durations` and `escalation_interval` for the status document.
-    pub(crate) fn to_json(&self) -> Value {
-        let mut phases = serde_json::Map::new();
-        for p in PHASES {
-            phases.insert(p.as_str().to_owned(), summary(&self.phases[phase_index(p)]));
-        }
-        json!({ "phase_durations": phases, "escalation_interval": summary(&self.escalation) })
+    /// The phase holds and the escalation interval, over the window ending at `now`.
+    pub(crate) fn summaries(&self, now: DateTime<Utc>) -> (PhaseSummaries, Summary) {
+        let phase = |p: Phase| self.phases[phase_index(p)].summary(now);
+        let phases = PhaseSummaries {
+            pre_lock: phase(Phase::PreLock),
+            hard_delete: phase(Phase::HardDelete),
+            write: phase(Phase::Write),
+        };
+        (phases, self.escalation.summary(now))
     }
 }

@@ -180,54 +180,27 @@ impl Tracker {
             .lock
             .as_ref()
             .map(|l| (l, ms(l.acquired_at), self.hash32(l.token.expose())));
-
-        if let Some(prev) = self.timelines.get(doc.id.as_str()) {
-            if at_ms < prev.last_seen_ms {
-                return; // an older version than one already applied
-            }
-            let same = current.is_some_and(|(_, acq, th)| prev.is(acq, th));
-            if prev.has(ENDED) {
-                if same || current.is_none() {
-                    return; // the ended migration's own late versions, or still unlocked
-                }
-                self.timelines.remove(doc.id.as_str());
-                self.ended -= 1;
-            } else if !same {
-                let mut prev = self.timelines.remove(doc.id.as_str()).expect("just looked up");
-                self.end_previous(&prev, location_hash, current.map(|(l, _, _)| l), at_ms, out);
-                if current.is_none() {
-                    // Remember the end for a while: a lagging stream may still deliver
-                    // this migration's older versions after a scan saw it end, and they
-                    // must not start it again.
-                    prev.flags = ENDED;
-                    prev.last_seen_ms = at_ms;
-                    self.timelines.insert(Box::from(doc.id.as_str()), prev);
-                    self.ended += 1;
-                }
-            }
+        if !self.close_previous(&doc.id, current, location_hash, at_ms, out) {
+            return;
         }
-
         let Some((lock, acquired_ms, token_hash)) = current else {
             return;
         };
         let rules = self.rules;
         let created = !self.timelines.contains_key(doc.id.as_str());
-        let tl = self
-            .timelines
-            .entry(Box::from(doc.id.as_str()))
-            .or_insert_with(|| {
-                Timeline::new(
-                    acquired_ms,
-                    // The declared delay, not effectiveAt: that also holds the skew
-                    // margin and, once settled, the store's commit delay.
-                    acquired_ms.saturating_add(lock.convergence_delay().num_milliseconds()),
-                    ms(lock.expires_at),
-                    token_hash,
-                    location_hash,
-                    Phase::PreLock,
-                    lock.renewals,
-                )
-            });
+        let tl = self.timelines.entry(Box::from(doc.id.as_str())).or_insert_with(|| {
+            Timeline::new(
+                acquired_ms,
+                // The declared delay, not effectiveAt: that also holds the skew
+                // margin and, once settled, the store's commit delay.
+                acquired_ms.saturating_add(lock.convergence_delay().num_milliseconds()),
+                ms(lock.expires_at),
+                token_hash,
+                location_hash,
+                Phase::PreLock,
+                lock.renewals,
+            )
+        });
         if created {
             out.push(Event::Started);
         }
@@ -235,77 +208,115 @@ impl Tracker {
             tl.last_seen_ms = at_ms;
             return; // outcome already counted; the orphan stays until the lock goes
         }
-
-        // Escalations since the last observation (a timeline starts at preLock, so a
-        // lock first seen escalated lands here too), timed at `at` only when this
-        // version is the escalation's own commit. Escalation keeps the renewal count and
-        // only a renewal raises it, so a version with more renewals than the monitor
-        // knew of (a first sighting knows of none) may be a later renewal, committed
-        // after the escalation: its time would pass a bound off as a measurement.
-        let renewed_since = lock.renewals > if created { 0 } else { tl.renewals };
-        if lock.phase > tl.phase {
-            let timed = seen == Seen::Stream && !renewed_since;
-            // A two-step jump (preLock straight to write) times neither step.
-            let one_step = matches!(
-                (tl.phase, lock.phase),
-                (Phase::PreLock, Phase::HardDelete) | (Phase::HardDelete, Phase::Write)
-            );
-            if timed && one_step {
-                if let Some(start) = tl.phase_start_ms(tl.phase) {
-                    out.push(Event::PhaseHeld {
-                        phase: tl.phase,
-                        held: dur(start, at_ms),
-                    });
-                }
-            }
-            if tl.phase == Phase::PreLock && !tl.has(EARLY_JUDGED) {
-                tl.set(EARLY_JUDGED);
-                let declared = Duration::from_millis(u64::from(tl.delay_ms))
-                    .max(rules.declared_delay.unwrap_or_default());
-                let required = declared + rules.escalation_buffer;
-                // hardDelete happened at or before `at`: if even `at` is too early, it was.
-                let bound = dur(tl.acquired_ms, at_ms);
-                let interval = (timed && one_step).then_some(bound);
-                out.push(Event::Escalation {
-                    interval,
-                    required,
-                    early: bound < required,
-                });
-            }
-            if timed {
-                tl.mark_phase_start(lock.phase, at_ms);
-            }
-            tl.phase = lock.phase;
+        Self::escalations(tl, lock, at_ms, seen, created, &rules, out);
+        Self::renewals_and_cutover(tl, doc, lock, location_hash, at_ms, out);
+        if tl.expires_ms.saturating_add(millis(rules.lapse_grace)) <= at_ms {
+            // The version as of `at` still carries a lock whose lease ended more than
+            // the grace before: nobody can use it any more.
+            Self::lapse(tl, out);
+            self.orphans += 1;
         }
+    }
 
+    /// Settles the timeline a document had before this observation: returns false when
+    /// the observation changes nothing (an older version than one already applied, or
+    /// a late version of a migration already ended); ends the previous migration when
+    /// this version holds another lock or none.
+    fn close_previous(
+        &mut self,
+        id: &str,
+        current: Option<(&LockInfo, i64, u32)>,
+        location_hash: u32,
+        at_ms: i64,
+        out: &mut Vec<Event>,
+    ) -> bool {
+        let Some(prev) = self.timelines.get(id) else {
+            return true;
+        };
+        if at_ms < prev.last_seen_ms {
+            return false; // an older version than one already applied
+        }
+        let same = current.is_some_and(|(_, acq, th)| prev.is(acq, th));
+        if prev.has(ENDED) {
+            if same || current.is_none() {
+                return false; // the ended migration's own late versions, or still unlocked
+            }
+            self.timelines.remove(id);
+            self.ended -= 1;
+        } else if !same {
+            let mut prev = self.timelines.remove(id).expect("just looked up");
+            self.end_previous(&prev, location_hash, current.map(|(l, _, _)| l), at_ms, out);
+            if current.is_none() {
+                // Remember the end for a while: a lagging stream may still deliver
+                // this migration's older versions after a scan saw it end, and they
+                // must not start it again.
+                prev.flags = ENDED;
+                prev.last_seen_ms = at_ms;
+                self.timelines.insert(Box::from(id), prev);
+                self.ended += 1;
+            }
+        }
+        true
+    }
+
+    /// Escalations since the last observation (a timeline starts at preLock, so a lock
+    /// first seen escalated lands here too), timed at `at` only when this version is the
+    /// escalation's own commit. Escalation keeps the renewal count and only a renewal
+    /// raises it, so a version with more renewals than the monitor knew of (a first
+    /// sighting knows of none) may be a later renewal, committed after the escalation:
+    /// its time would pass a bound off as a measurement.
+    fn escalations(tl: &mut Timeline, lock: &LockInfo, at_ms: i64, seen: Seen, created: bool, rules: &Rules, out: &mut Vec<Event>) {
+        let renewed_since = lock.renewals > if created { 0 } else { tl.renewals };
+        if lock.phase <= tl.phase {
+            return;
+        }
+        let timed = seen == Seen::Stream && !renewed_since;
+        // A two-step jump (preLock straight to write) times neither step.
+        let one_step = matches!((tl.phase, lock.phase), (Phase::PreLock, Phase::HardDelete) | (Phase::HardDelete, Phase::Write));
+        if timed && one_step {
+            if let Some(start) = tl.phase_start_ms(tl.phase) {
+                out.push(Event::PhaseHeld { phase: tl.phase, held: dur(start, at_ms) });
+            }
+        }
+        if tl.phase == Phase::PreLock && !tl.has(EARLY_JUDGED) {
+            tl.set(EARLY_JUDGED);
+            let declared = Duration::from_millis(u64::from(tl.delay_ms)).max(rules.declared_delay.unwrap_or_default());
+            let required = declared + rules.escalation_buffer;
+            // hardDelete happened at or before `at`: if even `at` is too early, it was.
+            let bound = dur(tl.acquired_ms, at_ms);
+            let interval = (timed && one_step).then_some(bound);
+            out.push(Event::Escalation { interval, required, early: bound < required });
+        }
+        if timed {
+            tl.mark_phase_start(lock.phase, at_ms);
+        }
+        tl.phase = lock.phase;
+    }
+
+    /// Renewals since the last observation, the new expiry, and a partial cutover: the
+    /// location moved under the lock, or the lock stayed with the location already at
+    /// its target.
+    fn renewals_and_cutover(
+        tl: &mut Timeline,
+        doc: &LocationDocument,
+        lock: &LockInfo,
+        location_hash: u32,
+        at_ms: i64,
+        out: &mut Vec<Event>,
+    ) {
         if lock.renewals > tl.renewals {
             out.push(Event::Renewed(lock.renewals - tl.renewals));
             tl.renewals = lock.renewals;
         }
         tl.expires_ms = ms(lock.expires_at);
-
         let moved_under_lock = tl.location_hash != location_hash;
-        let at_target = doc
-            .secondary
-            .as_ref()
-            .is_some_and(|s| s.location == doc.primary.location);
+        let at_target = doc.secondary.as_ref().is_some_and(|s| s.location == doc.primary.location);
         if (moved_under_lock || at_target) && !tl.has(PARTIAL_COUNTED) {
             tl.set(PARTIAL_COUNTED);
             out.push(Event::PartialCutover);
         }
         tl.location_hash = location_hash;
         tl.last_seen_ms = at_ms;
-
-        if tl.expires_ms.saturating_add(millis(rules.lapse_grace)) <= at_ms {
-            // The version as of `at` still carries a lock whose lease ended more than
-            // the grace before: nobody can use it any more.
-            let tl = self
-                .timelines
-                .get_mut(doc.id.as_str())
-                .expect("inserted above");
-            Self::lapse(tl, out);
-            self.orphans += 1;
-        }
     }
 
     /// Ends every timeline whose lease ended more than the grace before `now` with no

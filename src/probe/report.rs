@@ -6,14 +6,10 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
 use quick_xml::Writer;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-/// User-visible outcomes of the enforcement table in DESIGN.md.
-const ENFORCEMENT_OUTCOMES: [&str; 3] = ["allow", "block", "tombstone"];
-
-/// Observed outcome of a 423 that lacks the `Retry-After` the contract requires.
-pub const BLOCK_WITHOUT_RETRY_AFTER: &str = "423 without Retry-After";
+use super::vocabulary::{Op, Outcome, Phase};
 
 /// One check: what was done, what was expected, what was seen.
 #[derive(Debug, Clone, Serialize)]
@@ -22,15 +18,15 @@ pub struct Assertion {
     /// Which part of the cycle: `cycle` or `negative/<name>`.
     pub check: String,
     /// Lock phase in force (`seed`, `preLock`, `hardDelete`, `write`, `swap`, `cleanup`).
-    pub phase: String,
+    pub phase: Phase,
     /// Operation (`read`, `write`, `delete`, `escalate`, `converge`, ...).
-    pub op: String,
+    pub op: Op,
     /// Instance base URL, when the check was made on one instance.
     pub instance: Option<String>,
     /// Expected outcome (a small, bounded vocabulary; used as a metrics label).
-    pub expected: String,
+    pub expected: Outcome,
     /// Observed outcome.
-    pub observed: String,
+    pub observed: Outcome,
     /// Whether observed matched expected.
     pub passed: bool,
     /// When the check finished.
@@ -42,24 +38,15 @@ pub struct Assertion {
     pub detail: Option<String>,
 }
 
-/// The enforcement decision an outcome stands for, if it stands for one.
-fn decision(outcome: &str) -> Option<&str> {
-    match outcome {
-        o if ENFORCEMENT_OUTCOMES.contains(&o) => Some(o),
-        BLOCK_WITHOUT_RETRY_AFTER => Some("block"),
-        _ => None,
-    }
-}
-
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }
 
-fn pairs_as_map<S: serde::Serializer>(pairs: &[(String, f64)], s: S) -> Result<S::Ok, S::Error> {
+fn pairs_as_map<S: serde::Serializer>(pairs: &[(Phase, f64)], s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
     let mut m = s.serialize_map(Some(pairs.len()))?;
     for (k, v) in pairs {
-        m.serialize_entry(k, v)?;
+        m.serialize_entry(k.as_str(), v)?;
     }
     m.end()
 }
@@ -75,8 +62,8 @@ impl Assertion {
     /// enforcement violation only where the phase demanded allow or tombstone.
     pub fn is_enforcement_violation(&self) -> bool {
         !self.passed
-            && matches!(self.op.as_str(), "read" | "write" | "delete")
-            && match (decision(&self.expected), decision(&self.observed)) {
+            && self.op.is_user_op()
+            && match (self.expected.decision(), self.observed.decision()) {
                 (Some(expected), Some(observed)) => expected != observed,
                 _ => false,
             }
@@ -105,7 +92,7 @@ impl Assertion {
 }
 
 /// How a cycle ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CycleResult {
     /// Every assertion passed.
@@ -158,10 +145,10 @@ pub struct CycleReport {
     pub error: Option<String>,
     /// Every assertion, in order.
     pub assertions: Vec<Assertion>,
-    /// Time spent in each lock phase of the main cycle, e.g. `("preLock", 3.1)`; in JSON
+    /// Time spent in each lock phase of the main cycle, e.g. `(PreLock, 3.1)`; in JSON
     /// an object `{"preLock": 3.1, ...}`.
     #[serde(serialize_with = "pairs_as_map")]
-    pub phase_durations: Vec<(String, f64)>,
+    pub phase_durations: Vec<(Phase, f64)>,
     /// Read-through latencies reported by the service, seconds.
     pub read_through_seconds: Vec<f64>,
     /// Convergence delay the service declared with the pre-lock.
@@ -212,22 +199,14 @@ impl CycleReport {
         let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
         // Writing into a Vec cannot fail; the results are ignored for that reason only.
         let _ = w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)));
-        let total = self.assertions.len().to_string();
-        let failures = self.failed_assertions().to_string();
-        let errors = usize::from(self.result == CycleResult::Error).to_string();
-        let wall = (self.finished_at - self.started_at)
-            .to_std()
-            .unwrap_or_default()
-            .as_secs_f64();
-        let wall = format!("{wall:.3}");
+        let wall = (self.finished_at - self.started_at).to_std().unwrap_or_default().as_secs_f64();
         let mut root = BytesStart::new("testsuites");
         root.push_attribute(("name", format!("lockprobe {}", self.target).as_str()));
-        root.push_attribute(("tests", total.as_str()));
-        root.push_attribute(("failures", failures.as_str()));
-        root.push_attribute(("errors", errors.as_str()));
-        root.push_attribute(("time", wall.as_str()));
+        root.push_attribute(("tests", self.assertions.len().to_string().as_str()));
+        root.push_attribute(("failures", self.failed_assertions().to_string().as_str()));
+        root.push_attribute(("errors", usize::from(self.result == CycleResult::Error).to_string().as_str()));
+        root.push_attribute(("time", format!("{wall:.3}").as_str()));
         let _ = w.write_event(Event::Start(root));
-
         let mut checks: Vec<&str> = Vec::new();
         for a in &self.assertions {
             if !checks.contains(&a.check.as_str()) {
@@ -235,77 +214,74 @@ impl CycleReport {
             }
         }
         for check in checks {
-            let cases: Vec<&Assertion> = self
-                .assertions
-                .iter()
-                .filter(|a| a.check == check)
-                .collect();
-            let n = cases.len().to_string();
-            let f = cases.iter().filter(|a| !a.passed).count().to_string();
-            let t: f64 = cases.iter().map(|a| a.duration.as_secs_f64()).sum();
-            let t = format!("{t:.3}");
-            let mut suite = BytesStart::new("testsuite");
-            suite.push_attribute(("name", check));
-            suite.push_attribute(("tests", n.as_str()));
-            suite.push_attribute(("failures", f.as_str()));
-            suite.push_attribute(("time", t.as_str()));
-            suite.push_attribute((
-                "timestamp",
-                self.started_at
-                    .to_rfc3339_opts(SecondsFormat::Secs, true)
-                    .as_str(),
-            ));
-            let _ = w.write_event(Event::Start(suite));
-            for (i, a) in cases.iter().enumerate() {
-                let name = match &a.instance {
-                    Some(inst) => format!("{:03} {} @ {}", i + 1, a.name(), inst),
-                    None => format!("{:03} {}", i + 1, a.name()),
-                };
-                let classname = format!("lockprobe.{}.{}", self.target, check.replace('/', "."));
-                let time = format!("{:.3}", a.duration.as_secs_f64());
-                let mut case = BytesStart::new("testcase");
-                case.push_attribute(("name", name.as_str()));
-                case.push_attribute(("classname", classname.as_str()));
-                case.push_attribute(("time", time.as_str()));
-                let _ = w.write_event(Event::Start(case));
-                if !a.passed {
-                    let msg = format!(
-                        "{}: expected {}, observed {}",
-                        a.name(),
-                        a.expected,
-                        a.observed
-                    );
-                    let mut failure = BytesStart::new("failure");
-                    failure.push_attribute(("message", msg.as_str()));
-                    failure.push_attribute(("type", a.op.as_str()));
-                    let _ = w.write_event(Event::Start(failure));
-                    let body = a.line();
-                    let _ = w.write_event(Event::Text(BytesText::new(&body)));
-                    let _ = w.write_event(Event::End(BytesEnd::new("failure")));
-                }
-                let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
-            }
-            let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+            let cases: Vec<&Assertion> = self.assertions.iter().filter(|a| a.check == check).collect();
+            self.junit_suite(&mut w, check, &cases);
         }
         if let Some(err) = &self.error {
-            let mut suite = BytesStart::new("testsuite");
-            suite.push_attribute(("name", "cycle-error"));
-            suite.push_attribute(("tests", "1"));
-            suite.push_attribute(("errors", "1"));
-            let _ = w.write_event(Event::Start(suite));
-            let mut case = BytesStart::new("testcase");
-            case.push_attribute(("name", "cycle completed"));
-            case.push_attribute(("classname", format!("lockprobe.{}", self.target).as_str()));
-            let _ = w.write_event(Event::Start(case));
-            let mut e = BytesStart::new("error");
-            e.push_attribute(("message", err.as_str()));
-            let _ = w.write_event(Event::Empty(e));
-            let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
-            let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+            self.junit_error(&mut w, err);
         }
         let _ = w.write_event(Event::End(BytesEnd::new("testsuites")));
         String::from_utf8(w.into_inner()).unwrap_or_default()
     }
+
+    /// One `<testsuite>`: the assertions of one check.
+    fn junit_suite(&self, w: &mut Writer<Vec<u8>>, check: &str, cases: &[&Assertion]) {
+        let failures = cases.iter().filter(|a| !a.passed).count();
+        let time: f64 = cases.iter().map(|a| a.duration.as_secs_f64()).sum();
+        let mut suite = BytesStart::new("testsuite");
+        suite.push_attribute(("name", check));
+        suite.push_attribute(("tests", cases.len().to_string().as_str()));
+        suite.push_attribute(("failures", failures.to_string().as_str()));
+        suite.push_attribute(("time", format!("{time:.3}").as_str()));
+        suite.push_attribute(("timestamp", self.started_at.to_rfc3339_opts(SecondsFormat::Secs, true).as_str()));
+        let _ = w.write_event(Event::Start(suite));
+        let classname = format!("lockprobe.{}.{}", self.target, check.replace('/', "."));
+        for (i, a) in cases.iter().enumerate() {
+            junit_case(w, i + 1, a, &classname);
+        }
+        let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+    }
+
+    /// The `cycle-error` suite: why the cycle could not complete.
+    fn junit_error(&self, w: &mut Writer<Vec<u8>>, err: &str) {
+        let mut suite = BytesStart::new("testsuite");
+        suite.push_attribute(("name", "cycle-error"));
+        suite.push_attribute(("tests", "1"));
+        suite.push_attribute(("errors", "1"));
+        let _ = w.write_event(Event::Start(suite));
+        let mut case = BytesStart::new("testcase");
+        case.push_attribute(("name", "cycle completed"));
+        case.push_attribute(("classname", format!("lockprobe.{}", self.target).as_str()));
+        let _ = w.write_event(Event::Start(case));
+        let mut e = BytesStart::new("error");
+        e.push_attribute(("message", err));
+        let _ = w.write_event(Event::Empty(e));
+        let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
+        let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+    }
+}
+
+/// One `<testcase>`, the `n`th of its suite, with its `<failure>` if it failed.
+fn junit_case(w: &mut Writer<Vec<u8>>, n: usize, a: &Assertion, classname: &str) {
+    let name = match &a.instance {
+        Some(inst) => format!("{n:03} {} @ {inst}", a.name()),
+        None => format!("{n:03} {}", a.name()),
+    };
+    let mut case = BytesStart::new("testcase");
+    case.push_attribute(("name", name.as_str()));
+    case.push_attribute(("classname", classname));
+    case.push_attribute(("time", format!("{:.3}", a.duration.as_secs_f64()).as_str()));
+    let _ = w.write_event(Event::Start(case));
+    if !a.passed {
+        let msg = format!("{}: expected {}, observed {}", a.name(), a.expected, a.observed);
+        let mut failure = BytesStart::new("failure");
+        failure.push_attribute(("message", msg.as_str()));
+        failure.push_attribute(("type", a.op.as_str()));
+        let _ = w.write_event(Event::Start(failure));
+        let _ = w.write_event(Event::Text(BytesText::new(&a.line())));
+        let _ = w.write_event(Event::End(BytesEnd::new("failure")));
+    }
+    let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
 }
 
 #[cfg(test)]
@@ -313,14 +289,15 @@ mod tests {
     use super::*;
 
     fn assertion(check: &str, op: &str, expected: &str, observed: &str) -> Assertion {
+        let (expected, observed) = (Outcome::from_label(expected).unwrap(), Outcome::from_label(observed).unwrap());
         Assertion {
             check: check.into(),
-            phase: "write".into(),
-            op: op.into(),
+            phase: Phase::Write,
+            op: Op::from_label(op).unwrap(),
             instance: Some("http://127.0.0.1:1".into()),
-            expected: expected.into(),
-            observed: observed.into(),
             passed: expected == observed,
+            expected,
+            observed,
             at: Utc::now(),
             duration: Duration::from_millis(3),
             detail: None,
@@ -341,7 +318,7 @@ mod tests {
             },
             error: None,
             assertions,
-            phase_durations: vec![("preLock".into(), 2.0)],
+            phase_durations: vec![(Phase::PreLock, 2.0)],
             read_through_seconds: vec![],
             declared_convergence_seconds: Some(1.5),
             expected_convergence_seconds: None,
@@ -358,8 +335,8 @@ mod tests {
         assert!(!assertion("cycle", "write", "block", "500 internal").is_enforcement_violation());
         // A block without Retry-After is a block: wrong where allow was due, and only a
         // missing header (a failed assertion, not a violation) where block was due.
-        assert!(assertion("cycle", "write", "allow", BLOCK_WITHOUT_RETRY_AFTER).is_enforcement_violation());
-        assert!(!assertion("cycle", "write", "block", BLOCK_WITHOUT_RETRY_AFTER).is_enforcement_violation());
+        assert!(assertion("cycle", "write", "allow", "423 without Retry-After").is_enforcement_violation());
+        assert!(!assertion("cycle", "write", "block", "423 without Retry-After").is_enforcement_violation());
         assert!(
             !assertion("cycle", "escalate", "200", "409 invalid-transition")
                 .is_enforcement_violation()

@@ -17,8 +17,8 @@ use super::settings::ProbeSettings;
 use super::state::StateFile;
 use super::status::ProbeStatus;
 use super::target::TargetError;
-use crate::metrics::Metrics;
-use crate::server::{self, AppState};
+use super::metrics::Metrics;
+use super::server::{self, AppState};
 
 /// Why the probe could not run.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +83,7 @@ pub struct Probe {
 
 impl Probe {
     /// Fresh metrics and status.
-    pub fn new() -> Result<Self, crate::metrics::MetricsError> {
+    pub fn new() -> Result<Self, super::metrics::MetricsError> {
         Ok(Self {
             metrics: Arc::new(Metrics::new()?),
             status: Arc::new(ProbeStatus::new()),

@@ -21,6 +21,7 @@ use super::report::{Assertion, CycleReport, CycleResult, InstanceConvergence};
 use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use super::state::{HeldLock, StateFile};
 use super::target::{CallKey, TargetClient, TargetError};
+use super::vocabulary::Phase;
 
 /// What repeating an unanswered pre-lock found.
 enum Recovered {
@@ -56,7 +57,7 @@ pub struct Scenario {
 struct Recorder {
     assertions: Mutex<Vec<Assertion>>,
     read_through: Mutex<Vec<f64>>,
-    phases: Mutex<Vec<(String, f64)>>,
+    phases: Mutex<Vec<(Phase, f64)>>,
     declared: Mutex<Option<f64>>,
     convergence: Mutex<Vec<InstanceConvergence>>,
     notes: Mutex<Vec<String>>,

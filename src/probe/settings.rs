@@ -61,6 +61,42 @@ pub struct ProbeSettings {
     pub owner: String,
 }
 
+impl Leases {
+    /// Leases long enough for one seconds-scale cycle (`validate`, `demo`).
+    pub fn short_run() -> Self {
+        Self {
+            pre_lock: Duration::from_secs(600),
+            hard_delete: Duration::from_secs(300),
+            write: Duration::from_secs(120),
+            short_write: Duration::from_secs(1),
+        }
+    }
+}
+
+impl ProbeSettings {
+    /// The settings of a seconds-scale run against `instances` (what `validate` uses;
+    /// `demo` changes what it knows better): short leases, four racing pre-locks, the
+    /// route polled every 50 ms, no expectation of the convergence delay and no known
+    /// replication bound (the declared delay includes it), a 1 s buffer.
+    pub fn short_run(name: &str, instances: Vec<String>, api_key: String, test_prefix: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            instances,
+            api_key,
+            test_prefix: test_prefix.to_owned(),
+            locations: ["westeurope".into(), "northeurope".into()],
+            expected_convergence: None,
+            replication_bound: Duration::ZERO,
+            buffer: Duration::from_secs(1),
+            leases: Leases::short_run(),
+            request_timeout: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(50),
+            concurrent_pre_locks: 4,
+            owner: format!("lockprobe {name}"),
+        }
+    }
+}
+
 impl std::fmt::Debug for ProbeSettings {
     // Hand-written so the API key can never reach a log line through `{:?}`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -1,15 +1,169 @@
-//! What the status API shows: per target, the last cycles and schedule health, rendered in
-//! the JSON shape agreed with the status page (`status-shape.md`).
+//! What the status API shows: per target, the last cycles and schedule health. The
+//! document `GET /api/v1/status` serves is [`StatusDocument`] (camelCase JSON, times in
+//! whole seconds); the status page renders the same type.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::{json, Value};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 
+use super::metrics::{Metrics, PercentilesDocument};
 use super::report::{CycleReport, CycleResult};
-use crate::metrics::Metrics;
+use super::vocabulary::{Op, Outcome, Phase};
+
+/// The body of `GET /api/v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDocument {
+    /// When the document was made; the status page counts "ago" from it.
+    #[serde(with = "seconds")]
+    pub generated_at: DateTime<Utc>,
+    /// Config loaded and scheduler running.
+    pub ready: bool,
+    /// Every target, by name.
+    pub targets: Vec<TargetDocument>,
+}
+
+/// One target in the status document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetDocument {
+    /// Target name.
+    pub name: String,
+    /// Base URL of every instance.
+    pub instances: Vec<String>,
+    /// End of the last passed cycle.
+    #[serde(with = "seconds::option")]
+    pub last_success_at: Option<DateTime<Utc>>,
+    /// Scheduled cycles that did not start.
+    pub missed_schedules: u64,
+    /// Declared, expected and observed convergence.
+    pub convergence: ConvergenceDocument,
+    /// Exact percentiles of the last day.
+    pub percentiles: PercentilesDocument,
+    /// The last cycles, newest first.
+    pub last_cycles: Vec<CycleDocument>,
+}
+
+/// Convergence of one target, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConvergenceDocument {
+    /// What the service declared with the last pre-lock.
+    pub declared_seconds: Option<f64>,
+    /// What the operator configured.
+    pub expected_seconds: Option<f64>,
+    /// The slowest instance of the last cycle.
+    pub observed_seconds: Option<f64>,
+}
+
+/// One cycle in the status document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CycleDocument {
+    /// Start.
+    #[serde(with = "seconds")]
+    pub started_at: DateTime<Utc>,
+    /// End.
+    #[serde(with = "seconds")]
+    pub finished_at: DateTime<Utc>,
+    /// How it ended.
+    pub result: CycleResult,
+    /// Main resource.
+    pub resource: String,
+    /// Every assertion, in order.
+    pub assertions: Vec<AssertionDocument>,
+    /// How many assertions failed.
+    pub failed_assertions: usize,
+    /// What a reader must know that is not an assertion.
+    pub notes: Vec<String>,
+}
+
+/// One assertion in the status document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssertionDocument {
+    /// `phase/op`.
+    pub name: String,
+    /// Lock phase in force.
+    pub phase: Phase,
+    /// Operation.
+    pub op: Op,
+    /// Instance base URL, when made on one instance.
+    pub instance: Option<String>,
+    /// Expected outcome.
+    pub expected: Outcome,
+    /// Observed outcome.
+    pub observed: Outcome,
+    /// Whether they matched.
+    pub passed: bool,
+    /// How long the operation took.
+    pub duration_seconds: f64,
+    /// Context; never a token.
+    pub detail: Option<String>,
+}
+
+impl From<&CycleReport> for CycleDocument {
+    fn from(r: &CycleReport) -> Self {
+        Self {
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            result: r.result,
+            resource: r.resource.clone(),
+            assertions: r
+                .assertions
+                .iter()
+                .map(|a| AssertionDocument {
+                    name: a.name(),
+                    phase: a.phase,
+                    op: a.op,
+                    instance: a.instance.clone(),
+                    expected: a.expected.clone(),
+                    observed: a.observed.clone(),
+                    passed: a.passed,
+                    duration_seconds: a.duration.as_secs_f64(),
+                    detail: a.detail.clone(),
+                })
+                .collect(),
+            failed_assertions: r.failed_assertions(),
+            notes: r.notes.clone(),
+        }
+    }
+}
+
+/// RFC 3339 times in whole seconds, UTC (`2026-11-29T22:40:00Z`).
+mod seconds {
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Secs, true))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let text = String::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&text).map(|t| t.to_utc()).map_err(serde::de::Error::custom)
+    }
+
+    pub mod option {
+        use super::*;
+
+        pub fn serialize<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+            match t {
+                Some(t) => super::serialize(t, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+            Option::<String>::deserialize(d)?
+                .map(|text| DateTime::parse_from_rfc3339(&text).map(|t| t.to_utc()).map_err(serde::de::Error::custom))
+                .transpose()
+        }
+    }
+}
 
 /// How many cycles per target the status keeps.
 pub const LAST_CYCLES: usize = 20;
@@ -31,10 +185,6 @@ pub struct ProbeStatus {
     targets: Mutex<BTreeMap<String, TargetStatus>>,
     config_loaded: AtomicBool,
     scheduler_running: AtomicBool,
-}
-
-fn ts(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 impl ProbeStatus {
@@ -111,61 +261,35 @@ impl ProbeStatus {
         })
     }
 
-    /// The `GET /api/v1/status` document.
-    pub fn to_json(&self, metrics: &Metrics) -> Value {
-        let targets: Vec<Value> = self.with(|t| {
+    /// The `GET /api/v1/status` document, as of now.
+    pub fn document(&self, metrics: &Metrics) -> StatusDocument {
+        let now = Utc::now();
+        let targets = self.with(|t| {
             t.iter()
-                .map(|(name, s)| {
-                    json!({
-                        "name": name,
-                        "instances": s.instances,
-                        "lastSuccessAt": s.last_success.map(ts),
-                        "missedSchedules": s.missed,
-                        "convergence": {
-                            "declaredSeconds": s.declared_convergence,
-                            "expectedSeconds": s.expected_convergence,
-                            "observedSeconds": s.observed_convergence,
-                        },
-                        "percentiles": metrics.percentiles(name),
-                        "lastCycles": s.cycles.iter().map(cycle_json).collect::<Vec<_>>(),
-                    })
+                .map(|(name, s)| TargetDocument {
+                    name: name.clone(),
+                    instances: s.instances.clone(),
+                    last_success_at: s.last_success,
+                    missed_schedules: s.missed,
+                    convergence: ConvergenceDocument {
+                        declared_seconds: s.declared_convergence,
+                        expected_seconds: s.expected_convergence,
+                        observed_seconds: s.observed_convergence,
+                    },
+                    percentiles: metrics.percentiles(name, now),
+                    last_cycles: s.cycles.iter().map(CycleDocument::from).collect(),
                 })
                 .collect()
         });
-        json!({
-            "generatedAt": ts(Utc::now()),
-            "ready": self.ready(),
-            "targets": targets,
-        })
+        StatusDocument { generated_at: now, ready: self.ready(), targets }
     }
-}
-
-fn cycle_json(r: &CycleReport) -> Value {
-    json!({
-        "startedAt": ts(r.started_at),
-        "finishedAt": ts(r.finished_at),
-        "result": r.result.as_str(),
-        "resource": r.resource,
-        "assertions": r.assertions.iter().map(|a| json!({
-            "name": a.name(),
-            "phase": a.phase,
-            "op": a.op,
-            "instance": a.instance,
-            "expected": a.expected,
-            "observed": a.observed,
-            "passed": a.passed,
-            "durationSeconds": a.duration.as_secs_f64(),
-            "detail": a.detail,
-        })).collect::<Vec<_>>(),
-        "failedAssertions": r.failed_assertions(),
-        "notes": r.notes,
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::probe::report::Assertion;
+    use crate::probe::vocabulary::{Op, Outcome, Phase};
     use std::time::Duration;
 
     fn report(result: CycleResult) -> CycleReport {
@@ -178,17 +302,17 @@ mod tests {
             error: None,
             assertions: vec![Assertion {
                 check: "cycle".into(),
-                phase: "hardDelete".into(),
-                op: "delete".into(),
+                phase: Phase::HardDelete,
+                op: Op::Delete,
                 instance: Some("http://127.0.0.1:8080".into()),
-                expected: "tombstone".into(),
-                observed: "tombstone".into(),
+                expected: Outcome::Tombstone,
+                observed: Outcome::Tombstone,
                 passed: true,
                 at: Utc::now(),
                 duration: Duration::from_millis(4),
                 detail: None,
             }],
-            phase_durations: vec![("preLock".into(), 3.1)],
+            phase_durations: vec![(Phase::PreLock, 3.1)],
             read_through_seconds: vec![],
             declared_convergence_seconds: Some(3.0),
             expected_convergence_seconds: Some(3.0),
@@ -209,7 +333,10 @@ mod tests {
         m.record_cycle(&r);
         s.record_cycle(&r);
         s.add_missed("demo", 2);
-        let j = s.to_json(&m);
+        let doc = s.document(&m);
+        let j = serde_json::to_value(&doc).unwrap();
+        let read_back = serde_json::from_value::<StatusDocument>(j.clone()).unwrap();
+        assert_eq!(serde_json::to_value(read_back).unwrap(), j, "the document reads back");
         assert_eq!(j["ready"], true);
         let t = &j["targets"][0];
         assert_eq!(t["name"], "demo");

@@ -1,9 +1,11 @@
-//! HTTP client for the probe contract (`shared/contract.md`). The probe's only way to
+//! HTTP client for the probe contract (see `docs/architecture.md`). The probe's only way to
 //! reach a service: it shares no code with the routing library it judges.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+use super::vocabulary::Outcome;
 
 /// A request that never produced an HTTP status, or one the probe refused to send.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +21,16 @@ pub enum TargetError {
         /// The configured prefix.
         prefix: String,
     },
+}
+
+/// Checks an instance's base URL (from a config file or a flag): an `http` or `https`
+/// URL; the message says what is wrong with it.
+pub fn check_instance_url(url: &str) -> Result<(), String> {
+    match reqwest::Url::parse(url) {
+        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => Ok(()),
+        Ok(u) => Err(format!("{url:?} is not an http or https URL (scheme {:?})", u.scheme())),
+        Err(e) => Err(format!("{url:?} is not an http or https URL: {e}")),
+    }
 }
 
 /// Which way the routing path went and what it cost, from `Server-Timing`.
@@ -76,12 +88,9 @@ pub struct Reply {
 }
 
 impl Reply {
-    /// `"201"` for success, `"423 lock-held"` for a problem: the observed outcome of a lock call.
-    pub fn outcome(&self) -> String {
-        match &self.problem {
-            Some(p) => format!("{} {}", self.status, p),
-            None => self.status.to_string(),
-        }
+    /// `201` for success, `423 lock-held` for a problem: the observed outcome of a lock call.
+    pub fn outcome(&self) -> Outcome {
+        Outcome::reply(self.status, self.problem.as_deref())
     }
 
     /// A string field of the body.

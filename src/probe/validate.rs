@@ -10,9 +10,9 @@ use tokio_util::sync::CancellationToken;
 use super::observer::Observer;
 use super::report::CycleReport;
 use super::scenario::Scenario;
-use super::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use super::state::{StateError, StateFile};
-use super::target::TargetError;
+use super::target::{check_instance_url, TargetError};
 
 /// Target name used for `validate` in reports, metrics and the state file.
 pub const VALIDATE_TARGET: &str = "validate";
@@ -65,14 +65,7 @@ impl ValidateOptions {
             ));
         }
         for e in &self.endpoints {
-            match reqwest::Url::parse(e) {
-                Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
-                _ => {
-                    return Err(ValidateError::Usage(format!(
-                        "--endpoint: {e:?} is not an http(s) URL"
-                    )))
-                }
-            }
+            check_instance_url(e).map_err(|m| ValidateError::Usage(format!("--endpoint: {m}")))?;
         }
         if self.test_prefix.is_empty() {
             return Err(ValidateError::Usage(
@@ -90,25 +83,9 @@ impl ValidateOptions {
     /// Probe settings for a one-shot run: leases long enough for one cycle.
     pub fn settings(&self) -> ProbeSettings {
         ProbeSettings {
-            name: VALIDATE_TARGET.into(),
-            instances: self.endpoints.clone(),
-            api_key: self.api_key.clone(),
-            test_prefix: self.test_prefix.clone(),
-            locations: ["westeurope".into(), "northeurope".into()],
             expected_convergence: self.expect_convergence,
-            // Not known to validate: the declared delay already includes it.
-            replication_bound: Duration::ZERO,
             buffer: self.buffer,
-            leases: Leases {
-                pre_lock: Duration::from_secs(600),
-                hard_delete: Duration::from_secs(300),
-                write: Duration::from_secs(120),
-                short_write: Duration::from_secs(1),
-            },
-            request_timeout: Duration::from_secs(10),
-            poll_interval: Duration::from_millis(50),
-            concurrent_pre_locks: 4,
-            owner: "lockprobe validate".into(),
+            ..ProbeSettings::short_run(VALIDATE_TARGET, self.endpoints.clone(), self.api_key.clone(), &self.test_prefix)
         }
     }
 }

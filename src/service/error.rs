@@ -27,11 +27,17 @@ pub struct ApiError {
     pub detail: String,
     /// For 423: when to retry.
     pub retry_after: Option<Duration>,
+    /// What went wrong inside, for the log; never shown to the caller.
+    pub cause: Option<String>,
 }
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, detail: impl Into<String>) -> Self {
-        Self { status, kind, detail: detail.into(), retry_after: None }
+        Self { status, kind, detail: detail.into(), retry_after: None, cause: None }
+    }
+
+    fn caused_by(self, cause: impl std::fmt::Display) -> Self {
+        Self { cause: Some(cause.to_string()), ..self }
     }
 
     /// 400 `bad-request`.
@@ -61,8 +67,7 @@ impl ApiError {
 
     /// 500 `internal`: a fault of this service; `cause` is logged, never shown.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
-        tracing::error!(%cause, "internal error");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the service failed to handle this request")
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the service failed to handle this request").caused_by(cause)
     }
 
     /// 405 `method-not-allowed`; the router adds the `Allow` header.
@@ -100,23 +105,21 @@ impl From<RoutingError> for ApiError {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "conflict-retry-exhausted", "concurrent updates did not settle; nothing was changed; retry")
             }
             RoutingError::Unavailable(cause) => {
-                tracing::warn!(%cause, "routing store unavailable");
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "store-unavailable", "the routing store is unavailable; nothing was changed")
+                    .caused_by(cause)
             }
-            RoutingError::OutcomeUnknown(cause) => {
-                tracing::warn!(%cause, "outcome of a routing store write unknown");
-                Self {
-                    retry_after: Some(OUTCOME_UNKNOWN_RETRY),
-                    ..Self::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "outcome-unknown",
-                        "the routing store may have applied this call; repeat it with the same Idempotency-Key to learn its outcome",
-                    )
-                }
-            }
+            RoutingError::OutcomeUnknown(cause) => Self {
+                retry_after: Some(OUTCOME_UNKNOWN_RETRY),
+                ..Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "outcome-unknown",
+                    "the routing store may have applied this call; repeat it with the same Idempotency-Key to learn its outcome",
+                )
+                .caused_by(cause)
+            },
             RoutingError::Document(cause) => {
-                tracing::error!(%cause, "unusable location document");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "unsupported-document", "the location document cannot be used by this service version")
+                    .caused_by(cause)
             }
         }
     }
@@ -138,8 +141,13 @@ impl From<LockError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
-            tracing::error!(kind = self.kind, status = self.status.as_u16(), "request failed");
+        // The one log line of a failure: the store does not log its own errors, the
+        // routing library returns them, and this is where they are acted on.
+        let cause = self.cause.as_deref().unwrap_or("-");
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(kind = self.kind, status = self.status.as_u16(), cause, "request failed");
+        } else if self.status.is_server_error() {
+            tracing::error!(kind = self.kind, status = self.status.as_u16(), cause, "request failed");
         } else {
             tracing::debug!(kind = self.kind, status = self.status.as_u16(), detail = %self.detail, "request refused");
         }

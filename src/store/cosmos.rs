@@ -20,7 +20,6 @@
 //! the change feed is not usable (the local test server's is a stub); see
 //! [`ChangeStreamMode`] and `docs/cosmos.md`.
 
-pub mod choice;
 pub mod config;
 pub mod metrics;
 pub mod poll;
@@ -45,8 +44,7 @@ use futures::StreamExt;
 use prometheus::Registry;
 use serde_json::{Map, Value};
 
-pub use choice::{OpenStoreError, StoreArgs, StoreKind};
-pub use config::{ChangeStreamMode, CosmosArgs, CosmosAuth, CosmosConfig, CosmosConfigError};
+pub use config::{is_local_emulator, ChangeStreamMode, CosmosAuth, CosmosConfig};
 pub use metrics::{CosmosMetrics, Op};
 
 use self::poll::{Candidate, PollCursor};
@@ -171,8 +169,10 @@ impl CosmosStore {
             Err(CallError::Store(e, charge)) => (outcome_label(&e), charge, Err(e)),
         };
         self.metrics.observe(op, outcome, charge, started.elapsed());
+        // Counted here, logged once by the caller that acts on it (the service's answer,
+        // the monitor's loop): a store that logged too would say it twice.
         if let Err(StoreError::Unavailable(reason) | StoreError::OutcomeUnknown(reason)) = &mapped {
-            tracing::warn!(op = op.as_str(), %reason, "cosmos call failed");
+            tracing::debug!(op = op.as_str(), %reason, "cosmos call failed");
         }
         mapped
     }
@@ -604,21 +604,19 @@ mod tests {
     }
 
     fn config(preferred: &[&str], write: &str) -> CosmosConfig {
-        let args = CosmosArgs {
-            endpoint: Some("https://acct.documents.azure.com/".into()),
-            auth: "key".into(),
-            key_env: Some("K".into()),
-            database: Some("d".into()),
-            container: Some("c".into()),
+        CosmosConfig {
+            endpoint: "https://acct.documents.azure.com/".parse().unwrap(),
+            auth: CosmosAuth::Key(azure_core::credentials::Secret::new("a2V5")),
+            database: "d".into(),
+            container: "c".into(),
             preferred_regions: preferred.iter().map(|r| r.to_string()).collect(),
-            write_region: Some(write.into()),
-            change_stream: "auto".into(),
-            poll_interval: "1s".into(),
-            poll_overlap: "2s".into(),
-            request_timeout: "10s".into(),
-            ..CosmosArgs::default()
-        };
-        CosmosConfig::try_from_args(&args, |_| Some("a2V5".into())).unwrap()
+            write_region: write.into(),
+            create_if_missing: false,
+            change_stream: ChangeStreamMode::ChangeFeed,
+            poll_interval: Duration::from_secs(1),
+            poll_overlap: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(10),
+        }
     }
 
     #[test]

@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use lockprobe::store::cosmos::{CosmosArgs, CosmosConfig, CosmosStore};
+use lockprobe::app::store::cosmos::{AuthKind, ChangeStreamChoice, EntraCredentialKind};
+use lockprobe::app::store::CosmosArgs;
+use lockprobe::store::cosmos::{CosmosConfig, CosmosStore};
 use prometheus::Registry;
 
 const KEY_ENV: &str = "LOCKPROBE_TEST_COSMOS_KEY";
@@ -148,9 +150,9 @@ pub fn unique_database(prefix: &str) -> String {
 pub fn test_args(endpoint: &str, database: &str) -> CosmosArgs {
     CosmosArgs {
         endpoint: Some(endpoint.to_owned()),
-        auth: "key".into(),
+        auth: AuthKind::Key,
         key_env: Some(KEY_ENV.into()),
-        entra_credential: "managed-identity".into(),
+        entra_credential: EntraCredentialKind::ManagedIdentity,
         entra_client_id: None,
         database: Some(database.to_owned()),
         container: Some("locations".into()),
@@ -158,16 +160,16 @@ pub fn test_args(endpoint: &str, database: &str) -> CosmosArgs {
         preferred_regions: vec!["South Central US".into()],
         write_region: Some("South Central US".into()),
         create_if_missing: true,
-        change_stream: "auto".into(),
-        poll_interval: "100ms".into(),
-        poll_overlap: "2s".into(),
-        request_timeout: "3s".into(),
+        change_stream: ChangeStreamChoice::Auto,
+        poll_interval: Duration::from_millis(100),
+        poll_overlap: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(3),
     }
 }
 
 /// Validates `args` the way `lockprobe` does, with a dummy key (the server checks none).
 pub fn config_from(args: &CosmosArgs) -> CosmosConfig {
-    CosmosConfig::try_from_args(args, |name| (name == KEY_ENV).then(|| "bG9ja3Byb2Jl".to_owned()))
+    args.to_config(|name| (name == KEY_ENV).then(|| "bG9ja3Byb2Jl".to_owned()))
         .expect("test cosmos settings are valid")
 }
 

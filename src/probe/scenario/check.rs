@@ -11,9 +11,10 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{lock, Abort, Item, Recorder, Scenario};
-use crate::probe::report::{Assertion, BLOCK_WITHOUT_RETRY_AFTER};
+use crate::probe::report::Assertion;
 use crate::probe::state::PreLockIntent;
 use crate::probe::target::{CallKey, Reply, TargetError};
+use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
 
 /// One check on one resource, with the lock it holds (if any).
 pub(super) struct Check<'a> {
@@ -26,19 +27,17 @@ pub(super) struct Check<'a> {
 }
 
 /// Observed outcome of a user operation, in the vocabulary of the enforcement table.
-pub(super) fn classify(op: &str, r: &Reply) -> String {
+pub(super) fn classify(op: UserOp, r: &Reply) -> Outcome {
+    let tombstone = r.body.get("tombstone") == Some(&Value::Bool(true));
     match (op, r.status) {
-        (_, 423) if r.retry_after.is_some() => "block".into(),
-        (_, 423) => BLOCK_WITHOUT_RETRY_AFTER.into(),
-        ("read", 200) if r.body.get("tombstone") == Some(&Value::Bool(true)) => "tombstone".into(),
-        ("read", 200) => "allow".into(),
-        ("read", 404) => "absent".into(),
-        ("write", 200 | 201) => "allow".into(),
-        ("delete", 204) => "allow".into(),
-        ("delete", 202) if r.body.get("tombstone") == Some(&Value::Bool(true)) => {
-            "tombstone".into()
-        }
-        ("delete", 404) => "absent".into(),
+        (_, 423) if r.retry_after.is_some() => Outcome::Block,
+        (_, 423) => Outcome::BlockWithoutRetryAfter,
+        (UserOp::Read, 200) if tombstone => Outcome::Tombstone,
+        (UserOp::Read, 200) => Outcome::Allow,
+        (UserOp::Read | UserOp::Delete, 404) => Outcome::Absent,
+        (UserOp::Write, 200 | 201) => Outcome::Allow,
+        (UserOp::Delete, 204) => Outcome::Allow,
+        (UserOp::Delete, 202) if tombstone => Outcome::Tombstone,
         _ => r.outcome(),
     }
 }
@@ -46,6 +45,102 @@ pub(super) fn classify(op: &str, r: &Reply) -> String {
 /// The token of a lock call that succeeded, i.e. a lock that is now live.
 pub(super) fn granted(r: &Reply) -> Option<&str> {
     (200..300).contains(&r.status).then(|| r.str_field("token")).flatten()
+}
+
+/// An assertion in the making: what a check does (phase, operation, instance) and what
+/// it must give. [`Expect::observed`] records it; [`Expect::call`] and
+/// [`Expect::lock_op`] make the request it is about first.
+pub(super) struct Expect<'c, 'a> {
+    check: &'c Check<'a>,
+    phase: Phase,
+    op: Op,
+    instance: Option<usize>,
+    expected: Outcome,
+    detail: Option<String>,
+}
+
+impl Expect<'_, '_> {
+    /// The check is made on one instance.
+    pub(super) fn on(self, instance: usize) -> Self {
+        Self { instance: Some(instance), ..self }
+    }
+
+    /// Context for a reader (timings, values); never a token.
+    pub(super) fn detail(self, detail: impl Into<String>) -> Self {
+        Self { detail: Some(detail.into()), ..self }
+    }
+
+    /// Records what was observed; returns whether it was what was expected.
+    pub(super) fn observed(self, observed: impl Into<Outcome>, duration: Duration) -> bool {
+        let detail = self.detail.clone();
+        self.record(observed.into(), duration, detail)
+    }
+
+    fn record(&self, observed: Outcome, duration: Duration, detail: Option<String>) -> bool {
+        let c = self.check;
+        let a = Assertion {
+            check: c.name.clone(),
+            phase: self.phase,
+            op: self.op,
+            instance: self.instance.map(|i| c.sc.settings.instances[i].clone()),
+            passed: self.expected == observed,
+            expected: self.expected.clone(),
+            observed,
+            at: Utc::now(),
+            duration,
+            detail,
+        };
+        let passed = a.passed;
+        c.sc.observer.assertion(c.target(), &a);
+        lock(&c.rec.assertions).push(a);
+        passed
+    }
+
+    /// Awaits a request; a transport failure becomes a failed assertion and aborts.
+    pub(super) async fn call(&self, fut: impl Future<Output = Result<Reply, TargetError>>) -> Result<Reply, Abort> {
+        let started = Instant::now();
+        match fut.await {
+            Ok(r) => {
+                if let Some(t) = r.timing.as_ref().filter(|t| t.source == "read-through") {
+                    lock(&self.check.rec.read_through).push(t.duration.as_secs_f64());
+                }
+                Ok(r)
+            }
+            Err(e) => {
+                let observed = match &e {
+                    TargetError::OutsidePrefix { .. } => Outcome::RefusedOutsidePrefix,
+                    TargetError::Transport(_) => Outcome::Unreachable,
+                };
+                self.record(observed, started.elapsed(), Some(e.to_string()));
+                match e {
+                    TargetError::OutsidePrefix { .. } => Err(Abort::Stop),
+                    TargetError::Transport(m) => Err(Abort::Transport(m)),
+                }
+            }
+        }
+    }
+
+    /// A lock call whose answer must be the expected one (`200`, `423 lock-held`, ...).
+    pub(super) async fn lock_op(
+        self,
+        fut: impl Future<Output = Result<Reply, TargetError>>,
+    ) -> Result<(Reply, bool), Abort> {
+        let r = self.call(fut).await?;
+        let ok = self.observed(r.outcome(), r.elapsed);
+        Ok((r, ok))
+    }
+
+    /// A lock call the rest of the check stands on: the check stops unless it gave the
+    /// expected answer (the failed assertion is already recorded).
+    pub(super) async fn must_lock_op(
+        self,
+        fut: impl Future<Output = Result<Reply, TargetError>>,
+    ) -> Result<Reply, Abort> {
+        match self.lock_op(fut).await? {
+            (r, true) => Ok(r),
+            (_, false) => Err(Abort::Stop),
+        }
+    }
 }
 
 impl<'a> Check<'a> {
@@ -88,139 +183,41 @@ impl<'a> Check<'a> {
         out
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn assert(
-        &self,
-        phase: &str,
-        op: &str,
-        instance: Option<usize>,
-        expected: &str,
-        observed: &str,
-        duration: Duration,
-        detail: Option<String>,
-    ) -> bool {
-        let a = Assertion {
-            check: self.name.clone(),
-            phase: phase.into(),
-            op: op.into(),
-            instance: instance.map(|i| self.sc.settings.instances[i].clone()),
-            expected: expected.into(),
-            observed: observed.into(),
-            passed: expected == observed,
-            at: Utc::now(),
-            duration,
-            detail,
-        };
-        let passed = a.passed;
-        self.sc.observer.assertion(self.target(), &a);
-        lock(&self.rec.assertions).push(a);
-        passed
-    }
-
-    /// Awaits a request; a transport failure becomes a failed assertion and aborts.
-    pub(super) async fn call(
-        &self,
-        phase: &str,
-        op: &str,
-        instance: Option<usize>,
-        expected: &str,
-        fut: impl Future<Output = Result<Reply, TargetError>>,
-    ) -> Result<Reply, Abort> {
-        let started = Instant::now();
-        match fut.await {
-            Ok(r) => {
-                if let Some(t) = &r.timing {
-                    if t.source == "read-through" {
-                        lock(&self.rec.read_through).push(t.duration.as_secs_f64());
-                    }
-                }
-                Ok(r)
-            }
-            Err(e) => {
-                let observed = match &e {
-                    TargetError::OutsidePrefix { .. } => "refused-outside-prefix",
-                    TargetError::Transport(_) => "unreachable",
-                };
-                self.assert(
-                    phase,
-                    op,
-                    instance,
-                    expected,
-                    observed,
-                    started.elapsed(),
-                    Some(e.to_string()),
-                );
-                match e {
-                    TargetError::OutsidePrefix { .. } => Err(Abort::Stop),
-                    TargetError::Transport(m) => Err(Abort::Transport(m)),
-                }
-            }
-        }
-    }
-
-    /// A lock call whose outcome must be `expected` (`"200"`, `"423 lock-held"`, ...).
-    pub(super) async fn lock_op(
-        &self,
-        phase: &str,
-        op: &str,
-        expected: &str,
-        fut: impl Future<Output = Result<Reply, TargetError>>,
-    ) -> Result<(Reply, bool), Abort> {
-        let r = self.call(phase, op, None, expected, fut).await?;
-        let ok = self.assert(phase, op, None, expected, &r.outcome(), r.elapsed, None);
-        Ok((r, ok))
-    }
-
-    /// A lock call the rest of the check stands on: the check stops unless it gave
-    /// `expected` (the failed assertion is already recorded).
-    pub(super) async fn must_lock_op(
-        &self,
-        phase: &str,
-        op: &str,
-        expected: &str,
-        fut: impl Future<Output = Result<Reply, TargetError>>,
-    ) -> Result<Reply, Abort> {
-        match self.lock_op(phase, op, expected, fut).await? {
-            (r, true) => Ok(r),
-            (_, false) => Err(Abort::Stop),
-        }
+    /// Starts an assertion: in `phase`, `op` must give `expected`.
+    pub(super) fn expect(&self, phase: Phase, op: impl Into<Op>, expected: impl Into<Outcome>) -> Expect<'_, 'a> {
+        Expect { check: self, phase, op: op.into(), instance: None, expected: expected.into(), detail: None }
     }
 
     /// Escalates from `held` (in force since `since`) to `next`, records how long `held`
     /// was held, and returns when `next` began.
     pub(super) async fn escalate_after(
         &self,
-        held: &str,
+        held: Phase,
         since: Instant,
-        next: &str,
+        next: Phase,
         lease: Duration,
     ) -> Result<Instant, Abort> {
         self.step(&format!("escalating to {next}"));
         self.escalate_to(next, lease).await?;
-        lock(&self.rec.phases).push((held.into(), since.elapsed().as_secs_f64()));
+        lock(&self.rec.phases).push((held, since.elapsed().as_secs_f64()));
         Ok(Instant::now())
     }
 
     /// Escalates the held lock to `phase` (`hardDelete` or `write`) with `lease`; the check
     /// stops unless the service agrees.
-    pub(super) async fn escalate_to(&self, phase: &str, lease: Duration) -> Result<Reply, Abort> {
+    pub(super) async fn escalate_to(&self, phase: Phase, lease: Duration) -> Result<Reply, Abort> {
         let c = &self.sc.client;
         let token = self.token();
-        let send = |k| c.escalate(0, &self.resource, &token, phase, lease, k);
-        self.must_lock_op(phase, "escalate", "200", c.until_known(&CallKey::fresh(), send)).await
+        let send = |k| c.escalate(0, &self.resource, &token, phase.as_str(), lease, k);
+        self.expect(phase, Op::Escalate, Outcome::ok()).must_lock_op(c.until_known(&CallKey::fresh(), send)).await
     }
 
     /// User operations on every instance, each `(op, key kind, expected outcome)` on the
     /// key `<kind>-<instance>`.
-    pub(super) async fn on_every_instance(
-        &self,
-        phase: &str,
-        ops: [(&str, &str, &str); 3],
-    ) -> Result<(), Abort> {
+    pub(super) async fn on_every_instance(&self, phase: Phase, ops: [(UserOp, &str, Outcome); 3]) -> Result<(), Abort> {
         for i in 0..self.instances() {
-            for (op, kind, expected) in ops {
-                self.user_op(phase, op, i, &format!("{kind}-{i}"), expected)
-                    .await?;
+            for (op, kind, expected) in &ops {
+                self.user_op(phase, *op, i, &format!("{kind}-{i}"), expected.clone()).await?;
             }
         }
         Ok(())
@@ -229,79 +226,43 @@ impl<'a> Check<'a> {
     /// A user operation on `instance` whose enforcement outcome must be `expected`.
     pub(super) async fn user_op(
         &self,
-        phase: &str,
-        op: &str,
+        phase: Phase,
+        op: UserOp,
         instance: usize,
         key: &str,
-        expected: &str,
+        expected: Outcome,
     ) -> Result<Reply, Abort> {
         let c = &self.sc.client;
         let res = &self.resource;
         let value = json!({"probe": self.target(), "key": key, "phase": phase, "at": Utc::now().to_rfc3339()});
+        let expect = self.expect(phase, op, expected).on(instance);
         let r = match op {
-            "read" => {
-                self.call(
-                    phase,
-                    op,
-                    Some(instance),
-                    expected,
-                    c.read(instance, res, key),
-                )
-                .await?
-            }
-            "write" => {
-                self.call(
-                    phase,
-                    op,
-                    Some(instance),
-                    expected,
-                    c.write(instance, res, key, &value),
-                )
-                .await?
-            }
-            _ => {
-                self.call(
-                    phase,
-                    op,
-                    Some(instance),
-                    expected,
-                    c.delete(instance, res, key),
-                )
-                .await?
-            }
+            UserOp::Read => expect.call(c.read(instance, res, key)).await?,
+            UserOp::Write => expect.call(c.write(instance, res, key, &value)).await?,
+            UserOp::Delete => expect.call(c.delete(instance, res, key)).await?,
         };
         let observed = classify(op, &r);
         // Keep the model of what must exist after the swap in line with what the service did.
         {
             let mut items = lock(&self.items);
-            match (op, observed.as_str()) {
-                ("write", "allow") => {
+            match (op, &observed) {
+                (UserOp::Write, Outcome::Allow) => {
                     items.insert(key.to_string(), Item::Present(value));
                 }
-                ("delete", "allow") => {
+                (UserOp::Delete, Outcome::Allow) => {
                     items.insert(key.to_string(), Item::Absent);
                 }
-                ("delete", "tombstone") => {
+                (UserOp::Delete, Outcome::Tombstone) => {
                     items.insert(key.to_string(), Item::Tombstone);
                 }
                 _ => {}
             }
         }
-        let detail = (r.status == 423).then(|| {
-            format!(
-                "Retry-After: {}",
-                r.retry_after.as_deref().unwrap_or("missing")
-            )
-        });
-        self.assert(
-            phase,
-            op,
-            Some(instance),
-            expected,
-            &observed,
-            r.elapsed,
-            detail,
-        );
+        let expect = match r.status {
+            423 => expect.detail(format!("Retry-After: {}", r.retry_after.as_deref().unwrap_or("missing"))),
+            _ => expect,
+        };
+        expect.observed(observed, r.elapsed);
         Ok(r)
     }
 
@@ -312,7 +273,7 @@ impl<'a> Check<'a> {
     /// answer with the same token and never with a fresh lock.
     pub(super) async fn pre_lock(
         &self,
-        phase: &str,
+        phase: Phase,
         target_location: Option<&str>,
         check_replay: bool,
     ) -> Result<(Reply, bool), Abort> {
@@ -329,7 +290,7 @@ impl<'a> Check<'a> {
         }
         let c = &self.sc.client;
         let send = |k| c.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, target_location, k);
-        let out = self.lock_op(phase, "pre-lock", "201", c.until_known(&key, send)).await;
+        let out = self.expect(phase, Op::PreLock, Outcome::created()).lock_op(c.until_known(&key, send)).await;
         if let Ok((r, ok)) = &out {
             // A token in a success answer is a live lock, even under an unexpected status:
             // holding it is what gets it released.
@@ -341,15 +302,7 @@ impl<'a> Check<'a> {
                 return out;
             }
             if *ok {
-                self.assert(
-                    phase,
-                    "pre-lock",
-                    None,
-                    "token",
-                    "no token in lock view",
-                    r.elapsed,
-                    None,
-                );
+                self.expect(phase, Op::PreLock, Outcome::Token).observed(Outcome::NoToken, r.elapsed);
                 let _ = self.sc.state.forget(&s.name, &self.resource);
                 return Err(Abort::Stop);
             }
@@ -368,15 +321,15 @@ impl<'a> Check<'a> {
     /// (contract 1.0), which the report notes and the probe then lives with (a lock
     /// whose answer is lost is left to its lease); a different token is a second lock
     /// granted over the first, a failure, and that lock is released at once.
-    async fn replay_pre_lock(&self, phase: &str, key: &CallKey, token: &str, target_location: Option<&str>) {
+    async fn replay_pre_lock(&self, phase: Phase, key: &CallKey, token: &str, target_location: Option<&str>) {
         let s = &self.sc.settings;
         let c = &self.sc.client;
         let send = |k| c.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, target_location, k);
         let Ok(r) = c.until_known(key, send).await else { return };
         let observed = match granted(&r) {
-            Some(again) if again == token => "same-token".to_string(),
-            Some(_) => "fresh-lock".to_string(),
-            None if r.outcome() == "423 lock-held" => {
+            Some(again) if again == token => Outcome::SameToken,
+            Some(_) => Outcome::FreshLock,
+            None if r.outcome() == Outcome::lock_held() => {
                 self.note(format!(
                     "{}: the service ignores Idempotency-Key (contract 1.0): a lock call whose answer is lost cannot be recovered, only left to its lease",
                     self.name
@@ -385,8 +338,9 @@ impl<'a> Check<'a> {
             }
             None => r.outcome(),
         };
-        self.assert(phase, "pre-lock-replay", None, "same-token", &observed, r.elapsed, None);
-        if observed == "fresh-lock" {
+        let fresh_lock = observed == Outcome::FreshLock;
+        self.expect(phase, Op::PreLockReplay, Outcome::SameToken).observed(observed, r.elapsed);
+        if fresh_lock {
             self.release_unexpected(&r).await;
         }
     }
@@ -451,29 +405,17 @@ impl<'a> Check<'a> {
         match c.until_known(&CallKey::fresh(), send).await {
             Ok(r) => {
                 // 410: the lease already ended, nothing is held any more.
-                let observed = if matches!(r.status, 204 | 410) {
-                    "released".to_string()
-                } else {
-                    r.outcome()
-                };
-                self.assert(
-                    "cleanup", "release", None, "released", &observed, r.elapsed, None,
-                );
+                let observed = if matches!(r.status, 204 | 410) { Outcome::Released } else { r.outcome() };
+                self.expect(Phase::Cleanup, Op::Release, Outcome::Released).observed(observed, r.elapsed);
                 if matches!(r.status, 204 | 409 | 410) {
                     self.dropped();
                 }
             }
             Err(e) => {
                 // Keep the state entry: the next start retries the release.
-                self.assert(
-                    "cleanup",
-                    "release",
-                    None,
-                    "released",
-                    "unreachable",
-                    started.elapsed(),
-                    Some(e.to_string()),
-                );
+                self.expect(Phase::Cleanup, Op::Release, Outcome::Released)
+                    .detail(e.to_string())
+                    .observed(Outcome::Unreachable, started.elapsed());
             }
         }
     }

@@ -3,8 +3,9 @@
 use std::time::{Duration, Instant};
 
 use super::check::{granted, Check};
-use crate::probe::target::{CallKey, Reply};
 use super::Abort;
+use crate::probe::target::{CallKey, Reply};
+use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
 
 /// The longest wait past a lease's end that a service's skew margin may ask for before
 /// the lapse check judges it.
@@ -60,7 +61,7 @@ impl Check<'_> {
 
     /// Takes the pre-lock a negative check stands on; without it the check cannot run.
     async fn must_pre_lock(&self) -> Result<Reply, Abort> {
-        match self.pre_lock("preLock", None, false).await? {
+        match self.pre_lock(Phase::PreLock, None, false).await? {
             (reply, true) => Ok(reply),
             (_, false) => Err(Abort::Stop),
         }
@@ -89,7 +90,8 @@ impl Check<'_> {
         let c = &self.sc.client;
         let send = |k| c.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None, k);
         let (r, _) = self
-            .lock_op("preLock", "pre-lock-again", "423 lock-held", c.until_known(&CallKey::fresh(), send))
+            .expect(Phase::PreLock, Op::PreLockAgain, Outcome::lock_held())
+            .lock_op(c.until_known(&CallKey::fresh(), send))
             .await?;
         self.release_unexpected(&r).await;
         Ok(())
@@ -105,10 +107,12 @@ impl Check<'_> {
         let c = &self.sc.client;
         let lease = self.sc.settings.leases.pre_lock;
         let renew = |k| c.renew(0, &self.resource, &wrong, lease, k);
-        self.lock_op("preLock", "renew", "409 token-mismatch", c.until_known(&CallKey::fresh(), renew))
+        self.expect(Phase::PreLock, Op::Renew, Outcome::token_mismatch())
+            .lock_op(c.until_known(&CallKey::fresh(), renew))
             .await?;
         let release = |k| c.release(0, &self.resource, &wrong, k);
-        self.lock_op("preLock", "release", "409 token-mismatch", c.until_known(&CallKey::fresh(), release))
+        self.expect(Phase::PreLock, Op::Release, Outcome::token_mismatch())
+            .lock_op(c.until_known(&CallKey::fresh(), release))
             .await?;
         Ok(())
     }
@@ -122,8 +126,9 @@ impl Check<'_> {
         let s = &self.sc.settings;
         let c = &self.sc.client;
         let token = self.token();
-        let send = |k| c.escalate(0, &self.resource, &token, "hardDelete", s.leases.hard_delete, k);
-        self.lock_op("preLock", "escalate-early", "409 invalid-transition", c.until_known(&CallKey::fresh(), send))
+        let send = |k| c.escalate(0, &self.resource, &token, Phase::HardDelete.as_str(), s.leases.hard_delete, k);
+        self.expect(Phase::PreLock, Op::EscalateEarly, Outcome::invalid_transition())
+            .lock_op(c.until_known(&CallKey::fresh(), send))
             .await?;
         Ok(())
     }
@@ -137,8 +142,9 @@ impl Check<'_> {
         let s = &self.sc.settings;
         let c = &self.sc.client;
         let token = self.token();
-        let send = |k| c.escalate(0, &self.resource, &token, "write", s.leases.write, k);
-        self.lock_op("preLock", "escalate-write", "409 invalid-transition", c.until_known(&CallKey::fresh(), send))
+        let send = |k| c.escalate(0, &self.resource, &token, Phase::Write.as_str(), s.leases.write, k);
+        self.expect(Phase::PreLock, Op::EscalateWrite, Outcome::invalid_transition())
+            .lock_op(c.until_known(&CallKey::fresh(), send))
             .await?;
         Ok(())
     }
@@ -151,8 +157,8 @@ impl Check<'_> {
         self.pre_lock_and_wait().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
-        self.escalate_to("hardDelete", s.leases.hard_delete).await?;
-        self.escalate_to("write", s.leases.short_write).await?;
+        self.escalate_to(Phase::HardDelete, s.leases.hard_delete).await?;
+        self.escalate_to(Phase::Write, s.leases.short_write).await?;
         let lapse = s.leases.short_write + s.buffer.max(Duration::from_millis(200));
         self.step(&format!(
             "waiting {:.3}s for the write lease to lapse",
@@ -160,12 +166,9 @@ impl Check<'_> {
         ));
         tokio::time::sleep(lapse).await;
         self.after_any_skew_margin(0, "after-lapse").await;
-        self.user_op("write", "write", 0, "after-lapse", "allow")
-            .await?;
+        self.user_op(Phase::Write, UserOp::Write, 0, "after-lapse", Outcome::Allow).await?;
         // Swap towards the other location, so only the lapsed lease can be the refusal.
-        let route = self
-            .call("write", "route", Some(0), "200", c.route(0, &self.resource))
-            .await?;
+        let route = self.expect(Phase::Write, Op::Route, Outcome::ok()).on(0).call(c.route(0, &self.resource)).await?;
         let to = if route.str_field("location") == Some(s.locations[0].as_str()) {
             &s.locations[1]
         } else {
@@ -174,7 +177,8 @@ impl Check<'_> {
         let token = self.token();
         let send = |k| c.swap(0, &self.resource, &token, to, k);
         let (r, _) = self
-            .lock_op("write", "swap-after-lapse", "410 lock-expired", c.until_known(&CallKey::fresh(), send))
+            .expect(Phase::Write, Op::SwapAfterLapse, Outcome::lock_expired())
+            .lock_op(c.until_known(&CallKey::fresh(), send))
             .await?;
         if r.status == 200 {
             // The service swapped on a dead token: nothing is held any more.
@@ -234,36 +238,16 @@ impl Check<'_> {
                 Ok(r) if granted(&r).is_some() => {
                     winners.push(granted(&r).unwrap_or_default().to_string())
                 }
-                Ok(r) if r.outcome() == "423 lock-held" => losers_ok += 1,
-                Ok(r) => others.push(r.outcome()),
+                Ok(r) if r.outcome() == Outcome::lock_held() => losers_ok += 1,
+                Ok(r) => others.push(r.outcome().to_string()),
                 Err(e) => others.push(e.to_string()),
             }
         }
-        let observed = format!("{} winner(s)", winners.len());
-        self.assert(
-            "preLock",
-            "pre-lock-race",
-            None,
-            "1 winner(s)",
-            &observed,
-            started.elapsed(),
-            Some(format!(
-                "{losers_ok} refused with 423 lock-held, other outcomes: {others:?}"
-            )),
-        );
-        self.assert(
-            "preLock",
-            "pre-lock-race-losers",
-            None,
-            "423 lock-held",
-            if losers_ok + winners.len() == n {
-                "423 lock-held"
-            } else {
-                "other outcome"
-            },
-            started.elapsed(),
-            None,
-        );
+        self.expect(Phase::PreLock, Op::PreLockRace, Outcome::winners(1))
+            .detail(format!("{losers_ok} refused with 423 lock-held, other outcomes: {others:?}"))
+            .observed(Outcome::winners(winners.len()), started.elapsed());
+        let losers = if losers_ok + winners.len() == n { Outcome::lock_held() } else { Outcome::OtherOutcome };
+        self.expect(Phase::PreLock, Op::PreLockRaceLosers, Outcome::lock_held()).observed(losers, started.elapsed());
         let mut winners = winners.into_iter();
         match winners.next() {
             Some(first) => self.hold(&first),

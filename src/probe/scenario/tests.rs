@@ -4,6 +4,7 @@ use super::check::classify;
 use super::negative::Negative;
 use super::walk::route_summary;
 use crate::probe::target::Reply;
+use crate::probe::vocabulary::{Outcome, UserOp};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -27,48 +28,45 @@ fn reply(status: u16, body: Value, retry_after: Option<&str>) -> Reply {
 #[test]
 fn classify_follows_the_enforcement_table() {
     assert_eq!(
-        classify("read", &reply(200, json!({"tombstone": false}), None)),
-        "allow"
+        classify(UserOp::Read, &reply(200, json!({"tombstone": false}), None)),
+        Outcome::Allow
     );
     assert_eq!(
-        classify("read", &reply(200, json!({"tombstone": true}), None)),
-        "tombstone"
+        classify(UserOp::Read, &reply(200, json!({"tombstone": true}), None)),
+        Outcome::Tombstone
     );
-    assert_eq!(classify("read", &reply(404, json!({}), None)), "absent");
-    assert_eq!(classify("write", &reply(201, json!({}), None)), "allow");
+    assert_eq!(classify(UserOp::Read, &reply(404, json!({}), None)), Outcome::Absent);
+    assert_eq!(classify(UserOp::Write, &reply(201, json!({}), None)), Outcome::Allow);
     assert_eq!(
-        classify(
-            "write",
+        classify(UserOp::Write,
             &reply(
                 423,
                 json!({"type": "urn:lockprobe:error:lock-held"}),
                 Some("5")
             )
         ),
-        "block"
+        Outcome::Block
     );
     assert_eq!(
-        classify(
-            "write",
+        classify(UserOp::Write,
             &reply(423, json!({"type": "urn:lockprobe:error:lock-held"}), None)
         ),
-        "423 without Retry-After"
+        Outcome::BlockWithoutRetryAfter
     );
-    assert_eq!(classify("delete", &reply(204, Value::Null, None)), "allow");
+    assert_eq!(classify(UserOp::Delete, &reply(204, Value::Null, None)), Outcome::Allow);
     assert_eq!(
-        classify("delete", &reply(202, json!({"tombstone": true}), None)),
-        "tombstone"
+        classify(UserOp::Delete, &reply(202, json!({"tombstone": true}), None)),
+        Outcome::Tombstone
     );
     assert_eq!(
-        classify(
-            "delete",
+        classify(UserOp::Delete,
             &reply(
                 500,
                 json!({"type": "urn:lockprobe:error:store-unavailable"}),
                 None
             )
         ),
-        "500 store-unavailable"
+        Outcome::reply(500, Some("store-unavailable"))
     );
 }
 
@@ -79,14 +77,14 @@ fn route_summary_distinguishes_outcomes() {
             &reply(200, json!({"location": "b", "lock": null}), None),
             "b"
         ),
-        "moved-unlocked"
+        Outcome::MovedUnlocked
     );
     assert_eq!(
         route_summary(
             &reply(200, json!({"location": "a", "lock": null}), None),
             "b"
         ),
-        "not-moved"
+        Outcome::NotMoved
     );
     assert_eq!(
         route_summary(
@@ -97,7 +95,7 @@ fn route_summary_distinguishes_outcomes() {
             ),
             "b"
         ),
-        "moved-still-locked"
+        Outcome::MovedStillLocked
     );
 }
 

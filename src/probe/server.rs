@@ -4,15 +4,16 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
-use crate::probe::status::ProbeStatus;
+use super::metrics::Metrics;
+use crate::exposition;
+use super::status::{ProbeStatus, StatusDocument};
 
 /// What the handlers read.
 #[derive(Clone, Debug)]
@@ -27,7 +28,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(page))
-        .route("/metrics", get(metrics))
+        .route(exposition::PATH, exposition::route(state.metrics.registry().clone()))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/api/v1/status", get(status))
@@ -51,17 +52,6 @@ pub async fn serve(
         .await
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        s.metrics.render(),
-    )
-        .into_response()
-}
-
 async fn readyz(State(s): State<AppState>) -> Response {
     if s.status.ready() {
         (StatusCode::OK, "ready\n").into_response()
@@ -70,19 +60,19 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
-async fn status(State(s): State<AppState>) -> Json<serde_json::Value> {
-    Json(s.status.to_json(&s.metrics))
+async fn status(State(s): State<AppState>) -> Json<StatusDocument> {
+    Json(s.status.document(&s.metrics))
 }
 
 async fn page(State(s): State<AppState>) -> Html<String> {
-    Html(crate::status_page::render(&s.status.to_json(&s.metrics)))
+    Html(super::status_page::render(&s.status.document(&s.metrics)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::body::Body;
-    use axum::http::Request;
+    use axum::http::{header, Request};
     use tower::ServiceExt;
 
     fn state() -> AppState {

@@ -1,19 +1,16 @@
-//! The probe's subcommands (`validate`, `serve`, `check-config`): flags, and the glue
-//! from flags to the library. Usage errors are [`UsageError`]s (exit 64).
+//! `lockprobe validate`: one full probe cycle plus every negative check against the
+//! given instances, with JUnit XML and JSON reports. Usage errors are [`UsageError`]s
+//! (exit 64).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use super::observer::{PrintObserver, TracingObserver};
-use super::report::CycleResult;
-use super::runtime::Probe;
-use super::state::StateFile;
-use super::validate::{self, ValidateError, ValidateOptions};
-use crate::config::{Config, ConfigError};
+use crate::probe::observer::PrintObserver;
+use crate::probe::report::CycleResult;
+use crate::probe::validate::{self, ValidateError, ValidateOptions};
 use crate::usage::UsageError;
 
 /// Environment variable holding the lock API key for `validate`.
@@ -45,35 +42,9 @@ pub struct ValidateArgs {
     pub state_file: Option<PathBuf>,
 }
 
-/// Flags of `lockprobe serve`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ServeArgs {
-    /// The TOML configuration file.
-    #[arg(long)]
-    pub config: PathBuf,
-}
-
-/// The `check-config` verdict for a configuration that loaded and validated.
-pub fn print_config_ok(path: &std::path::Path, config: &Config) {
-    println!(
-        "{}: ok ({} target{})",
-        path.display(),
-        config.targets.len(),
-        if config.targets.len() == 1 { "" } else { "s" }
-    );
-}
-
-/// Loads and validates the configuration; problems are usage errors naming the field.
-pub fn load(path: &std::path::Path) -> anyhow::Result<Config> {
-    Config::load(path).map_err(|e| match e {
-        ConfigError::Read { .. } => anyhow::Error::new(UsageError::new(e.to_string())),
-        other => anyhow::Error::new(UsageError::new(format!("{}: {other}", path.display()))),
-    })
-}
-
 /// `lockprobe validate`: returns the exit code (0 passed, 1 failed or interrupted by
 /// `shutdown`).
-pub async fn validate(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
+pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
     let opts = ValidateOptions {
         endpoints: args.endpoints.clone(),
         expect_convergence: args.expect_convergence,
@@ -108,28 +79,4 @@ pub async fn validate(args: ValidateArgs, shutdown: CancellationToken) -> anyhow
         println!("  {}", a.line());
     }
     Ok(1)
-}
-
-/// Runs `probe` on the targets of an already loaded `config` until `shutdown` (the
-/// process may have given `probe` more routes to serve).
-pub async fn serve_config(args: &ServeArgs, config: Config, probe: Probe, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let targets = config
-        .probe_targets()
-        .map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
-    let state = Arc::new(StateFile::open(&config.state_file)?);
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
-    tracing::info!(addr = %listener.local_addr()?, targets = targets.len(), "probe http server listening");
-    probe
-        .run(
-            targets,
-            state,
-            Arc::new(TracingObserver),
-            listener,
-            None,
-            shutdown,
-        )
-        .await?;
-    Ok(())
 }

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
-use crate::probe::scheduler::TargetSchedule;
-use crate::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
-use crate::usage::DurationError;
+use super::scheduler::TargetSchedule;
+use super::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use super::target::check_instance_url;
 
 /// A configuration problem, always naming the field it is about.
 #[derive(Debug, thiserror::Error)]
@@ -46,28 +46,6 @@ impl ConfigError {
     }
 }
 
-/// A duration written the human way in TOML (`"500ms"`, `"5m"`, `"48h"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct HumanDuration(pub Duration);
-
-impl<'de> Deserialize<'de> for HumanDuration {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        // The error points at the key (TOML shows the line), so it names the field.
-        match crate::usage::parse_bounded_duration(&s) {
-            Ok(duration) => Ok(HumanDuration(duration)),
-            Err(DurationError::Invalid(e)) => Err(serde::de::Error::custom(format!("invalid duration {s:?}: {e}"))),
-            Err(e) => Err(serde::de::Error::custom(format!("duration {e}"))),
-        }
-    }
-}
-
-impl From<HumanDuration> for Duration {
-    fn from(h: HumanDuration) -> Duration {
-        h.0
-    }
-}
-
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,8 +59,9 @@ pub struct Config {
     /// The services to probe.
     pub targets: Vec<TargetConfig>,
     /// Optional: run the convergence monitor over the routing store this table names.
-    /// Keys are the `lockprobe monitor` flags without their dashes (`store`,
-    /// `cosmos-endpoint`, `monitor-escalation-buffer`, …); see `crate::serve`.
+    /// Keys are the `lockprobe monitor` flags without their dashes, `_` for `-` (`store`,
+    /// `cosmos_endpoint`, `monitor_escalation_buffer`, …); the probe keeps the table as
+    /// it is and the `serve` wiring reads it.
     #[serde(default)]
     pub monitor: Option<toml::Table>,
 }
@@ -107,31 +86,34 @@ pub struct TargetConfig {
     #[serde(default = "default_locations")]
     pub locations: Vec<String>,
     /// Expected maximum cache TTL across the service's tiers (the operator's expectation).
-    pub cache_ttl: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub cache_ttl: Duration,
     /// Expected replication bound of the service's store; the probe never waits less.
-    pub replication_bound: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub replication_bound: Duration,
     /// Extra wait on top of the declared convergence delay.
-    #[serde(default = "default_buffer")]
-    pub buffer: HumanDuration,
+    #[serde(default = "default_buffer", with = "crate::usage::duration")]
+    pub buffer: Duration,
     /// Lease lengths requested for each lock phase.
     #[serde(default)]
     pub leases: LeaseConfig,
     /// Cron expression (seconds first, as the `cron` crate reads it).
     pub schedule: String,
     /// Random delay added to each scheduled start, up to this much.
-    #[serde(default)]
-    pub jitter: HumanDuration,
+    #[serde(default, with = "crate::usage::duration")]
+    pub jitter: Duration,
     /// A cycle that runs longer is cancelled and its locks released.
-    pub timeout: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub timeout: Duration,
     /// Timeout of one HTTP request.
-    #[serde(default = "default_request_timeout")]
-    pub request_timeout: HumanDuration,
+    #[serde(default = "default_request_timeout", with = "crate::usage::duration")]
+    pub request_timeout: Duration,
     /// How many cycles of this target may run at once.
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
     /// How often the route view is polled while measuring convergence.
-    #[serde(default = "default_poll_interval")]
-    pub poll_interval: HumanDuration,
+    #[serde(default = "default_poll_interval", with = "crate::usage::duration")]
+    pub poll_interval: Duration,
     /// How many pre-locks the concurrent-pre-lock check sends at once.
     #[serde(default = "default_concurrent_pre_locks")]
     pub concurrent_pre_locks: usize,
@@ -142,23 +124,27 @@ pub struct TargetConfig {
 #[serde(deny_unknown_fields)]
 pub struct LeaseConfig {
     /// Parent lease of the whole migration.
-    pub pre_lock: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub pre_lock: Duration,
     /// Lease of the hard-delete phase.
-    pub hard_delete: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub hard_delete: Duration,
     /// Lease of the write phase.
-    pub write: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub write: Duration,
     /// Short write lease used by the lease-lapse negative check.
-    pub short_write: HumanDuration,
+    #[serde(with = "crate::usage::duration")]
+    pub short_write: Duration,
 }
 
 impl Default for LeaseConfig {
     fn default() -> Self {
         let l = Leases::default();
         Self {
-            pre_lock: HumanDuration(l.pre_lock),
-            hard_delete: HumanDuration(l.hard_delete),
-            write: HumanDuration(l.write),
-            short_write: HumanDuration(l.short_write),
+            pre_lock: l.pre_lock,
+            hard_delete: l.hard_delete,
+            write: l.write,
+            short_write: l.short_write,
         }
     }
 }
@@ -178,17 +164,17 @@ fn default_pool_size() -> usize {
 fn default_locations() -> Vec<String> {
     vec!["westeurope".to_string(), "northeurope".to_string()]
 }
-fn default_buffer() -> HumanDuration {
-    HumanDuration(Duration::from_secs(60))
+fn default_buffer() -> Duration {
+    Duration::from_secs(60)
 }
-fn default_request_timeout() -> HumanDuration {
-    HumanDuration(Duration::from_secs(10))
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 fn default_concurrency() -> usize {
     1
 }
-fn default_poll_interval() -> HumanDuration {
-    HumanDuration(Duration::from_millis(200))
+fn default_poll_interval() -> Duration {
+    Duration::from_millis(200)
 }
 fn default_concurrent_pre_locks() -> usize {
     4
@@ -218,132 +204,107 @@ impl Config {
     /// Checks every value that parsed but may still be unusable.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.targets.is_empty() {
-            return Err(ConfigError::invalid(
-                "targets",
-                "at least one target is required",
-            ));
+            return Err(ConfigError::invalid("targets", "at least one target is required"));
         }
         let mut names = std::collections::HashSet::new();
         for (i, t) in self.targets.iter().enumerate() {
-            let f = |name: &str| format!("targets[{i}].{name}");
-            if t.name.trim().is_empty() {
-                return Err(ConfigError::invalid(f("name"), "must not be empty"));
-            }
-            if !t
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            {
-                return Err(ConfigError::invalid(
-                    f("name"),
-                    "only letters, digits, '-' and '_' are allowed",
-                ));
-            }
+            t.validate(i)?;
             if !names.insert(t.name.as_str()) {
+                return Err(ConfigError::invalid(format!("targets[{i}].name"), format!("duplicate target {:?}", t.name)));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TargetConfig {
+    /// Checks target `index`: where it is, how it is scheduled, how long it waits.
+    fn validate(&self, index: usize) -> Result<(), ConfigError> {
+        let field = |name: &str| format!("targets[{index}].{name}");
+        self.check_identity(index, field)?;
+        self.check_schedule(field)?;
+        self.check_durations(field)
+    }
+
+    /// Name, instances, key variable, test prefix and locations.
+    fn check_identity(&self, index: usize, field: impl Fn(&str) -> String) -> Result<(), ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(ConfigError::invalid(field("name"), "must not be empty"));
+        }
+        if !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(ConfigError::invalid(field("name"), "only letters, digits, '-' and '_' are allowed"));
+        }
+        if self.instances.is_empty() {
+            return Err(ConfigError::invalid(field("instances"), "at least one instance URL is required"));
+        }
+        for (j, url) in self.instances.iter().enumerate() {
+            check_instance_url(url).map_err(|m| ConfigError::invalid(format!("targets[{index}].instances[{j}]"), m))?;
+        }
+        if self.api_key_env.trim().is_empty() {
+            return Err(ConfigError::invalid(field("api_key_env"), "must name an environment variable"));
+        }
+        if self.test_prefix.trim().is_empty() {
+            return Err(ConfigError::invalid(field("test_prefix"), "must not be empty (the probe only locks resources under it)"));
+        }
+        if self.locations.len() != 2 || self.locations[0] == self.locations[1] {
+            return Err(ConfigError::invalid(field("locations"), "must list exactly two distinct locations"));
+        }
+        Ok(())
+    }
+
+    /// Concurrency, the pool it needs, the cron expression and the pre-lock race.
+    fn check_schedule(&self, field: impl Fn(&str) -> String) -> Result<(), ConfigError> {
+        if self.concurrency == 0 {
+            return Err(ConfigError::invalid(field("concurrency"), "must be at least 1"));
+        }
+        let needed = RESOURCES_PER_CYCLE * self.concurrency;
+        if self.pool_size < needed {
+            return Err(ConfigError::invalid(
+                field("pool_size"),
+                format!("must be at least {needed} ({RESOURCES_PER_CYCLE} resources per cycle x concurrency {})", self.concurrency),
+            ));
+        }
+        if let Err(e) = cron::Schedule::from_str(&self.schedule) {
+            return Err(ConfigError::invalid(field("schedule"), format!("invalid cron expression: {e}")));
+        }
+        if self.concurrent_pre_locks < 2 {
+            return Err(ConfigError::invalid(field("concurrent_pre_locks"), "must be at least 2"));
+        }
+        Ok(())
+    }
+
+    /// Timeouts and leases: positive, and long enough for the wait before escalating.
+    fn check_durations(&self, field: impl Fn(&str) -> String) -> Result<(), ConfigError> {
+        let l = &self.leases;
+        for (name, d) in [
+            ("timeout", self.timeout),
+            ("request_timeout", self.request_timeout),
+            ("poll_interval", self.poll_interval),
+            ("leases.pre_lock", l.pre_lock),
+            ("leases.hard_delete", l.hard_delete),
+            ("leases.write", l.write),
+            ("leases.short_write", l.short_write),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::invalid(field(name), "must be longer than zero"));
+            }
+        }
+        // Every cycle holds its pre-lock through the wait before escalating: a lease or
+        // a timeout that ends first would fail (or cancel) every cycle.
+        let wait = self.cache_ttl + self.replication_bound + self.buffer;
+        for (name, d) in [("leases.pre_lock", l.pre_lock), ("timeout", self.timeout)] {
+            if d <= wait {
                 return Err(ConfigError::invalid(
-                    f("name"),
-                    format!("duplicate target {:?}", t.name),
-                ));
-            }
-            if t.instances.is_empty() {
-                return Err(ConfigError::invalid(
-                    f("instances"),
-                    "at least one instance URL is required",
-                ));
-            }
-            for (j, url) in t.instances.iter().enumerate() {
-                match reqwest::Url::parse(url) {
-                    Ok(u) if u.scheme() == "http" || u.scheme() == "https" => {}
-                    Ok(_) => {
-                        return Err(ConfigError::invalid(
-                            format!("targets[{i}].instances[{j}]"),
-                            "must be an http or https URL",
-                        ))
-                    }
-                    Err(e) => {
-                        return Err(ConfigError::invalid(
-                            format!("targets[{i}].instances[{j}]"),
-                            format!("invalid URL {url:?}: {e}"),
-                        ))
-                    }
-                }
-            }
-            if t.api_key_env.trim().is_empty() {
-                return Err(ConfigError::invalid(
-                    f("api_key_env"),
-                    "must name an environment variable",
-                ));
-            }
-            if t.test_prefix.trim().is_empty() {
-                return Err(ConfigError::invalid(
-                    f("test_prefix"),
-                    "must not be empty (the probe only locks resources under it)",
-                ));
-            }
-            if t.concurrency == 0 {
-                return Err(ConfigError::invalid(f("concurrency"), "must be at least 1"));
-            }
-            let needed = RESOURCES_PER_CYCLE * t.concurrency;
-            if t.pool_size < needed {
-                return Err(ConfigError::invalid(
-                    f("pool_size"),
+                    field(name),
                     format!(
-                        "must be at least {needed} ({RESOURCES_PER_CYCLE} resources per cycle x concurrency {})",
-                        t.concurrency
+                        "must be longer than cache_ttl + replication_bound + buffer ({}), the wait before escalating",
+                        humantime::format_duration(wait)
                     ),
                 ));
             }
-            if t.locations.len() != 2 || t.locations[0] == t.locations[1] {
-                return Err(ConfigError::invalid(
-                    f("locations"),
-                    "must list exactly two distinct locations",
-                ));
-            }
-            if let Err(e) = cron::Schedule::from_str(&t.schedule) {
-                return Err(ConfigError::invalid(
-                    f("schedule"),
-                    format!("invalid cron expression: {e}"),
-                ));
-            }
-            for (name, d) in [
-                ("timeout", t.timeout),
-                ("request_timeout", t.request_timeout),
-                ("poll_interval", t.poll_interval),
-                ("leases.pre_lock", t.leases.pre_lock),
-                ("leases.hard_delete", t.leases.hard_delete),
-                ("leases.write", t.leases.write),
-                ("leases.short_write", t.leases.short_write),
-            ] {
-                if d.0.is_zero() {
-                    return Err(ConfigError::invalid(f(name), "must be longer than zero"));
-                }
-            }
-            // Every cycle holds its pre-lock through the wait before escalating: a lease or
-            // a timeout that ends first would fail (or cancel) every cycle.
-            let wait = t.cache_ttl.0 + t.replication_bound.0 + t.buffer.0;
-            for (name, d) in [("leases.pre_lock", t.leases.pre_lock), ("timeout", t.timeout)] {
-                if d.0 <= wait {
-                    return Err(ConfigError::invalid(
-                        f(name),
-                        format!(
-                            "must be longer than cache_ttl + replication_bound + buffer ({}), the wait before escalating",
-                            humantime::format_duration(wait)
-                        ),
-                    ));
-                }
-            }
-            if t.leases.short_write.0 >= t.leases.write.0 {
-                return Err(ConfigError::invalid(
-                    f("leases.short_write"),
-                    "must be shorter than leases.write",
-                ));
-            }
-            if t.concurrent_pre_locks < 2 {
-                return Err(ConfigError::invalid(
-                    f("concurrent_pre_locks"),
-                    "must be at least 2",
-                ));
-            }
+        }
+        if l.short_write >= l.write {
+            return Err(ConfigError::invalid(field("leases.short_write"), "must be shorter than leases.write"));
         }
         Ok(())
     }
@@ -372,9 +333,9 @@ impl TargetConfig {
         Ok(TargetSchedule {
             name: self.name.clone(),
             schedule,
-            jitter: self.jitter.0,
+            jitter: self.jitter,
             concurrency: self.concurrency,
-            timeout: self.timeout.0,
+            timeout: self.timeout,
             pool: (1..=self.pool_size)
                 .map(|i| format!("{}{i:04}", self.test_prefix))
                 .collect(),
@@ -395,17 +356,17 @@ impl TargetConfig {
             api_key,
             test_prefix: self.test_prefix.clone(),
             locations: [self.locations[0].clone(), self.locations[1].clone()],
-            expected_convergence: Some(self.cache_ttl.0 + self.replication_bound.0),
-            replication_bound: self.replication_bound.0,
-            buffer: self.buffer.0,
+            expected_convergence: Some(self.cache_ttl + self.replication_bound),
+            replication_bound: self.replication_bound,
+            buffer: self.buffer,
             leases: Leases {
-                pre_lock: self.leases.pre_lock.0,
-                hard_delete: self.leases.hard_delete.0,
-                write: self.leases.write.0,
-                short_write: self.leases.short_write.0,
+                pre_lock: self.leases.pre_lock,
+                hard_delete: self.leases.hard_delete,
+                write: self.leases.write,
+                short_write: self.leases.short_write,
             },
-            request_timeout: self.request_timeout.0,
-            poll_interval: self.poll_interval.0,
+            request_timeout: self.request_timeout,
+            poll_interval: self.poll_interval,
             concurrent_pre_locks: self.concurrent_pre_locks,
             owner: format!("lockprobe/{}", self.name),
         })
@@ -446,9 +407,9 @@ short_write = "30s"
     #[test]
     fn good_config_parses_with_human_durations() {
         let c: Config = GOOD.parse().unwrap();
-        assert_eq!(c.targets[0].cache_ttl.0, Duration::from_secs(3600));
+        assert_eq!(c.targets[0].cache_ttl, Duration::from_secs(3600));
         assert_eq!(
-            c.targets[0].leases.pre_lock.0,
+            c.targets[0].leases.pre_lock,
             Duration::from_secs(48 * 3600)
         );
         assert_eq!(c.targets[0].locations, vec!["westeurope", "northeurope"]);
@@ -470,7 +431,7 @@ short_write = "30s"
     fn bad_duration_names_the_key() {
         let e = err_of(&GOOD.replace("\"1h\"", "\"an hour\""));
         assert!(
-            e.contains("cache_ttl") && e.contains("invalid duration"),
+            e.contains("cache_ttl") && e.contains("expected a duration"),
             "{e}"
         );
     }
@@ -486,7 +447,7 @@ short_write = "30s"
             assert!(e.contains(key) && e.contains("over the limit of 10years"), "{to}: {e}");
         }
         let ten_years = GOOD.replace("timeout = \"60h\"", "timeout = \"10years\"");
-        assert_eq!(ten_years.parse::<Config>().unwrap().targets[0].timeout.0, crate::usage::MAX_DURATION);
+        assert_eq!(ten_years.parse::<Config>().unwrap().targets[0].timeout, crate::usage::MAX_DURATION);
     }
 
     #[test]

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{start, Fault, ServiceConfig};
+use crate::service::{start, Fault, ServiceConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::store::faults::{FaultRule, FaultyStore};
 use crate::store::LocationStore;
-use crate::store::cosmos::{OpenStoreError, StoreArgs};
+use super::store::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
 
 /// Environment variable holding the lock API key (kept out of argv and process lists).

@@ -1,26 +1,24 @@
 //! The probe's metrics: an explicit Prometheus [`Registry`] owned by [`Metrics`] (no global
-//! statics), names and labels as in DESIGN.md §Metrics, and every histogram mirrored in an
+//! statics), names and labels as the dashboards and alert rules use them, and every histogram mirrored in an
 //! HDR histogram so the status API can report exact p50 / p75 / p99 / max.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
-use hdrhistogram::Histogram as Hdr;
-use prometheus::{
-    CounterVec, Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry,
-    TextEncoder,
-};
-use serde_json::{json, Value};
+use chrono::{DateTime, Utc};
+use prometheus::core::Collector;
+use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use serde::{Deserialize, Serialize};
 
-use crate::probe::report::{CycleReport, CycleResult};
+use super::report::{CycleReport, CycleResult};
+use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
+use super::vocabulary::Phase;
 
 /// Metric registration failed (a programming error: duplicate or invalid names).
 #[derive(Debug, thiserror::Error)]
 #[error("metrics registration: {0}")]
 pub struct MetricsError(#[from] prometheus::Error);
-
-/// Lock phases reported in phase-duration percentiles, in lifecycle order.
-pub const PHASES: [&str; 3] = ["preLock", "hardDelete", "write"];
 
 /// Buckets for lock phase durations: seconds-long test phases up to 48 h pre-locks, with
 /// the paper's 19 s production write-lock p99 as an edge.
@@ -38,44 +36,58 @@ const CYCLE_BUCKETS: &[f64] = &[
     86400.0, 172800.0, 259200.0,
 ];
 
-/// HDR histograms per (target, series), values in microseconds.
+/// Recent values per (target, series), for the status API's exact percentiles.
 #[derive(Default)]
-struct HdrSet {
-    by_key: HashMap<(String, String), Hdr<u64>>,
+struct Windows {
+    by_key: HashMap<(String, String), WindowedPercentiles>,
 }
 
-impl HdrSet {
-    fn record(&mut self, target: &str, series: &str, seconds: f64) {
-        let h = self
-            .by_key
+impl Windows {
+    fn record(&mut self, target: &str, series: &str, at: DateTime<Utc>, seconds: f64) {
+        self.by_key
             .entry((target.to_string(), series.to_string()))
-            // 3 significant digits, auto-resizing: covers microseconds to days.
-            .or_insert_with(|| {
-                Hdr::new(3).expect("3 significant figures is a valid HDR precision")
-            });
-        let micros = (seconds.max(0.0) * 1e6).round() as u64;
-        // `record` grows the auto-resizing histogram; `saturating_record` would clamp to
-        // its current (initially tiny) range instead.
-        if h.record(micros).is_err() {
-            h.saturating_record(micros);
-        }
+            // Microsecond steps: read-throughs take well under a millisecond.
+            .or_insert_with(|| WindowedPercentiles::new(Duration::from_micros(1), DEFAULT_WINDOW))
+            .record_seconds(at, seconds);
     }
 
-    fn summary(&self, target: &str, series: &str) -> Value {
+    fn summary(&self, target: &str, series: &str, now: DateTime<Utc>) -> Summary {
         match self.by_key.get(&(target.to_string(), series.to_string())) {
-            Some(h) if !h.is_empty() => {
-                let q = |x: f64| h.value_at_quantile(x) as f64 / 1e6;
-                json!({
-                    "count": h.len(),
-                    "p50": q(0.50),
-                    "p75": q(0.75),
-                    "p99": q(0.99),
-                    "max": h.max() as f64 / 1e6,
-                })
-            }
-            _ => json!({"count": 0, "p50": null, "p75": null, "p99": null, "max": null}),
+            Some(w) => w.summary(now),
+            None => Summary::default(),
         }
     }
+}
+
+/// Registers `collector` on `registry` and returns it.
+fn register<C: Collector + Clone + 'static>(registry: &Registry, collector: C) -> Result<C, MetricsError> {
+    registry.register(Box::new(collector.clone()))?;
+    Ok(collector)
+}
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Result<IntCounterVec, MetricsError> {
+    register(registry, IntCounterVec::new(Opts::new(name, help), labels)?)
+}
+
+/// A gauge per target.
+fn gauge(registry: &Registry, name: &str, help: &str) -> Result<GaugeVec, MetricsError> {
+    register(registry, GaugeVec::new(Opts::new(name, help), &["target"])?)
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64], labels: &[&str]) -> Result<HistogramVec, MetricsError> {
+    register(registry, HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels)?)
+}
+
+/// The `percentiles` object of the status API: exact percentiles of the last day.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PercentilesDocument {
+    /// How long a probe lock was held in each phase.
+    pub lock_phase_duration_seconds: PhaseSummaries,
+    /// Read-through latency the service reported in `Server-Timing`.
+    pub read_through_latency_seconds: Summary,
+    /// Time each instance took to show a pre-lock.
+    pub observed_convergence_seconds: Summary,
 }
 
 /// Every metric the probe exports.
@@ -93,7 +105,7 @@ pub struct Metrics {
     observed: GaugeVec,
     last_success: GaugeVec,
     convergence_violations: CounterVec,
-    hdr: Mutex<HdrSet>,
+    windows: Mutex<Windows>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -105,122 +117,62 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// Creates the metrics on a fresh registry.
     pub fn new() -> Result<Self, MetricsError> {
-        let registry = Registry::new();
-        let runs = IntCounterVec::new(
-            Opts::new("lockprobe_probe_runs_total", "Probe cycles run, by result."),
-            &["target", "result"],
-        )?;
-        let missed = IntCounterVec::new(
-            Opts::new(
+        let r = Registry::new();
+        Ok(Self {
+            runs: counter(&r, "lockprobe_probe_runs_total", "Probe cycles run, by result.", &["target", "result"])?,
+            missed: counter(
+                &r,
                 "lockprobe_probe_missed_schedules_total",
                 "Scheduled cycles that did not start (concurrency limit, empty pool or late wake-up).",
-            ),
-            &["target"],
-        )?;
-        let duration = HistogramVec::new(
-            HistogramOpts::new(
-                "lockprobe_probe_duration_seconds",
-                "Wall time of a probe cycle.",
-            )
-            .buckets(CYCLE_BUCKETS.to_vec()),
-            &["target"],
-        )?;
-        let assertions = IntCounterVec::new(
-            Opts::new(
+                &["target"],
+            )?,
+            duration: histogram(&r, "lockprobe_probe_duration_seconds", "Wall time of a probe cycle.", CYCLE_BUCKETS, &["target"])?,
+            assertions: counter(
+                &r,
                 "lockprobe_assertions_total",
                 "Probe assertions, by phase, operation, expected outcome and result.",
-            ),
-            &["target", "phase", "op", "expected", "result"],
-        )?;
-        let violations = IntCounterVec::new(
-            Opts::new(
+                &["target", "phase", "op", "expected", "result"],
+            )?,
+            violations: counter(
+                &r,
                 "lockprobe_enforcement_violations_total",
                 "User operations whose allow / block / tombstone outcome was wrong for the lock phase.",
-            ),
-            &["target", "phase", "op", "expected", "observed"],
-        )?;
-        let phase_duration = HistogramVec::new(
-            HistogramOpts::new(
+                &["target", "phase", "op", "expected", "observed"],
+            )?,
+            phase_duration: histogram(
+                &r,
                 "lockprobe_lock_phase_duration_seconds",
                 "Time a probe lock spent in each phase.",
-            )
-            .buckets(PHASE_BUCKETS.to_vec()),
-            &["target", "phase"],
-        )?;
-        let read_through = HistogramVec::new(
-            HistogramOpts::new(
+                PHASE_BUCKETS,
+                &["target", "phase"],
+            )?,
+            read_through: histogram(
+                &r,
                 "lockprobe_read_through_latency_seconds",
                 "Read-through latency reported by the service in Server-Timing.",
-            )
-            .buckets(READ_THROUGH_BUCKETS.to_vec()),
-            &["target"],
-        )?;
-        let declared = GaugeVec::new(
-            Opts::new(
-                "lockprobe_convergence_declared_seconds",
-                "Convergence delay the service declared with the last pre-lock.",
-            ),
-            &["target"],
-        )?;
-        let expected = GaugeVec::new(
-            Opts::new(
-                "lockprobe_convergence_expected_seconds",
-                "Convergence delay the operator configured for the target.",
-            ),
-            &["target"],
-        )?;
-        let observed = GaugeVec::new(
-            Opts::new(
+                READ_THROUGH_BUCKETS,
+                &["target"],
+            )?,
+            declared: gauge(&r, "lockprobe_convergence_declared_seconds", "Convergence delay the service declared with the last pre-lock.")?,
+            expected: gauge(&r, "lockprobe_convergence_expected_seconds", "Convergence delay the operator configured for the target.")?,
+            observed: gauge(
+                &r,
                 "lockprobe_convergence_observed_seconds",
                 "Slowest instance's time to show the last pre-lock on its routing path (at least the whole wait when one never did).",
-            ),
-            &["target"],
-        )?;
-        let last_success = GaugeVec::new(
-            Opts::new(
-                "lockprobe_last_success_timestamp_seconds",
-                "Unix time of the last passed cycle.",
-            ),
-            &["target"],
-        )?;
-        let convergence_violations = CounterVec::new(
-            Opts::new(
-                "lockprobe_convergence_violations_total",
-                "Instances that did not show the pre-lock within the declared delay plus buffer.",
-            ),
-            &["target"],
-        )?;
-        for c in [
-            Box::new(runs.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(missed.clone()),
-            Box::new(duration.clone()),
-            Box::new(assertions.clone()),
-            Box::new(violations.clone()),
-            Box::new(phase_duration.clone()),
-            Box::new(read_through.clone()),
-            Box::new(declared.clone()),
-            Box::new(expected.clone()),
-            Box::new(observed.clone()),
-            Box::new(last_success.clone()),
-            Box::new(convergence_violations.clone()),
-        ] {
-            registry.register(c)?;
-        }
-        Ok(Self {
-            registry,
-            runs,
-            missed,
-            duration,
-            assertions,
-            violations,
-            phase_duration,
-            read_through,
-            declared,
-            expected,
-            observed,
-            last_success,
-            convergence_violations,
-            hdr: Mutex::new(HdrSet::default()),
+            )?,
+            last_success: gauge(&r, "lockprobe_last_success_timestamp_seconds", "Unix time of the last passed cycle.")?,
+            convergence_violations: register(
+                &r,
+                CounterVec::new(
+                    Opts::new(
+                        "lockprobe_convergence_violations_total",
+                        "Instances that did not show the pre-lock within the declared delay plus buffer.",
+                    ),
+                    &["target"],
+                )?,
+            )?,
+            registry: r,
+            windows: Mutex::new(Windows::default()),
         })
     }
 
@@ -259,24 +211,25 @@ impl Metrics {
         for a in &r.assertions {
             let result = if a.passed { "passed" } else { "failed" };
             self.assertions
-                .with_label_values(&[t, &a.phase, &a.op, &a.expected, result])
+                .with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), result])
                 .inc();
             if a.is_enforcement_violation() {
                 self.violations
-                    .with_label_values(&[t, &a.phase, &a.op, &a.expected, &a.observed])
+                    .with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), a.observed.as_str()])
                     .inc();
             }
         }
-        let mut hdr = self.hdr.lock().unwrap_or_else(|e| e.into_inner());
+        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let at = r.finished_at;
         for (phase, secs) in &r.phase_durations {
             self.phase_duration
-                .with_label_values(&[t, phase])
+                .with_label_values(&[t, phase.as_str()])
                 .observe(*secs);
-            hdr.record(t, &format!("phase:{phase}"), *secs);
+            windows.record(t, &format!("phase:{phase}"), at, *secs);
         }
         for secs in &r.read_through_seconds {
             self.read_through.with_label_values(&[t]).observe(*secs);
-            hdr.record(t, "readThrough", *secs);
+            windows.record(t, "readThrough", at, *secs);
         }
         if let Some(d) = r.declared_convergence_seconds {
             self.declared.with_label_values(&[t]).set(d);
@@ -286,7 +239,7 @@ impl Metrics {
         }
         for c in &r.observed_convergence {
             if let Some(s) = c.observed_seconds {
-                hdr.record(t, "convergence", s);
+                windows.record(t, "convergence", at, s);
             } else {
                 self.convergence_violations.with_label_values(&[t]).inc();
             }
@@ -301,47 +254,45 @@ impl Metrics {
         }
     }
 
-    /// The `percentiles` object of the status API for `target`.
-    pub fn percentiles(&self, target: &str) -> Value {
-        let hdr = self.hdr.lock().unwrap_or_else(|e| e.into_inner());
-        let mut phases = serde_json::Map::new();
-        for p in PHASES {
-            phases.insert(p.to_string(), hdr.summary(target, &format!("phase:{p}")));
+    /// The `percentiles` object of the status API for `target`, over the window ending
+    /// at `now`.
+    pub fn percentiles(&self, target: &str, now: DateTime<Utc>) -> PercentilesDocument {
+        let windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let phase = |p: Phase| windows.summary(target, &format!("phase:{p}"), now);
+        PercentilesDocument {
+            lock_phase_duration_seconds: PhaseSummaries {
+                pre_lock: phase(Phase::PreLock),
+                hard_delete: phase(Phase::HardDelete),
+                write: phase(Phase::Write),
+            },
+            read_through_latency_seconds: windows.summary(target, "readThrough", now),
+            observed_convergence_seconds: windows.summary(target, "convergence", now),
         }
-        json!({
-            "lockPhaseDurationSeconds": phases,
-            "readThroughLatencySeconds": hdr.summary(target, "readThrough"),
-            "observedConvergenceSeconds": hdr.summary(target, "convergence"),
-        })
     }
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        // Encoding into a Vec only fails on invalid metric families, which `new` rules out.
-        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
-            tracing::error!(error = %e, "cannot encode metrics");
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        crate::exposition::render(&self.registry)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::report::{Assertion, InstanceConvergence};
+    use super::super::report::{Assertion, InstanceConvergence};
+    use super::super::vocabulary::{Op, Outcome};
     use chrono::Utc;
     use std::time::Duration;
 
-    fn a(op: &str, expected: &str, observed: &str) -> Assertion {
+    fn a(op: Op, expected: Outcome, observed: Outcome) -> Assertion {
         Assertion {
             check: "cycle".into(),
-            phase: "write".into(),
-            op: op.into(),
+            phase: Phase::Write,
+            op,
             instance: None,
-            expected: expected.into(),
-            observed: observed.into(),
             passed: expected == observed,
+            expected,
+            observed,
             at: Utc::now(),
             duration: Duration::from_millis(1),
             detail: None,
@@ -356,8 +307,8 @@ mod tests {
             finished_at: Utc::now(),
             result: CycleResult::Failed,
             error: None,
-            assertions: vec![a("write", "block", "allow"), a("read", "allow", "allow")],
-            phase_durations: vec![("preLock".into(), 3.0), ("write".into(), 1.0)],
+            assertions: vec![a(Op::Write, Outcome::Block, Outcome::Allow), a(Op::Read, Outcome::Allow, Outcome::Allow)],
+            phase_durations: vec![(Phase::PreLock, 3.0), (Phase::Write, 1.0)],
             read_through_seconds: vec![0.001, 0.0015, 0.002],
             declared_convergence_seconds: Some(1.5),
             expected_convergence_seconds: Some(1.5),
@@ -409,7 +360,7 @@ mod tests {
     fn hdr_percentiles_are_exact_and_empty_is_null() {
         let m = Metrics::new().unwrap();
         m.record_cycle(&report());
-        let p = m.percentiles("demo");
+        let p = serde_json::to_value(m.percentiles("demo", Utc::now())).unwrap();
         assert_eq!(p["readThroughLatencySeconds"]["count"], 3);
         assert_eq!(p["readThroughLatencySeconds"]["p50"], 0.0015);
         assert_eq!(p["readThroughLatencySeconds"]["max"], 0.002);
@@ -438,17 +389,17 @@ mod tests {
 
     /// Records `values` as read-through latencies or as preLock durations; returns the
     /// Prometheus buckets and the status API summary of that series.
-    fn recorded(values: &[f64], phase: bool) -> (Vec<(f64, u64)>, Value) {
+    fn recorded(values: &[f64], phase: bool) -> (Vec<(f64, u64)>, serde_json::Value) {
         let m = Metrics::new().unwrap();
         let mut r = report();
         if phase {
-            r.phase_durations = values.iter().map(|v| ("preLock".to_string(), *v)).collect();
+            r.phase_durations = values.iter().map(|v| (Phase::PreLock, *v)).collect();
         } else {
             r.read_through_seconds = values.to_vec();
         }
         m.record_cycle(&r);
         let text = m.render();
-        let p = m.percentiles("demo");
+        let p = serde_json::to_value(m.percentiles("demo", Utc::now())).unwrap();
         if phase {
             (
                 buckets(

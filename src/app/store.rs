@@ -1,19 +1,26 @@
-//! `--store memory|cosmos`: the flags `lockprobe service` and `lockprobe demo` flatten
-//! to choose their routing store, and the one function that opens it.
+//! `--store memory|cosmos`: the flags `lockprobe service`, `demo` and `monitor` flatten
+//! to choose their routing store, and the one function that opens it. The store layer
+//! knows no flags: [`cosmos::CosmosArgs`] turns into its validated `CosmosConfig` here.
+
+pub mod cosmos;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::Registry;
+use serde::{Deserialize, Serialize};
 
-use super::{CosmosArgs, CosmosConfig, CosmosConfigError, CosmosStore, CosmosStoreError};
+pub use cosmos::{CosmosArgs, CosmosConfigError};
+
 use crate::clock::Clock;
+use crate::store::cosmos::{CosmosConfig, CosmosStore, CosmosStoreError};
 use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 use crate::store::LocationStore;
 use crate::usage::UsageError;
 
 /// Which routing store to run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum StoreKind {
     /// In process memory (the embedded default; replicas lag by the replication bound).
     Memory,
@@ -21,14 +28,17 @@ pub enum StoreKind {
     Cosmos,
 }
 
-/// Store selection flags.
-#[derive(Debug, Clone, clap::Args)]
+/// Store selection: the `--store` and `--cosmos-*` flags, or the `store` and
+/// `cosmos_*` keys of a `[monitor]` table.
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub struct StoreArgs {
     /// Routing store: memory (embedded) or cosmos (Azure Cosmos DB, see --cosmos-*).
     #[arg(long = "store", env = "LOCKPROBE_STORE", value_enum, default_value = "memory")]
+    #[serde(rename = "store")]
     pub kind: StoreKind,
     /// Cosmos DB settings (used with --store cosmos).
     #[command(flatten)]
+    #[serde(flatten)]
     pub cosmos: CosmosArgs,
 }
 
@@ -59,7 +69,7 @@ impl StoreArgs {
     pub fn validate(&self) -> Result<Option<CosmosConfig>, CosmosConfigError> {
         match self.kind {
             StoreKind::Memory => Ok(None),
-            StoreKind::Cosmos => CosmosConfig::try_from_args(&self.cosmos, |name| std::env::var(name).ok()).map(Some),
+            StoreKind::Cosmos => self.cosmos.to_config(|name| std::env::var(name).ok()).map(Some),
         }
     }
 

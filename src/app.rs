@@ -1,0 +1,21 @@
+//! The wiring: one module per `lockprobe` command, each turning its flags (or its
+//! configuration file) into the parts of the library and running them. Nothing below
+//! imports this module; `main.rs` only parses the command line and calls into it.
+//!
+//! - [`serve`]: `lockprobe serve` and `check-config`: the probe on its schedules and,
+//!   with a `[monitor]` table, the convergence monitor, in one process.
+//! - [`demo`]: `lockprobe demo`: store, reference service, probe and monitor in one process.
+//! - [`validate`]: `lockprobe validate`: one probe cycle as a pre-release gate.
+//! - [`service`]: `lockprobe service`: the reference service.
+//! - [`monitor`]: `lockprobe monitor`: the convergence monitor alone.
+//! - [`store`]: `--store memory|cosmos` and the `--cosmos-*` flags, and opening the store
+//!   they name.
+//! - [`tasks`]: how `serve` and `demo` run their background parts and stop them.
+
+pub mod demo;
+pub mod monitor;
+pub mod serve;
+pub mod service;
+pub mod store;
+pub mod tasks;
+pub mod validate;

@@ -1,0 +1,189 @@
+//! `lockprobe demo`: the embedded default. In one process: the in-memory store, the
+//! reference service with two instances on loopback, and the probe on a compressed
+//! schedule, printing each step and serving its metrics on a local port.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Clock, SystemClock};
+use crate::monitor::{http as monitor_http, Monitor, MonitorConfig, MonitorStatus};
+use crate::probe::observer::PrintObserver;
+use crate::probe::runtime::Probe;
+use crate::probe::scheduler::TargetSchedule;
+use crate::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
+use crate::probe::state::StateFile;
+use super::store::{OpenStoreError, StoreArgs};
+use super::tasks::{Background, GRACE};
+use crate::service::{self, ServiceConfig};
+use crate::store::LocationStore;
+use crate::usage::UsageError;
+
+/// Flags of `lockprobe demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Stop after this many cycles; exit 0 only if every assertion passed.
+    #[arg(long)]
+    pub cycles: Option<usize>,
+    /// Address of the probe's HTTP server (`/metrics`, `/api/v1/status`, `/`).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Cron schedule of the demo target (seconds first).
+    #[arg(long, default_value = "*/10 * * * * *")]
+    pub schedule: String,
+    /// Cache TTL of the service's single cache tier.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    pub cache_ttl: Duration,
+    /// Replication bound of the in-memory store (its replicas lag by this much).
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "500ms")]
+    pub replication_bound: Duration,
+    /// Probe buffer on top of the declared convergence delay.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "500ms")]
+    pub buffer: Duration,
+    /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// Runs the demo; returns the exit code.
+pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
+    let schedule = check(&args)?;
+    let api_key = hex::encode(rand::random::<[u8; 16]>());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let probe = Probe::new()?;
+    // Store metrics (Cosmos request charges) are served with the probe's own.
+    let store = args.store.open(clock.clone(), args.replication_bound, probe.metrics.registry()).await.map_err(OpenStoreError::into_anyhow)?;
+    let background = Background::new();
+    let monitor = start_monitor(&args, &store, &clock, &probe, &background)?;
+    let probe = Probe { extra_routes: Some(monitor_http::router(monitor.clone())), ..probe };
+    let instances = start_service(&args, &api_key, store, clock, &background).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    print_banner(&args, &instances, listener.local_addr()?);
+
+    let summary = probe
+        .run(
+            vec![probe_target(&args, schedule, instances, api_key)],
+            Arc::new(StateFile::in_memory()),
+            Arc::new(PrintObserver),
+            listener,
+            args.cycles,
+            shutdown,
+        )
+        .await?;
+    // The probe has released its locks through the service; now the rest may stop.
+    background.stop(GRACE).await;
+    // One last look, so the summary includes the final cycle's migrations.
+    monitor.drain().await.ok();
+    println!();
+    print_monitor_summary(&monitor.status());
+    println!("lockprobe demo: {} cycle(s), {} not passed", summary.cycles, summary.unsuccessful);
+    Ok(if summary.unsuccessful == 0 && summary.cycles > 0 { 0 } else { 1 })
+}
+
+/// The flags a demo cannot run with are usage errors, found before anything starts;
+/// returns the schedule.
+fn check(args: &DemoArgs) -> Result<cron::Schedule, UsageError> {
+    let schedule = cron::Schedule::from_str(&args.schedule).map_err(|e| UsageError::new(format!("--schedule: invalid cron expression: {e}")))?;
+    if args.cycles == Some(0) {
+        return Err(UsageError::new("--cycles: must be at least 1"));
+    }
+    args.store.validate().map_err(|e| UsageError::new(e.to_string()))?;
+    Ok(schedule)
+}
+
+/// The convergence monitor over the demo's own store, so the probe's migrations appear
+/// in it; its metrics join the probe's and its status is served at /api/v1/monitor.
+fn start_monitor(
+    args: &DemoArgs,
+    store: &Arc<dyn LocationStore>,
+    clock: &Arc<dyn Clock>,
+    probe: &Probe,
+    background: &Background,
+) -> anyhow::Result<Arc<Monitor>> {
+    let config = MonitorConfig {
+        escalation_buffer: args.buffer,
+        declared_delay: Some(args.cache_ttl + args.replication_bound),
+        sweep_interval: Duration::from_secs(1),
+        lapse_grace: Duration::from_secs(1),
+        scan_interval: Duration::from_secs(30),
+        ..MonitorConfig::default()
+    };
+    let monitor = Arc::new(Monitor::new(store.clone(), clock.clone(), config, probe.metrics.registry())?);
+    background.spawn("monitor", monitor.clone().run(background.token()));
+    Ok(monitor)
+}
+
+/// The reference service, two instances on loopback; returns their base URLs.
+async fn start_service(
+    args: &DemoArgs,
+    api_key: &str,
+    store: Arc<dyn LocationStore>,
+    clock: Arc<dyn Clock>,
+    background: &Background,
+) -> anyhow::Result<Vec<String>> {
+    let config = ServiceConfig {
+        cache_ttls: vec![args.cache_ttl],
+        replication_bound: args.replication_bound,
+        test_prefix: Some("probe-".into()),
+        ..ServiceConfig::new(api_key)
+    };
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let running = service::start(config, store, clock, vec![loopback, loopback], background.token())
+        .await
+        .context("starting the reference service")?;
+    let instances = running.addrs.iter().map(|a| format!("http://{a}")).collect();
+    background.spawn("service", running.wait());
+    Ok(instances)
+}
+
+/// The demo's one target: its settings and its compressed schedule.
+fn probe_target(args: &DemoArgs, schedule: cron::Schedule, instances: Vec<String>, api_key: String) -> (ProbeSettings, TargetSchedule) {
+    let settings = ProbeSettings {
+        expected_convergence: Some(args.cache_ttl + args.replication_bound),
+        replication_bound: args.replication_bound,
+        buffer: args.buffer,
+        request_timeout: Duration::from_secs(5),
+        poll_interval: Duration::from_millis(100),
+        ..ProbeSettings::short_run("demo", instances, api_key, "probe-")
+    };
+    let target = TargetSchedule {
+        name: "demo".into(),
+        schedule,
+        jitter: Duration::ZERO,
+        concurrency: 1,
+        timeout: Duration::from_secs(120),
+        pool: (1..=RESOURCES_PER_CYCLE * 2).map(|i| format!("probe-{i:04}")).collect(),
+    };
+    (settings, target)
+}
+
+/// Where everything is, for the person who started the demo.
+fn print_banner(args: &DemoArgs, instances: &[String], probe_addr: SocketAddr) {
+    println!("lockprobe demo");
+    println!("  reference service instances: {}", instances.join(", "));
+    println!("  probe metrics:  http://{probe_addr}/metrics");
+    println!("  probe status:   http://{probe_addr}/  (JSON at /api/v1/status)");
+    println!("  monitor:        http://{probe_addr}/api/v1/monitor");
+    println!(
+        "  schedule {:?}, cache TTL {}, replication bound {}, buffer {}{}",
+        args.schedule,
+        humantime::format_duration(args.cache_ttl),
+        humantime::format_duration(args.replication_bound),
+        humantime::format_duration(args.buffer),
+        args.cycles.map(|n| format!(", stopping after {n} cycle(s)")).unwrap_or_default()
+    );
+    println!();
+}
+
+/// One line a person can read: what the monitor saw of the demo's migrations.
+fn print_monitor_summary(status: &MonitorStatus) {
+    let m = status.migrations;
+    println!(
+        "monitor: {} swapped, {} released, {} lapsed; early escalations {}, partial cutovers {}, orphaned locks {}",
+        m.swapped, m.released, m.lapsed, status.early_escalations, status.partial_cutovers, status.orphaned_locks,
+    );
+}

@@ -1,0 +1,260 @@
+//! `lockprobe monitor`: the monitor alone, serving its status and metrics; and
+//! [`MonitorSection`], what the monitor watches and how, which is both the flags of that
+//! command and the `[monitor]` table of a `serve` configuration.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::FromArgMatches;
+use prometheus::Registry;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::store::{CosmosArgs, OpenStoreError, StoreArgs, StoreKind};
+use crate::clock::{Clock, SystemClock};
+use crate::exposition;
+use crate::monitor::{http, Monitor, MonitorConfig, MonitorConfigError};
+use crate::usage::UsageError;
+
+/// The store to watch and the monitor's settings: the flags of `lockprobe monitor`, and
+/// the `[monitor]` table of a `serve` configuration, whose keys are the same flags
+/// without their dashes, `_` for `-` (`store`, `cosmos_endpoint`,
+/// `monitor_escalation_buffer`, a list for a repeated flag).
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+pub struct MonitorSection {
+    /// The store to watch (`--store memory|cosmos` and the `--cosmos-*` flags).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub store: StoreArgs,
+    /// Monitor settings.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub monitor: MonitorConfig,
+}
+
+/// `lockprobe monitor` flags: what to watch and how, and where to serve.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MonitorCommand {
+    /// The store and the monitor's settings.
+    #[command(flatten)]
+    pub section: MonitorSection,
+    /// Address serving `/metrics` and `/api/v1/monitor` (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:9108")]
+    pub listen: SocketAddr,
+}
+
+/// A bad monitor setting as a usage error naming its flag.
+fn flag_error(e: MonitorConfigError) -> UsageError {
+    UsageError::new(format!("{}: {}", e.flag(), e.reason()))
+}
+
+/// Runs the monitor and its HTTP endpoints on `--listen` until `shutdown`.
+pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // Bad flags are usage errors, reported before the port is taken.
+    cmd.section.monitor.validate().map_err(flag_error)?;
+    let listener = tokio::net::TcpListener::bind(cmd.listen).await.with_context(|| format!("binding --listen {}", cmd.listen))?;
+    serve(cmd.section, listener, shutdown).await
+}
+
+/// Like [`run`], on a listener the caller bound (`--listen` is ignored), so a test
+/// can bind port 0 and know the port without giving it back first.
+pub async fn run_on(cmd: MonitorCommand, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    cmd.section.monitor.validate().map_err(flag_error)?;
+    serve(cmd.section, listener, shutdown).await
+}
+
+async fn serve(section: MonitorSection, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let registry = Registry::new();
+    // `memory` watches an empty in-process store: a smoke test on its own; `serve` and
+    // `demo` hand the monitor the store they run on.
+    let store = section.store.open(clock.clone(), std::time::Duration::ZERO, &registry).await.map_err(OpenStoreError::into_anyhow)?;
+    let monitor = Arc::new(Monitor::new(store, clock, section.monitor, &registry)?);
+    let app = http::router(monitor.clone()).route(exposition::PATH, exposition::route(registry));
+    println!("lockprobe monitor: listening on http://{}", listener.local_addr()?);
+    let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let (_, served) = tokio::join!(monitor.run(shutdown.clone()), serve);
+    served.context("serving the monitor's endpoints")
+}
+
+/// Where each key of a `[monitor]` table belongs.
+struct Keys {
+    cosmos: BTreeSet<String>,
+    monitor: BTreeSet<String>,
+}
+
+impl Keys {
+    /// The key of every flag of `cmd`: its name without the dashes, `_` for `-`.
+    fn of(cmd: clap::Command) -> BTreeSet<String> {
+        cmd.get_arguments().filter_map(|a| a.get_long()).map(|l| l.replace('-', "_")).collect()
+    }
+
+    fn new() -> Self {
+        Self {
+            cosmos: Self::of(<CosmosArgs as clap::Args>::augment_args(clap::Command::new("cosmos"))),
+            monitor: Self::of(<MonitorConfig as clap::Args>::augment_args(clap::Command::new("monitor"))),
+        }
+    }
+}
+
+/// Reads `part` of a table as `T`: `base` (the flags' defaults and environment
+/// variables) with the file's `keys` over it. Through TOML text, so an error points at
+/// the key it is about.
+fn overlay<T: Serialize + serde::de::DeserializeOwned>(base: &T, file: &toml::Table) -> Result<T, String> {
+    let mut merged = toml::Table::try_from(base).map_err(|e| e.to_string())?;
+    merged.extend(file.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let text = toml::to_string(&merged).map_err(|e| e.to_string())?;
+    toml::from_str(&text).map_err(|e| e.to_string().trim().to_owned())
+}
+
+impl MonitorSection {
+    /// Reads and validates a `[monitor]` table; errors name the key.
+    ///
+    /// Precedence: a key in the file wins; a key the file leaves out takes its flag's
+    /// environment variable (`LOCKPROBE_COSMOS_*`, `LOCKPROBE_MONITOR_*`), logged, and
+    /// else its default. Kebab-case keys (`cosmos-endpoint`, the form before 0.2) are
+    /// still read, with a warning naming their new spelling.
+    pub fn from_table(table: &toml::Table) -> Result<Self, UsageError> {
+        let keys = Keys::new();
+        let mut store_kind = None;
+        let (mut cosmos, mut monitor) = (toml::Table::new(), toml::Table::new());
+        for (written, value) in table {
+            let key = written.replace('-', "_");
+            if key != *written {
+                tracing::warn!(key = %written, use_instead = %key, "deprecated kebab-case key in [monitor]");
+            }
+            if key == "store" {
+                store_kind = Some(value.clone());
+            } else if keys.cosmos.contains(&key) {
+                cosmos.insert(key, value.clone());
+            } else if keys.monitor.contains(&key) {
+                monitor.insert(key, value.clone());
+            } else {
+                return Err(UsageError::new(format!(
+                    "[monitor] unknown key {written:?} (keys are the `lockprobe monitor` flags without their dashes, `_` for `-`: store, cosmos_endpoint, monitor_escalation_buffer, ...)"
+                )));
+            }
+        }
+        let base = Self::from_environment()?;
+        let kind = match store_kind {
+            None => base.store.kind,
+            Some(v) => StoreKind::deserialize(v.clone()).map_err(|_| UsageError::new(format!("[monitor] store: {v} is not memory or cosmos")))?,
+        };
+        let section = Self {
+            store: StoreArgs {
+                kind,
+                cosmos: overlay(&base.store.cosmos, &cosmos).map_err(|e| UsageError::new(format!("[monitor] {e}")))?,
+            },
+            monitor: overlay(&base.monitor, &monitor).map_err(|e| UsageError::new(format!("[monitor] {e}")))?,
+        };
+        section.validate()?;
+        Ok(section)
+    }
+
+    /// The flags' defaults with their environment variables applied; each value taken
+    /// from a variable is logged.
+    fn from_environment() -> Result<Self, UsageError> {
+        let cmd = <Self as clap::Args>::augment_args(clap::Command::new("[monitor]").no_binary_name(true));
+        let matches = cmd
+            .clone()
+            .try_get_matches_from(Vec::<String>::new())
+            .map_err(|e| UsageError::new(format!("[monitor] from the environment: {}", e.render().to_string().trim())))?;
+        for arg in cmd.get_arguments() {
+            if matches.value_source(arg.get_id().as_str()) == Some(clap::parser::ValueSource::EnvVariable) {
+                let key = arg.get_long().unwrap_or_default().replace('-', "_");
+                let env = arg.get_env().map(|v| v.to_string_lossy().into_owned()).unwrap_or_default();
+                tracing::info!(%key, %env, "[monitor] setting taken from the environment; a key in the file wins");
+            }
+        }
+        Self::from_arg_matches(&matches).map_err(|e| UsageError::new(format!("[monitor] {e}")))
+    }
+
+    /// Checks what the table says: a store the services share, usable settings.
+    fn validate(&self) -> Result<(), UsageError> {
+        if self.store.kind == StoreKind::Memory {
+            return Err(UsageError::new(
+                "[monitor] store: \"memory\" would watch an empty store of this process; name the store the services use (store = \"cosmos\")",
+            ));
+        }
+        self.store.validate().map_err(|e| UsageError::new(format!("[monitor] {}: {e}", e.key())))?;
+        self.monitor.validate().map_err(|e| UsageError::new(format!("[monitor] {}: {}", e.key(), e.reason())))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn table(text: &str) -> toml::Table {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_cosmos_section_parses_with_repeated_and_human_values() {
+        // A variable of this test's own, so no other test races on it.
+        std::env::set_var("LOCKPROBE_TEST_SERVE_SECTION_KEY", "c2VjcmV0LWtleS1mb3ItdGVzdHM=");
+        let section = MonitorSection::from_table(&table(
+            r#"
+            store = "cosmos"
+            cosmos_endpoint = "https://acct.documents.azure.com:443/"
+            cosmos_key_env = "LOCKPROBE_TEST_SERVE_SECTION_KEY"
+            cosmos_database = "routing"
+            cosmos_container = "locations"
+            cosmos_write_region = "westeurope"
+            cosmos_preferred_region = ["westeurope", "northeurope"]
+            cosmos_create_if_missing = false
+            monitor_escalation_buffer = "90s"
+            "#,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(section.store.kind, StoreKind::Cosmos);
+        assert_eq!(section.store.cosmos.preferred_regions, ["westeurope", "northeurope"]);
+        assert_eq!(section.monitor.escalation_buffer, Duration::from_secs(90));
+        assert_eq!(section.monitor.scan_interval, MonitorConfig::default().scan_interval);
+    }
+
+    #[test]
+    fn kebab_case_keys_are_still_read() {
+        std::env::set_var("LOCKPROBE_TEST_SERVE_KEBAB_KEY", "c2VjcmV0LWtleS1mb3ItdGVzdHM=");
+        let section = MonitorSection::from_table(&table(
+            r#"
+            store = "cosmos"
+            cosmos-endpoint = "https://acct.documents.azure.com:443/"
+            cosmos-key-env = "LOCKPROBE_TEST_SERVE_KEBAB_KEY"
+            cosmos-database = "routing"
+            cosmos-container = "locations"
+            cosmos-write-region = "westeurope"
+            monitor-escalation-buffer = "90s"
+            "#,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(section.store.cosmos.database.as_deref(), Some("routing"));
+        assert_eq!(section.monitor.escalation_buffer, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn bad_sections_name_the_key() {
+        let unknown = MonitorSection::from_table(&table("store = \"cosmos\"\ncosmos_endpoit = \"x\"")).unwrap_err();
+        assert!(unknown.0.contains("cosmos_endpoit"), "{unknown}");
+        let memory = MonitorSection::from_table(&table(r#"store = "memory""#)).unwrap_err();
+        assert!(memory.0.contains("store"), "{memory}");
+        let missing = MonitorSection::from_table(&table(r#"store = "cosmos""#)).unwrap_err();
+        assert!(missing.0.contains("cosmos_endpoint") && missing.0.contains("--cosmos-endpoint"), "{missing}");
+        let bad = MonitorSection::from_table(&table(
+            "store = \"cosmos\"\ncosmos_endpoint = \"https://a.example/\"\ncosmos_key_env = \"PATH\"\ncosmos_write_region = \"w\"\nmonitor_scan_interval = \"soon\"",
+        ))
+        .unwrap_err();
+        assert!(bad.0.contains("monitor_scan_interval"), "{bad}");
+        std::env::set_var("LOCKPROBE_TEST_SERVE_ZERO_KEY", "c2VjcmV0LWtleS1mb3ItdGVzdHM=");
+        let zero = MonitorSection::from_table(&table(
+            "store = \"cosmos\"\ncosmos_endpoint = \"https://a.example/\"\ncosmos_key_env = \"LOCKPROBE_TEST_SERVE_ZERO_KEY\"\ncosmos_database = \"d\"\ncosmos_container = \"c\"\ncosmos_write_region = \"w\"\nmonitor_sweep_interval = \"0s\"",
+        ))
+        .unwrap_err();
+        assert!(zero.0.contains("monitor_sweep_interval: must be positive"), "{zero}");
+    }
+}

@@ -1,0 +1,114 @@
+//! `lockprobe serve` and `check-config`: the probe on its schedules and, when the
+//! configuration has a `[monitor]` table, the convergence monitor over the routing store
+//! that table names, in one process with one `/metrics`.
+//!
+//! The `[monitor]` table and the `lockprobe monitor` flags are two views of one type,
+//! [`MonitorSection`]: each key is a flag without its dashes, `_` for `-`. A key in the
+//! file wins over the flag's environment variable, which fills only keys the file
+//! leaves out:
+//!
+//! ```toml
+//! [monitor]
+//! store = "cosmos"
+//! cosmos_endpoint = "https://routing.documents.azure.com:443/"
+//! cosmos_key_env = "ROUTING_COSMOS_KEY"
+//! cosmos_database = "routing"
+//! cosmos_container = "locations"
+//! cosmos_write_region = "westeurope"
+//! cosmos_preferred_region = ["westeurope", "northeurope"]
+//! monitor_escalation_buffer = "10m"
+//! monitor_declared_delay = "2h"
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Clock, SystemClock};
+use super::monitor::MonitorSection;
+use crate::monitor::{http as monitor_http, Monitor};
+use crate::probe::config::{Config, ConfigError};
+use crate::probe::observer::TracingObserver;
+use crate::probe::runtime::Probe;
+use crate::probe::state::StateFile;
+use super::store::OpenStoreError;
+use super::tasks::{Background, GRACE};
+use crate::usage::UsageError;
+
+/// Flags of `lockprobe serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The TOML configuration file.
+    #[arg(long)]
+    pub config: PathBuf,
+}
+
+/// Loads and validates the configuration; problems are usage errors naming the field.
+pub fn load(path: &Path) -> anyhow::Result<Config> {
+    Config::load(path).map_err(|e| match e {
+        ConfigError::Read { .. } => anyhow::Error::new(UsageError::new(e.to_string())),
+        other => anyhow::Error::new(UsageError::new(format!("{}: {other}", path.display()))),
+    })
+}
+
+/// `lockprobe check-config FILE`: the probe targets and the `[monitor]` table.
+pub fn check_config(path: &Path) -> anyhow::Result<()> {
+    let config = load(path)?;
+    if let Some(table) = &config.monitor {
+        MonitorSection::from_table(table).map_err(|e| UsageError::new(format!("{}: {e}", path.display())))?;
+    }
+    println!(
+        "{}: ok ({} target{})",
+        path.display(),
+        config.targets.len(),
+        if config.targets.len() == 1 { "" } else { "s" }
+    );
+    Ok(())
+}
+
+/// `lockprobe serve --config FILE`: runs until `shutdown`.
+pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let config = load(&args.config)?;
+    let mut probe = Probe::new()?;
+    // The monitor runs beside the probe, on the tracker, and stops after it.
+    let background = Background::new();
+    if let Some(table) = &config.monitor {
+        let section = MonitorSection::from_table(table).map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let registry = probe.metrics.registry();
+        let store = section.store.open(clock.clone(), std::time::Duration::ZERO, registry).await.map_err(OpenStoreError::into_anyhow)?;
+        let monitor = Arc::new(Monitor::new(store, clock, section.monitor, registry)?);
+        background.spawn("monitor", monitor.clone().run(background.token()));
+        probe.extra_routes = Some(monitor_http::router(monitor));
+        tracing::info!("convergence monitor running");
+    }
+    let served = serve_config(&args, config, probe, shutdown).await;
+    background.stop(GRACE).await;
+    served
+}
+
+/// Runs `probe` on the targets of an already loaded `config` until `shutdown` (the
+/// process may have given `probe` more routes to serve).
+async fn serve_config(args: &ServeArgs, config: Config, probe: Probe, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let targets = config
+        .probe_targets()
+        .map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
+    let state = Arc::new(StateFile::open(&config.state_file)?);
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    tracing::info!(addr = %listener.local_addr()?, targets = targets.len(), "probe http server listening");
+    probe
+        .run(
+            targets,
+            state,
+            Arc::new(TracingObserver),
+            listener,
+            None,
+            shutdown,
+        )
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,480 @@
+//! The Cosmos DB store's flags (`--cosmos-*`, each also read from `LOCKPROBE_COSMOS_*`)
+//! and their conversion into the store's validated [`CosmosConfig`].
+//!
+//! The flags are all optional to clap, so `--store memory` needs none of them;
+//! [`CosmosArgs::to_config`] then refuses a missing or bad one with an error that names
+//! the flag and its environment variable.
+
+use std::time::Duration;
+
+use azure_core::credentials::Secret;
+use azure_core::http::Url;
+use serde::{Deserialize, Serialize};
+
+use crate::store::cosmos::{is_local_emulator, ChangeStreamMode, CosmosAuth, CosmosConfig};
+
+/// The Cosmos store's settings: the `--cosmos-*` flags (each also read from a
+/// `LOCKPROBE_COSMOS_*` variable) and the `cosmos_*` keys of a `[monitor]` table are two
+/// views of this one type; [`CosmosArgs::to_config`] validates it into the store's
+/// [`CosmosConfig`].
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CosmosArgs {
+    /// Account endpoint, e.g. `https://myaccount.documents.azure.com:443/`
+    #[arg(long = "cosmos-endpoint", env = "LOCKPROBE_COSMOS_ENDPOINT", value_name = "URL")]
+    #[serde(rename = "cosmos_endpoint", skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+
+    /// How to authenticate: `key` (account key from --cosmos-key-env) or `entra`.
+    #[arg(long = "cosmos-auth", env = "LOCKPROBE_COSMOS_AUTH", value_enum, default_value = "key")]
+    #[serde(rename = "cosmos_auth")]
+    pub auth: AuthKind,
+
+    /// Name of the environment variable that holds the account key (never the key).
+    #[arg(long = "cosmos-key-env", env = "LOCKPROBE_COSMOS_KEY_ENV", value_name = "VAR")]
+    #[serde(rename = "cosmos_key_env", skip_serializing_if = "Option::is_none")]
+    pub key_env: Option<String>,
+
+    /// With `--cosmos-auth entra`: `managed-identity` (system-assigned, or user-assigned
+    /// with --cosmos-entra-client-id) or `workload-identity` (Kubernetes workload
+    /// identity: AZURE_TENANT_ID, AZURE_CLIENT_ID, AZURE_FEDERATED_TOKEN_FILE).
+    #[arg(long = "cosmos-entra-credential", env = "LOCKPROBE_COSMOS_ENTRA_CREDENTIAL", value_enum, default_value = "managed-identity")]
+    #[serde(rename = "cosmos_entra_credential")]
+    pub entra_credential: EntraCredentialKind,
+
+    /// Client id of a user-assigned managed identity (with `managed-identity`).
+    #[arg(long = "cosmos-entra-client-id", env = "LOCKPROBE_COSMOS_ENTRA_CLIENT_ID", value_name = "ID")]
+    #[serde(rename = "cosmos_entra_client_id", skip_serializing_if = "Option::is_none")]
+    pub entra_client_id: Option<String>,
+
+    /// Database name.
+    #[arg(long = "cosmos-database", env = "LOCKPROBE_COSMOS_DATABASE", value_name = "NAME")]
+    #[serde(rename = "cosmos_database", skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+
+    /// Container name (partition key `/id`).
+    #[arg(long = "cosmos-container", env = "LOCKPROBE_COSMOS_CONTAINER", value_name = "NAME")]
+    #[serde(rename = "cosmos_container", skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+
+    /// Region for replica reads, nearest first; repeat the flag (comma-separated in the
+    /// environment variable, a list in a file).
+    #[arg(
+        long = "cosmos-preferred-region",
+        env = "LOCKPROBE_COSMOS_PREFERRED_REGIONS",
+        value_name = "REGION",
+        value_delimiter = ','
+    )]
+    #[serde(rename = "cosmos_preferred_region")]
+    pub preferred_regions: Vec<String>,
+
+    /// The account's write region: lock decisions and read-through reads go only here.
+    #[arg(long = "cosmos-write-region", env = "LOCKPROBE_COSMOS_WRITE_REGION", value_name = "REGION")]
+    #[serde(rename = "cosmos_write_region", skip_serializing_if = "Option::is_none")]
+    pub write_region: Option<String>,
+
+    /// Create the database and container when they do not exist.
+    #[arg(long = "cosmos-create-if-missing", env = "LOCKPROBE_COSMOS_CREATE_IF_MISSING")]
+    #[serde(rename = "cosmos_create_if_missing")]
+    pub create_if_missing: bool,
+
+    /// Change stream source: `auto` (poll on a local emulator, change feed otherwise),
+    /// `change-feed` or `poll`.
+    #[arg(long = "cosmos-change-stream", env = "LOCKPROBE_COSMOS_CHANGE_STREAM", value_enum, default_value = "auto")]
+    #[serde(rename = "cosmos_change_stream")]
+    pub change_stream: ChangeStreamChoice,
+
+    /// How often change-stream consumers poll when they are caught up.
+    #[arg(long = "cosmos-poll-interval", env = "LOCKPROBE_COSMOS_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = crate::usage::parse_bounded_duration)]
+    #[serde(rename = "cosmos_poll_interval", with = "crate::usage::duration")]
+    pub poll_interval: Duration,
+
+    /// How far back the `_ts` poll re-reads, to catch writes that became visible after
+    /// a later second was already read (whole seconds; `_ts` has one-second resolution).
+    #[arg(long = "cosmos-poll-overlap", env = "LOCKPROBE_COSMOS_POLL_OVERLAP", value_name = "DURATION", default_value = "2s", value_parser = crate::usage::parse_bounded_duration)]
+    #[serde(rename = "cosmos_poll_overlap", with = "crate::usage::duration")]
+    pub poll_overlap: Duration,
+
+    /// Upper bound on one store call, retries included; past it the call fails as
+    /// unavailable.
+    #[arg(long = "cosmos-request-timeout", env = "LOCKPROBE_COSMOS_REQUEST_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = crate::usage::parse_bounded_duration)]
+    #[serde(rename = "cosmos_request_timeout", with = "crate::usage::duration")]
+    pub request_timeout: Duration,
+}
+
+impl Default for CosmosArgs {
+    /// What the flags default to.
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            auth: AuthKind::Key,
+            key_env: None,
+            entra_credential: EntraCredentialKind::ManagedIdentity,
+            entra_client_id: None,
+            database: None,
+            container: None,
+            preferred_regions: Vec::new(),
+            write_region: None,
+            create_if_missing: false,
+            change_stream: ChangeStreamChoice::Auto,
+            poll_interval: Duration::from_secs(1),
+            poll_overlap: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `--cosmos-auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuthKind {
+    /// The account key, from the variable `--cosmos-key-env` names.
+    Key,
+    /// A Microsoft Entra ID token (`--cosmos-entra-credential`).
+    Entra,
+}
+
+/// `--cosmos-entra-credential`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EntraCredentialKind {
+    /// A system-assigned managed identity, or a user-assigned one with
+    /// `--cosmos-entra-client-id`.
+    ManagedIdentity,
+    /// Kubernetes workload identity.
+    WorkloadIdentity,
+}
+
+/// `--cosmos-change-stream`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChangeStreamChoice {
+    /// The `_ts` poll on a local emulator, the change feed otherwise.
+    Auto,
+    /// Cosmos DB's change feed.
+    ChangeFeed,
+    /// A query on `_ts`.
+    Poll,
+}
+
+/// A missing or invalid Cosmos setting; the message names the flag and variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CosmosConfigError {
+    /// A required setting was not given.
+    #[error("missing setting {flag} (or environment variable {env})")]
+    Missing {
+        /// The flag.
+        flag: &'static str,
+        /// Its environment variable.
+        env: &'static str,
+    },
+    /// A setting has a value that cannot be used.
+    #[error("invalid {flag}: {reason}")]
+    Invalid {
+        /// The flag.
+        flag: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl CosmosConfigError {
+    /// The flag of the setting at fault, e.g. `--cosmos-endpoint`.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            Self::Missing { flag, .. } | Self::Invalid { flag, .. } => flag,
+        }
+    }
+
+    /// Its key in a `[monitor]` table, e.g. `cosmos_endpoint`.
+    pub fn key(&self) -> String {
+        self.flag().trim_start_matches("--").replace('-', "_")
+    }
+}
+
+const ENDPOINT: (&str, &str) = ("--cosmos-endpoint", "LOCKPROBE_COSMOS_ENDPOINT");
+const KEY_ENV: (&str, &str) = ("--cosmos-key-env", "LOCKPROBE_COSMOS_KEY_ENV");
+const DATABASE: (&str, &str) = ("--cosmos-database", "LOCKPROBE_COSMOS_DATABASE");
+const CONTAINER: (&str, &str) = ("--cosmos-container", "LOCKPROBE_COSMOS_CONTAINER");
+const WRITE_REGION: (&str, &str) = ("--cosmos-write-region", "LOCKPROBE_COSMOS_WRITE_REGION");
+
+fn required(value: &Option<String>, (flag, env): (&'static str, &'static str)) -> Result<String, CosmosConfigError> {
+    match value.as_deref().map(str::trim) {
+        Some(v) if !v.is_empty() => Ok(v.to_owned()),
+        _ => Err(CosmosConfigError::Missing { flag, env }),
+    }
+}
+
+/// The Entra ID token credential `--cosmos-entra-credential` names. Building it does no
+/// I/O; tokens are fetched on the first store call.
+fn entra_credential(args: &CosmosArgs) -> Result<std::sync::Arc<dyn azure_core::credentials::TokenCredential>, CosmosConfigError> {
+    use azure_identity::{ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId, WorkloadIdentityCredential};
+    const FLAG: &str = "--cosmos-entra-credential";
+    match args.entra_credential {
+        EntraCredentialKind::ManagedIdentity => {
+            let options = ManagedIdentityCredentialOptions {
+                user_assigned_id: args.entra_client_id.clone().filter(|id| !id.is_empty()).map(UserAssignedId::ClientId),
+                ..Default::default()
+            };
+            let credential = ManagedIdentityCredential::new(Some(options))
+                .map_err(|e| CosmosConfigError::Invalid { flag: FLAG, reason: format!("managed identity: {e}") })?;
+            Ok(credential)
+        }
+        EntraCredentialKind::WorkloadIdentity => {
+            let credential = WorkloadIdentityCredential::new(None).map_err(|e| CosmosConfigError::Invalid {
+                flag: FLAG,
+                reason: format!(
+                    "workload identity needs AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_FEDERATED_TOKEN_FILE \
+                     (set by the Kubernetes workload identity webhook): {e}"
+                ),
+            })?;
+            Ok(credential)
+        }
+    }
+}
+
+/// Account keys are base64; anything else fails later, at the first request, with an
+/// obscure signing error.
+fn looks_like_base64(key: &str) -> bool {
+    let body = key.trim_end_matches('=');
+    key.len().is_multiple_of(4)
+        && key.len() - body.len() <= 2
+        && body.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+}
+
+impl CosmosArgs {
+    /// The store's configuration, validated: the account key is read from the variable
+    /// `--cosmos-key-env` names through `lookup_env` (so tests need not touch the process
+    /// environment); a missing or bad setting is named with its flag and variable.
+    pub fn to_config(&self, lookup_env: impl Fn(&str) -> Option<String>) -> Result<CosmosConfig, CosmosConfigError> {
+        let args = self;
+        let raw_endpoint = required(&args.endpoint, ENDPOINT)?;
+        let endpoint = Url::parse(&raw_endpoint)
+            .map_err(|e| CosmosConfigError::Invalid { flag: ENDPOINT.0, reason: format!("{raw_endpoint:?}: {e}") })?;
+        match endpoint.scheme() {
+            "https" => {}
+            "http" if is_local_emulator(&endpoint) => {}
+            other => {
+                return Err(CosmosConfigError::Invalid {
+                    flag: ENDPOINT.0,
+                    reason: format!("scheme {other:?}: use https (http only for a local emulator on localhost)"),
+                })
+            }
+        }
+        let auth = match args.auth {
+            AuthKind::Key => {
+                let var = required(&args.key_env, KEY_ENV)?;
+                let key = lookup_env(&var).filter(|k| !k.is_empty()).ok_or_else(|| CosmosConfigError::Invalid {
+                    flag: KEY_ENV.0,
+                    reason: format!("environment variable {var} is not set or empty"),
+                })?;
+                if !looks_like_base64(&key) {
+                    return Err(CosmosConfigError::Invalid {
+                        flag: KEY_ENV.0,
+                        reason: format!("environment variable {var} does not hold a base64 account key"),
+                    });
+                }
+                CosmosAuth::Key(Secret::new(key))
+            }
+            AuthKind::Entra => CosmosAuth::Entra(entra_credential(args)?),
+        };
+        let database = required(&args.database, DATABASE)?;
+        let container = required(&args.container, CONTAINER)?;
+        let write_region = required(&args.write_region, WRITE_REGION)?;
+        let preferred_regions: Vec<String> =
+            args.preferred_regions.iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
+        let change_stream = match args.change_stream {
+            ChangeStreamChoice::Auto if is_local_emulator(&endpoint) => ChangeStreamMode::Poll,
+            ChangeStreamChoice::Auto | ChangeStreamChoice::ChangeFeed => ChangeStreamMode::ChangeFeed,
+            ChangeStreamChoice::Poll => ChangeStreamMode::Poll,
+        };
+        let (poll_interval, poll_overlap, request_timeout) = (args.poll_interval, args.poll_overlap, args.request_timeout);
+        if poll_interval.is_zero() {
+            return Err(CosmosConfigError::Invalid { flag: "--cosmos-poll-interval", reason: "must be positive".into() });
+        }
+        if request_timeout < Duration::from_secs(1) {
+            return Err(CosmosConfigError::Invalid {
+                flag: "--cosmos-request-timeout",
+                reason: "must be at least 1s (the SDK's smallest end-to-end timeout)".into(),
+            });
+        }
+        Ok(CosmosConfig {
+            endpoint,
+            auth,
+            database,
+            container,
+            preferred_regions,
+            write_region,
+            create_if_missing: args.create_if_missing,
+            change_stream,
+            poll_interval,
+            poll_overlap,
+            request_timeout,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> CosmosArgs {
+        CosmosArgs {
+            endpoint: Some("https://acct.documents.azure.com:443/".into()),
+            auth: AuthKind::Key,
+            key_env: Some("MY_COSMOS_KEY".into()),
+            entra_credential: EntraCredentialKind::ManagedIdentity,
+            entra_client_id: None,
+            database: Some("lockprobe".into()),
+            container: Some("locations".into()),
+            preferred_regions: vec!["North Europe".into(), " West Europe ".into()],
+            write_region: Some("West Europe".into()),
+            create_if_missing: false,
+            change_stream: ChangeStreamChoice::Auto,
+            poll_interval: Duration::from_secs(1),
+            poll_overlap: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn env(name: &str) -> Option<String> {
+        (name == "MY_COSMOS_KEY").then(|| "c2VjcmV0".to_owned())
+    }
+
+    #[test]
+    fn a_full_configuration_validates() {
+        let config = args().to_config(env).unwrap();
+        assert_eq!(config.preferred_regions, ["North Europe", "West Europe"]);
+        assert_eq!(config.change_stream, ChangeStreamMode::ChangeFeed);
+        assert_eq!(config.request_timeout, Duration::from_secs(10));
+        assert!(!format!("{config:?}").contains("c2VjcmV0"), "the key must not appear in Debug output");
+    }
+
+    #[test]
+    fn each_missing_setting_is_named() {
+        type Unset = fn(&mut CosmosArgs);
+        let cases: [(Unset, &str); 5] = [
+            (|a| a.endpoint = None, "--cosmos-endpoint"),
+            (|a| a.key_env = None, "--cosmos-key-env"),
+            (|a| a.database = Some(" ".into()), "--cosmos-database"),
+            (|a| a.container = None, "--cosmos-container"),
+            (|a| a.write_region = None, "--cosmos-write-region"),
+        ];
+        for (unset, flag) in cases {
+            let mut a = args();
+            unset(&mut a);
+            let err = a.to_config(env).unwrap_err();
+            assert!(err.to_string().contains(flag), "{err} should name {flag}");
+            assert!(err.to_string().contains("LOCKPROBE_COSMOS_"), "{err} should name the variable");
+        }
+    }
+
+    #[test]
+    fn an_unset_key_variable_is_named() {
+        let err = args().to_config(|_| None).unwrap_err();
+        assert!(err.to_string().contains("MY_COSMOS_KEY"), "{err}");
+    }
+
+    #[test]
+    fn a_key_that_is_not_base64_is_refused_without_showing_it() {
+        let err = args().to_config(|_| Some("not a key!".into())).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("MY_COSMOS_KEY") && message.contains("base64"), "{message}");
+        assert!(!message.contains("not a key!"), "the key must not be echoed: {message}");
+        assert!(looks_like_base64("C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="));
+    }
+
+    #[test]
+    fn entra_builds_a_token_credential_and_names_bad_settings() {
+        let mut a = args();
+        a.auth = AuthKind::Entra;
+        a.entra_credential = EntraCredentialKind::ManagedIdentity;
+        let config = a.to_config(env).unwrap();
+        assert!(matches!(config.auth, CosmosAuth::Entra(_)));
+        assert_eq!(format!("{:?}", config.auth), "Entra(<token credential>)");
+        a.entra_client_id = Some("00000000-0000-0000-0000-000000000001".into());
+        assert!(matches!(a.to_config(env).unwrap().auth, CosmosAuth::Entra(_)));
+        a.entra_credential = EntraCredentialKind::WorkloadIdentity;
+        // Without the workload identity webhook's variables the credential cannot be built.
+        if std::env::var_os("AZURE_FEDERATED_TOKEN_FILE").is_none() {
+            let err = a.to_config(env).unwrap_err().to_string();
+            assert!(err.contains("--cosmos-entra-credential") && err.contains("AZURE_FEDERATED_TOKEN_FILE"), "{err}");
+        }
+    }
+
+    #[test]
+    fn plain_http_is_refused_except_on_loopback_where_auto_means_poll() {
+        let mut a = args();
+        a.endpoint = Some("http://acct.documents.azure.com/".into());
+        assert!(a.to_config(env).unwrap_err().to_string().contains("--cosmos-endpoint"));
+        a.endpoint = Some("http://127.0.0.1:8081/".into());
+        let config = a.to_config(env).unwrap();
+        assert_eq!(config.change_stream, ChangeStreamMode::Poll);
+        a.change_stream = ChangeStreamChoice::ChangeFeed;
+        assert_eq!(a.to_config(env).unwrap().change_stream, ChangeStreamMode::ChangeFeed);
+    }
+
+    #[test]
+    fn bad_durations_name_their_flag() {
+        let mut a = args();
+        a.request_timeout = Duration::from_millis(500);
+        assert!(a.to_config(env).unwrap_err().to_string().contains("--cosmos-request-timeout"));
+        a.request_timeout = Duration::from_secs(10);
+        a.poll_interval = Duration::ZERO;
+        assert!(a.to_config(env).unwrap_err().to_string().contains("--cosmos-poll-interval"));
+        #[derive(Debug, clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cosmos: CosmosArgs,
+        }
+        let err = <Cli as clap::Parser>::try_parse_from(["lockprobe", "--cosmos-request-timeout", "500000years"]).unwrap_err();
+        assert!(err.to_string().contains("--cosmos-request-timeout") && err.to_string().contains("10years"), "{err}");
+        let err = <Cli as clap::Parser>::try_parse_from(["lockprobe", "--cosmos-entra-credential", "password"]).unwrap_err();
+        assert!(err.to_string().contains("--cosmos-entra-credential") && err.to_string().contains("password"), "{err}");
+    }
+
+    #[test]
+    fn flags_and_keys_are_two_views_of_one_type() {
+        let keys: CosmosArgs = toml::from_str(
+            "cosmos_endpoint = \"https://a.documents.azure.com/\"\ncosmos_preferred_region = [\"North Europe\"]\ncosmos_change_stream = \"poll\"\ncosmos_poll_interval = \"100ms\"",
+        )
+        .unwrap();
+        assert_eq!(keys.endpoint.as_deref(), Some("https://a.documents.azure.com/"));
+        assert_eq!((keys.change_stream, keys.poll_interval), (ChangeStreamChoice::Poll, Duration::from_millis(100)));
+        assert_eq!(keys.request_timeout, Duration::from_secs(10), "a missing key takes the flag's default");
+        let all = CosmosArgs { endpoint: Some("e".into()), key_env: Some("k".into()), entra_client_id: Some("c".into()), database: Some("d".into()), container: Some("c".into()), write_region: Some("w".into()), ..CosmosArgs::default() };
+        let mut keys: Vec<String> = toml::Table::try_from(all).unwrap().keys().cloned().collect();
+        keys.sort();
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cosmos: CosmosArgs,
+        }
+        let mut flags: Vec<String> =
+            <Cli as clap::CommandFactory>::command().get_arguments().filter_map(|a| a.get_long()).map(|l| l.replace('-', "_")).collect();
+        flags.sort();
+        assert_eq!(keys, flags);
+    }
+
+    #[test]
+    fn flags_parse_with_clap() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            cosmos: CosmosArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "lockprobe",
+            "--cosmos-endpoint",
+            "https://a.documents.azure.com/",
+            "--cosmos-preferred-region",
+            "North Europe",
+            "--cosmos-preferred-region",
+            "West Europe",
+            "--cosmos-create-if-missing",
+        ])
+        .unwrap();
+        assert_eq!(cli.cosmos.preferred_regions, ["North Europe", "West Europe"]);
+        assert!(cli.cosmos.create_if_missing);
+    }
+}

@@ -1,0 +1,68 @@
+//! The monitor's status document, served at `/api/v1/monitor` (camelCase JSON, like the
+//! probe's `/api/v1/status`): counts, exact percentiles of the last day and recent
+//! anomalies. Resource ids appear; lock tokens never do.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::percentiles::{PhaseSummaries, Summary};
+
+/// The body of `GET /api/v1/monitor`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MonitorStatus {
+    /// Migrations holding a live lock.
+    pub in_flight: usize,
+    /// Orphaned locks known now.
+    pub orphaned_locks: usize,
+    /// Some of their resource ids, sorted.
+    pub orphan_ids: Vec<String>,
+    /// Migrations ended so far, by outcome.
+    pub migrations: MigrationCounts,
+    /// Escalations to hardDelete before the declared delay plus buffer.
+    pub early_escalations: u64,
+    /// Documents seen with location and lock disagreeing.
+    pub partial_cutovers: u64,
+    /// Lease renewals observed.
+    pub renewals: u64,
+    /// Document versions read from the change stream.
+    pub changes: u64,
+    /// Completed full scans.
+    pub scans: u64,
+    /// When the last full scan completed.
+    pub last_scan_at: Option<DateTime<Utc>>,
+    /// The escalation buffer the monitor judges by.
+    pub escalation_buffer_seconds: f64,
+    /// The declared convergence delay the monitor was told, if any.
+    pub declared_delay_seconds: Option<f64>,
+    /// Recent anomalies, newest first.
+    pub recent_anomalies: Vec<AnomalyDocument>,
+    /// How long each lock phase was held.
+    pub phase_duration_seconds: PhaseSummaries,
+    /// From pre-lock to the hardDelete escalation.
+    pub escalation_interval_seconds: Summary,
+}
+
+/// Migrations ended so far, by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigrationCounts {
+    /// Location switched and lock cleared in one write.
+    pub swapped: u64,
+    /// Released by the holder.
+    pub released: u64,
+    /// The lease ran out first.
+    pub lapsed: u64,
+}
+
+/// One recent anomaly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AnomalyDocument {
+    /// `early_escalation`, `partial_cutover` or `orphaned_lock`.
+    pub kind: String,
+    /// The resource id.
+    pub resource: String,
+    /// When it was seen.
+    pub at: DateTime<Utc>,
+}

@@ -1,0 +1,474 @@
+//! The layers of the crate, checked on its source: no import runs up.
+//!
+//! Bottom up (each may use what is listed before it, and nothing after):
+//!
+//! - **bottom**: `clock`, `usage`, `percentiles`, `exposition` and `routing::document`
+//!   import nothing of ours (each only itself);
+//! - **store** uses the bottom;
+//! - **routing** uses the bottom and the store;
+//! - **service** uses the bottom, the store and routing;
+//! - **monitor** uses the bottom, the store and routing (it reads documents and settles
+//!   them with the lifecycle's rules), never the service, the probe or the wiring;
+//! - **probe** uses only `clock`, `usage`, `percentiles` and `exposition`: it is a
+//!   black-box client of the HTTP contract and imports nothing of the routing library,
+//!   the document, the store, the service or the monitor it runs beside (shared code
+//!   paths share bugs);
+//! - **app** (the wiring) may use everything; `main.rs` uses `app` and `usage`.
+//!
+//! Service, probe and monitor never import each other or the wiring. The layers that a
+//! service links (bottom, store, routing) know no command line: no `clap` in them.
+//!
+//! Every `crate::`, `super::` and `lockprobe::` path in code is resolved to the module it
+//! names (groups `use crate::{a, b::{c, d}}` included, `super` counted from the module the
+//! path is written in, inline `mod tests { .. }` included); comments and string literals
+//! are not code. A single crate with this test rather than a Cargo workspace: see
+//! `docs/architecture.md`.
+
+use std::path::{Path, PathBuf};
+
+/// Where a module sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    /// `clock`, `usage`, `percentiles`, `exposition`, `routing::document`.
+    Bottom,
+    Store,
+    Routing,
+    Service,
+    Monitor,
+    Probe,
+    App,
+    /// `lib.rs` itself (module declarations only).
+    Root,
+}
+
+const BOTTOM: [&[&str]; 5] = [&["clock"], &["usage"], &["percentiles"], &["exposition"], &["routing", "document"]];
+
+fn layer_of(module: &[String]) -> Option<Layer> {
+    let m: Vec<&str> = module.iter().map(String::as_str).collect();
+    if BOTTOM.iter().any(|b| m.starts_with(b)) {
+        return Some(Layer::Bottom);
+    }
+    Some(match m.first().copied() {
+        None => Layer::Root,
+        Some("store") => Layer::Store,
+        Some("routing") => Layer::Routing,
+        Some("service") => Layer::Service,
+        Some("monitor") => Layer::Monitor,
+        Some("probe") => Layer::Probe,
+        Some("app") => Layer::App,
+        Some(_) => return None,
+    })
+}
+
+/// The bottom module `module` belongs to, e.g. `["routing", "document"]`.
+fn bottom_unit(module: &[String]) -> Option<&'static [&'static str]> {
+    let m: Vec<&str> = module.iter().map(String::as_str).collect();
+    BOTTOM.iter().copied().find(|b| m.starts_with(b))
+}
+
+/// Why `from` may not use `to`, if it may not.
+fn refusal(from: &[String], to: &[String]) -> Option<String> {
+    let (Some(lf), Some(lt)) = (layer_of(from), layer_of(to)) else {
+        return Some("a module outside every layer: place it in tests/layering.rs".into());
+    };
+    use Layer::*;
+    let allowed = match lf {
+        Bottom => bottom_unit(from) == bottom_unit(to),
+        Store => matches!(lt, Bottom | Store),
+        Routing => matches!(lt, Bottom | Store | Routing),
+        Service => matches!(lt, Bottom | Store | Routing | Service),
+        Monitor => matches!(lt, Bottom | Store | Routing | Monitor),
+        Probe => lt == Probe || (lt == Bottom && bottom_unit(to) != Some(&["routing", "document"][..])),
+        App | Root => true,
+    };
+    (!allowed).then(|| format!("{lf:?} may not use {lt:?}"))
+}
+
+/// The module path of a source file: `src/probe/scenario/walk.rs` -> `probe::scenario::walk`.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let parts: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    match parts.as_slice() {
+        [only] if only == "lib" || only == "main" => Vec::new(),
+        _ => parts,
+    }
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `text` with comments, string literals and char literals blanked out (newlines kept),
+/// so only code remains.
+fn code_only(text: &str) -> String {
+    let b: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let blank = |out: &mut String, c: char| out.push(if c == '\n' { '\n' } else { ' ' });
+    while i < b.len() {
+        let c = b[i];
+        let next = b.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < b.len() && b[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i] == '/' && b.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if b[i] == '*' && b.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    blank(&mut out, b[i]);
+                    i += 1;
+                }
+            }
+        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !b.get(i.wrapping_sub(1)).is_some_and(|p| p.is_alphanumeric() || *p == '_') {
+            // Raw string r"..." or r#"..."#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while b.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if b.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            loop {
+                match b.get(j) {
+                    None => break,
+                    Some('"') if (0..hashes).all(|k| b.get(j + 1 + k) == Some(&'#')) => {
+                        j += 1 + hashes;
+                        break;
+                    }
+                    Some(&ch) => blank(&mut out, ch),
+                }
+                j += 1;
+            }
+            i = j;
+        } else if c == '"' {
+            i += 1;
+            while i < b.len() && b[i] != '"' {
+                if b[i] == '\\' {
+                    i += 1;
+                }
+                if let Some(&ch) = b.get(i) {
+                    blank(&mut out, ch);
+                }
+                i += 1;
+            }
+            i += 1;
+        } else if c == '\'' {
+            // A char literal ('x', '\n', '\u{7f}') or a lifetime ('a).
+            if next == Some('\\') {
+                i += 2;
+                while i < b.len() && b[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if b.get(i + 2) == Some(&'\'') {
+                i += 3;
+            } else {
+                out.push(c);
+                i += 1;
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Every path of ours in `code` (already [`code_only`]), resolved to an absolute module
+/// path of at most two segments past the root, with the inline module it is written in.
+/// `module` is the file's own module path.
+fn references(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let chars: Vec<char> = code.chars().collect();
+    let ident_at = |i: usize| -> Option<(String, usize)> {
+        let mut j = i;
+        while j < chars.len() && (chars[j].is_alphanumeric() || chars[j] == '_') {
+            j += 1;
+        }
+        (j > i && !chars[i].is_ascii_digit()).then(|| (chars[i..j].iter().collect(), j))
+    };
+    let skip_ws = |mut i: usize| {
+        while i < chars.len() && chars[i].is_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    let sep_at = |i: usize| -> Option<usize> {
+        let i = skip_ws(i);
+        (chars.get(i) == Some(&':') && chars.get(i + 1) == Some(&':')).then(|| skip_ws(i + 2))
+    };
+
+    // Inline modules: (brace depth inside it, name).
+    let mut inline: Vec<(usize, String)> = Vec::new();
+    let mut depth = 0usize;
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '{' {
+            depth += 1;
+            i += 1;
+            continue;
+        }
+        if c == '}' {
+            if inline.last().is_some_and(|(d, _)| *d == depth) {
+                inline.pop();
+            }
+            depth = depth.saturating_sub(1);
+            i += 1;
+            continue;
+        }
+        let boundary = i == 0 || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_' || chars[i - 1] == ':');
+        let Some((word, end)) = boundary.then(|| ident_at(i)).flatten() else {
+            i += 1;
+            continue;
+        };
+        if word == "mod" {
+            let at = skip_ws(end);
+            if let Some((name, after)) = ident_at(at) {
+                if chars.get(skip_ws(after)) == Some(&'{') {
+                    inline.push((depth + 1, name));
+                }
+            }
+            i = end;
+            continue;
+        }
+        if !matches!(word.as_str(), "crate" | "super" | "lockprobe") {
+            i = end;
+            continue;
+        }
+        let here: Vec<String> = module.iter().cloned().chain(inline.iter().map(|(_, n)| n.clone())).collect();
+        let mut base: Vec<String> = match word.as_str() {
+            "super" => here[..here.len().saturating_sub(1)].to_vec(),
+            _ => Vec::new(),
+        };
+        let mut at = end;
+        // Further `super`s.
+        while let Some(next) = sep_at(at) {
+            match ident_at(next) {
+                Some((w, e)) if w == "super" => {
+                    base.pop();
+                    at = e;
+                }
+                _ => break,
+            }
+        }
+        let Some(rest) = sep_at(at) else {
+            i = end;
+            continue;
+        };
+        let mut paths = Vec::new();
+        expand(&chars, rest, base, &mut paths, &ident_at, &sep_at, &skip_ws);
+        found.extend(paths);
+        i = rest;
+    }
+    found
+}
+
+/// Expands the path (or `{group}`) starting at `i` after the prefix `base` into `out`.
+fn expand(
+    chars: &[char],
+    i: usize,
+    base: Vec<String>,
+    out: &mut Vec<Vec<String>>,
+    ident_at: &dyn Fn(usize) -> Option<(String, usize)>,
+    sep_at: &dyn Fn(usize) -> Option<usize>,
+    skip_ws: &dyn Fn(usize) -> usize,
+) {
+    if chars.get(i) == Some(&'{') {
+        let mut j = skip_ws(i + 1);
+        loop {
+            match chars.get(j) {
+                None | Some('}') => return,
+                Some(',') => j = skip_ws(j + 1),
+                _ => {
+                    let end = expand_one(chars, j, base.clone(), out, ident_at, sep_at, skip_ws);
+                    if end == j {
+                        return;
+                    }
+                    j = skip_ws(end);
+                }
+            }
+        }
+    }
+    expand_one(chars, i, base, out, ident_at, sep_at, skip_ws);
+}
+
+/// Expands one path item at `i`; returns where it ends.
+fn expand_one(
+    chars: &[char],
+    i: usize,
+    mut path: Vec<String>,
+    out: &mut Vec<Vec<String>>,
+    ident_at: &dyn Fn(usize) -> Option<(String, usize)>,
+    sep_at: &dyn Fn(usize) -> Option<usize>,
+    skip_ws: &dyn Fn(usize) -> usize,
+) -> usize {
+    let mut at = i;
+    loop {
+        if chars.get(at) == Some(&'{') {
+            // A nested group: find its end and expand each item.
+            let mut depth = 0;
+            let mut end = at;
+            while end < chars.len() {
+                match chars[end] {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                end += 1;
+            }
+            expand(chars, at, path, out, ident_at, sep_at, skip_ws);
+            return end + 1;
+        }
+        if chars.get(at) == Some(&'*') {
+            out.push(path);
+            return at + 1;
+        }
+        let Some((seg, end)) = ident_at(at) else {
+            if !path.is_empty() {
+                out.push(path);
+            }
+            return at;
+        };
+        if seg == "self" {
+            out.push(path);
+            return end;
+        }
+        path.push(seg);
+        match sep_at(end) {
+            Some(next) => at = next,
+            None => {
+                out.push(path);
+                let end = skip_ws(end);
+                // `as alias`.
+                return match ident_at(end) {
+                    Some((w, e)) if w == "as" => ident_at(skip_ws(e)).map_or(e, |(_, e2)| e2),
+                    _ => end,
+                };
+            }
+        }
+    }
+}
+
+/// Keeps the module part of a path: at most the first two segments, fewer when the
+/// second is an item (a type or a function) rather than a module.
+fn module_part(path: &[String]) -> Vec<String> {
+    path.iter().take(2).take_while(|s| s.chars().next().is_some_and(|c| c.is_lowercase())).cloned().collect()
+}
+
+struct Violation {
+    file: PathBuf,
+    path: String,
+    why: String,
+}
+
+fn violations() -> Vec<Violation> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    assert!(files.len() > 40, "{files:?}");
+    let mut found = Vec::new();
+    for file in files {
+        let module = module_of(&src, &file);
+        let code = code_only(&std::fs::read_to_string(&file).unwrap());
+        let is_main = file.ends_with("main.rs");
+        for path in references(&code, &module) {
+            let target = module_part(&path);
+            if is_main || target.is_empty() {
+                continue;
+            }
+            if let Some(why) = refusal(&module, &target) {
+                found.push(Violation { file: file.clone(), path: path.join("::"), why });
+            }
+        }
+        let knows_no_cli = matches!(layer_of(&module), Some(Layer::Bottom | Layer::Store | Layer::Routing));
+        if knows_no_cli && code.contains("clap") {
+            found.push(Violation { file: file.clone(), path: "clap".into(), why: "the layers a service links know no command line".into() });
+        }
+    }
+    found
+}
+
+#[test]
+fn no_import_runs_up_the_layers() {
+    let found = violations();
+    let report: Vec<String> = found.iter().map(|v| format!("{}: {} ({})", v.file.display(), v.path, v.why)).collect();
+    assert!(report.is_empty(), "imports against the layers:\n{}", report.join("\n"));
+}
+
+fn refs(code: &str, module: &[&str]) -> Vec<String> {
+    let module: Vec<String> = module.iter().map(|s| s.to_string()).collect();
+    references(&code_only(code), &module).iter().map(|p| module_part(p).join("::")).collect()
+}
+
+#[test]
+fn the_scan_resolves_direct_grouped_and_relative_paths() {
+    assert_eq!(refs("use crate::routing::enforce;", &["probe"]), ["routing::enforce"]);
+    assert_eq!(refs("use crate::{clock, service::Fault};", &["probe"]), ["clock", "service"]);
+    assert_eq!(refs("use lockprobe::{probe::{metrics::Metrics}, store};", &[]), ["probe::metrics", "store"]);
+    assert_eq!(refs("use super::super::report::Assertion;", &["probe", "scenario", "check"]), ["probe::report"]);
+    // `super` inside an inline module counts from that module.
+    assert_eq!(refs("mod tests { use super::super::report::X; }", &["probe", "metrics"]), ["probe::report"]);
+    assert_eq!(refs("fn f() { crate::store::memory::MemoryStore::new() }", &["app"]), ["store::memory"]);
+    // Comments and strings are not code.
+    assert!(refs("// use crate::routing;\nlet s = \"crate::store\"; let c = '{';", &["probe"]).is_empty());
+    assert_eq!(refs("use crate::routing_table; // a module of its own", &["probe"]), ["routing_table"]);
+}
+
+#[test]
+fn the_rules_refuse_what_runs_up() {
+    let m = |p: &str| p.split("::").map(str::to_string).collect::<Vec<_>>();
+    for (from, to) in [
+        ("store::memory", "routing::lifecycle"),
+        ("store", "app::store"),
+        ("routing::client", "service"),
+        ("service::lock_api", "monitor"),
+        ("monitor", "probe::report"),
+        ("monitor", "app"),
+        ("probe::scenario", "routing::document"),
+        ("probe::target", "store"),
+        ("probe", "monitor"),
+        ("clock", "usage"),
+        ("routing::document", "store"),
+    ] {
+        assert!(refusal(&m(from), &m(to)).is_some(), "{from} -> {to} must be refused");
+    }
+    for (from, to) in [
+        ("store::memory", "routing::document"),
+        ("monitor", "routing::lifecycle"),
+        ("probe::metrics", "percentiles"),
+        ("probe::server", "exposition"),
+        ("service", "routing::client"),
+        ("app::serve", "monitor"),
+        ("routing::client", "store"),
+    ] {
+        assert!(refusal(&m(from), &m(to)).is_none(), "{from} -> {to} must be allowed");
+    }
+}
