@@ -58,7 +58,11 @@ fn main() {
     let monitor = Monitor::new(store, dyn_clock, MonitorConfig::default(), &registry).unwrap();
 
     let policy = LockPolicy::new(3600 * S, 48 * 3600 * S);
-    let req = PreLockRequest { owner: "orchestrator-7".into(), duration: 48 * 3600 * S, target_location: Some("northeurope".into()) };
+    let req = PreLockRequest {
+        owner: "orchestrator-7".into(),
+        duration: 48 * 3600 * S,
+        target_location: Some("northeurope".into()),
+    };
     let t0 = clock.now();
     let later = t0 + chrono::TimeDelta::hours(2);
     let token = LockToken::generate();

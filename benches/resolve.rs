@@ -67,7 +67,10 @@ fn bench_resolve(cr: &mut Criterion) {
     let map: HashMap<String, Arc<Versioned>> = (0..RESOURCES)
         .map(|i| {
             let doc = LocationDocument::new(id(i), "westeurope");
-            (id(i), Arc::new(Versioned { doc, etag: ETag(format!("e{i}")), committed_at: chrono::DateTime::UNIX_EPOCH }))
+            (
+                id(i),
+                Arc::new(Versioned { doc, etag: ETag(format!("e{i}")), committed_at: chrono::DateTime::UNIX_EPOCH }),
+            )
         })
         .collect();
 
@@ -106,7 +109,9 @@ fn bench_resolve(cr: &mut Criterion) {
     let mut p = cr.benchmark_group("parts");
     p.bench_function("clock_now_calendar", |b| b.iter(|| black_box(&clock).now()));
     p.bench_function("clock_now_unix_nanos", |b| b.iter(|| black_box(&clock).now_unix_nanos()));
-    p.bench_function("tiered_cache_lookup_one_tier", |b| b.iter(|| one_tier.lookup(black_box(PROBE_ID), black_box(now))));
+    p.bench_function("tiered_cache_lookup_one_tier", |b| {
+        b.iter(|| one_tier.lookup(black_box(PROBE_ID), black_box(now)))
+    });
     p.bench_function("arc_clone_drop", |b| {
         let a = map[PROBE_ID].clone();
         b.iter(|| black_box(&a).clone())

@@ -115,7 +115,10 @@ fn run() -> Result<bool, String> {
         }
         let as_expected = (variant == Variant::Fixed) == outcome.counterexamples.is_empty();
         if !as_expected {
-            println!("  UNEXPECTED: {}", if variant == Variant::Fixed { "a counterexample" } else { "no counterexample" });
+            println!(
+                "  UNEXPECTED: {}",
+                if variant == Variant::Fixed { "a counterexample" } else { "no counterexample" }
+            );
         }
         all_as_expected &= as_expected;
     }
@@ -148,11 +151,14 @@ pub fn census(model: &LockModel, limit: usize) {
             format!(
                 "{}{}{}{}",
                 o.held.as_ref().map_or("-".to_string(), |h| format!("{}", h.phase)),
-                o.call.as_ref().map_or("".to_string(), |(st, c)| format!(" {st:?}/{}", match c {
-                    spec::Client::Ready { .. } => "ready",
-                    spec::Client::Waiting { .. } => "wait",
-                    spec::Client::Acked { .. } => "acked",
-                })),
+                o.call.as_ref().map_or("".to_string(), |(st, c)| format!(
+                    " {st:?}/{}",
+                    match c {
+                        spec::Client::Ready { .. } => "ready",
+                        spec::Client::Waiting { .. } => "wait",
+                        spec::Client::Acked { .. } => "acked",
+                    }
+                )),
                 if o.retry.is_some() { " retry" } else { "" },
                 if o.swap.is_some() { " swap" } else { "" }
             )
@@ -163,7 +169,14 @@ pub fn census(model: &LockModel, limit: usize) {
             format!("inflight {}", s.inflight.len()),
             format!("o0 {}", orch(&s.orchs[0])),
             format!("o1 {}", orch(&s.orchs[1])),
-            format!("caches {}", s.caches.iter().map(|c| c.as_ref().map_or("-".into(), |e| format!("e{}", e.etag))).collect::<Vec<_>>().join(",")),
+            format!(
+                "caches {}",
+                s.caches
+                    .iter()
+                    .map(|c| c.as_ref().map_or("-".into(), |e| format!("e{}", e.etag)))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
             format!("req {} data {:?} ghost {:?}", s.requests, s.data, s.ghost),
             format!("faults d{} a{}", s.delayed_used, s.ambiguous_used),
         ] {

@@ -118,7 +118,10 @@ mod coarse {
         if let Some(c) = unix_nanos() {
             if precise.saturating_sub(c) >= COARSE_ALLOWANCE_NANOS / 2 {
                 UNHEALTHY.store(true, Ordering::Relaxed);
-                tracing::warn!(lag_ns = precise - c, "coarse clock lags too far; using the precise clock for cache checks");
+                tracing::warn!(
+                    lag_ns = precise - c,
+                    "coarse clock lags too far; using the precise clock for cache checks"
+                );
             }
         }
     }

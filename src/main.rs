@@ -11,7 +11,11 @@ use lockprobe::app::{demo, monitor, serve, service, validate};
 use lockprobe::usage::{exit_code, EXIT_USAGE};
 
 #[derive(Debug, Parser)]
-#[command(name = "lockprobe", version, about = "Synthetic probes and convergence monitoring for routing-embedded migration locks")]
+#[command(
+    name = "lockprobe",
+    version,
+    about = "Synthetic probes and convergence monitoring for routing-embedded migration locks"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -51,7 +55,9 @@ fn main() -> ExitCode {
         _ => "info",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();

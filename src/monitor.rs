@@ -148,21 +148,11 @@ impl Monitor {
     /// were applied.
     pub async fn poll_once(&self) -> Result<usize, MonitorError> {
         let mut cursor = self.cursor.lock().await;
-        let batch = match self
-            .store
-            .read_changes(&cursor, self.config.poll_batch)
-            .await
-        {
+        let batch = match self.store.read_changes(&cursor, self.config.poll_batch).await {
             Ok(b) => b,
             Err(source) => {
-                self.metrics
-                    .store_errors
-                    .with_label_values(&["read_changes"])
-                    .inc();
-                return Err(MonitorError::Store {
-                    op: "read_changes",
-                    source,
-                });
+                self.metrics.store_errors.with_label_values(&["read_changes"]).inc();
+                return Err(MonitorError::Store { op: "read_changes", source });
             }
         };
         let n = batch.changes.len();
@@ -206,11 +196,7 @@ impl Monitor {
             // committed while the page was in flight (a swap, say) as already seen, and
             // the stream would then drop it as stale.
             let read_at = self.clock.now();
-            let page = match self
-                .store
-                .scan(after.as_deref(), self.config.scan_page)
-                .await
-            {
+            let page = match self.store.scan(after.as_deref(), self.config.scan_page).await {
                 Ok(p) => p,
                 Err(source) => {
                     self.metrics.store_errors.with_label_values(&["scan"]).inc();
@@ -225,9 +211,7 @@ impl Monitor {
             }
             documents += page.len();
             match page.last() {
-                Some(last) if page.len() == self.config.scan_page => {
-                    after = Some(last.doc.id.clone())
-                }
+                Some(last) if page.len() == self.config.scan_page => after = Some(last.doc.id.clone()),
                 _ => break,
             }
         }
@@ -236,15 +220,8 @@ impl Monitor {
         inner.last_scan_at = Some(now);
         self.metrics.scans.inc();
         self.metrics.last_scan.set(now.timestamp());
-        let report = ScanReport {
-            documents,
-            orphaned_locks: inner.tracker.orphans(),
-        };
-        debug!(
-            documents,
-            orphaned_locks = report.orphaned_locks,
-            "scan complete"
-        );
+        let report = ScanReport { documents, orphaned_locks: inner.tracker.orphans() };
+        debug!(documents, orphaned_locks = report.orphaned_locks, "scan complete");
         Ok(report)
     }
 
@@ -270,49 +247,29 @@ impl Monitor {
 
     /// Reserves room for `n` more in-flight timelines (bulk loads, benches).
     pub fn reserve(&self, n: usize) {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .tracker
-            .reserve(n);
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tracker.reserve(n);
     }
 
     /// Migrations currently holding a live lock.
     pub fn in_flight(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .tracker
-            .in_flight()
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tracker.in_flight()
     }
 
     /// Orphaned locks currently known.
     pub fn orphaned_locks(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .tracker
-            .orphans()
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tracker.orphans()
     }
 
     /// Ids of orphaned locks (at most `limit`), sorted.
     pub fn orphan_ids(&self, limit: usize) -> Vec<String> {
-        let mut ids = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .tracker
-            .orphan_ids(limit);
+        let mut ids = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tracker.orphan_ids(limit);
         ids.sort();
         ids
     }
 
     /// Migrations ended with `outcome` so far.
     pub fn outcomes(&self, outcome: Outcome) -> u64 {
-        self.metrics
-            .migrations
-            .with_label_values(&[outcome.as_str()])
-            .get()
+        self.metrics.migrations.with_label_values(&[outcome.as_str()]).get()
     }
 
     /// Early escalations counted so far.
@@ -377,11 +334,7 @@ impl Monitor {
                     false
                 }
             };
-            let pause = if full {
-                std::time::Duration::ZERO
-            } else {
-                self.config.poll_interval
-            };
+            let pause = if full { std::time::Duration::ZERO } else { self.config.poll_interval };
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
@@ -418,12 +371,8 @@ impl Monitor {
     }
 
     fn refresh_gauges(&self, inner: &Inner) {
-        self.metrics
-            .in_flight
-            .set(i64::try_from(inner.tracker.in_flight()).unwrap_or(i64::MAX));
-        self.metrics
-            .orphaned_locks
-            .set(i64::try_from(inner.tracker.orphans()).unwrap_or(i64::MAX));
+        self.metrics.in_flight.set(i64::try_from(inner.tracker.in_flight()).unwrap_or(i64::MAX));
+        self.metrics.orphaned_locks.set(i64::try_from(inner.tracker.orphans()).unwrap_or(i64::MAX));
     }
 
     fn record(&self, inner: &mut Inner, id: &str, event: Event, at: DateTime<Utc>) {
@@ -431,16 +380,10 @@ impl Monitor {
         match event {
             Event::Started | Event::OrphanCleared => {}
             Event::PhaseHeld { phase, held } => {
-                m.phase_duration
-                    .with_label_values(&[phase.as_str()])
-                    .observe(held.as_secs_f64());
+                m.phase_duration.with_label_values(&[phase.as_str()]).observe(held.as_secs_f64());
                 inner.percentiles.phase(phase, at, held);
             }
-            Event::Escalation {
-                interval,
-                required,
-                early,
-            } => {
+            Event::Escalation { interval, required, early } => {
                 if let Some(i) = interval {
                     m.escalation_interval.observe(i.as_secs_f64());
                     inner.percentiles.escalation(at, i);
@@ -462,10 +405,7 @@ impl Monitor {
                 self.anomaly(inner, "partial_cutover", id, at);
             }
             Event::OrphanFound => {
-                warn!(
-                    resource = id,
-                    "orphaned lock: lease expired, never released or swapped"
-                );
+                warn!(resource = id, "orphaned lock: lease expired, never released or swapped");
                 self.anomaly(inner, "orphaned_lock", id, at);
             }
         }
@@ -478,10 +418,6 @@ impl Monitor {
         if inner.anomalies.len() == self.config.recent_anomalies {
             inner.anomalies.pop_front();
         }
-        inner.anomalies.push_back(Anomaly {
-            kind,
-            id: id.to_owned(),
-            at,
-        });
+        inner.anomalies.push_back(Anomaly { kind, id: id.to_owned(), at });
     }
 }

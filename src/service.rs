@@ -208,7 +208,9 @@ pub fn router(instance: Arc<Instance>) -> Router {
         // After every route: it applies to the routes registered before it. axum still
         // sets `Allow` on its answer.
         .method_not_allowed_fallback(|| async { error::ApiError::method_not_allowed() })
-        .fallback(|uri: axum::http::Uri| async move { error::ApiError::not_found(format!("no route for {}", uri.path())) })
+        .fallback(
+            |uri: axum::http::Uri| async move { error::ApiError::not_found(format!("no route for {}", uri.path())) },
+        )
         .layer(axum::Extension(input::BodyLimit(limit)))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(instance)
@@ -250,7 +252,8 @@ pub async fn start(
     let mut tasks = Vec::new();
     for (index, addr) in listen.into_iter().enumerate() {
         let state = instance(index, config.clone(), store.clone(), clock.clone(), items.clone())?;
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding instance {index} to {addr}"))?;
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding instance {index} to {addr}"))?;
         let bound = listener.local_addr()?;
         addrs.push(bound);
         tracing::info!(instance = index, addr = %bound, "service instance listening");
@@ -290,7 +293,10 @@ mod tests {
             (ServiceConfig { max_pre_lock: huge, ..base() }, "--max-prelock"),
             (ServiceConfig { cache_ttls: vec![Duration::from_secs(1), huge], ..base() }, "--cache-ttl"),
             (ServiceConfig { replication_bound: huge, ..base() }, "--replication-bound"),
-            (ServiceConfig { replication_bound: MAX_DURATION + Duration::from_nanos(1), ..base() }, "--replication-bound"),
+            (
+                ServiceConfig { replication_bound: MAX_DURATION + Duration::from_nanos(1), ..base() },
+                "--replication-bound",
+            ),
             (ServiceConfig { max_retry_after: huge, ..base() }, "max_retry_after"),
         ] {
             let e = config.validate().unwrap_err().to_string();

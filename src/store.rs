@@ -69,8 +69,14 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind, in declaration order.
-    pub const ALL: [OpKind; 6] =
-        [OpKind::ReadWriteRegion, OpKind::ReadReplica, OpKind::Create, OpKind::Replace, OpKind::ReadChanges, OpKind::Scan];
+    pub const ALL: [OpKind; 6] = [
+        OpKind::ReadWriteRegion,
+        OpKind::ReadReplica,
+        OpKind::Create,
+        OpKind::Replace,
+        OpKind::ReadChanges,
+        OpKind::Scan,
+    ];
 
     /// Whether the call writes (and so may fail with an unknown outcome).
     pub fn is_write(self) -> bool {

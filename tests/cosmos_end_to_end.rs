@@ -50,8 +50,10 @@ fn bound_address(stderr: std::process::ChildStderr) -> String {
 async fn serve_runs_the_monitor_over_the_store_the_config_names() {
     let server = CosmosServer::start();
     let database = cosmos_server::unique_database("serve-monitor");
-    let store: Arc<dyn LocationStore> =
-        Arc::new(cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.database = Some(database.clone())).await);
+    let store: Arc<dyn LocationStore> = Arc::new(
+        cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.database = Some(database.clone()))
+            .await,
+    );
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let key = "serve-monitor-key";
     let config = ServiceConfig {
@@ -111,11 +113,19 @@ monitor_escalation_buffer = "300ms"
     );
     std::fs::File::create(&config_path).unwrap().write_all(toml.as_bytes()).unwrap();
 
-    let check = Command::new(env!("CARGO_BIN_EXE_lockprobe")).arg("check-config").arg(&config_path)
-        .env("SERVE_MONITOR_COSMOS_KEY", "bG9ja3Byb2Jl").output().unwrap();
+    let check = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .arg("check-config")
+        .arg(&config_path)
+        .env("SERVE_MONITOR_COSMOS_KEY", "bG9ja3Byb2Jl")
+        .output()
+        .unwrap();
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
-    let no_key = Command::new(env!("CARGO_BIN_EXE_lockprobe")).arg("check-config").arg(&config_path)
-        .env_remove("SERVE_MONITOR_COSMOS_KEY").output().unwrap();
+    let no_key = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .arg("check-config")
+        .arg(&config_path)
+        .env_remove("SERVE_MONITOR_COSMOS_KEY")
+        .output()
+        .unwrap();
     assert_eq!(no_key.status.code(), Some(64), "the [monitor] key variable is checked too");
     assert!(String::from_utf8_lossy(&no_key.stderr).contains("SERVE_MONITOR_COSMOS_KEY"));
 

@@ -52,14 +52,24 @@ fn assert_write_forbidden(what: &str, answer: &RawResponse) {
 
 /// Polls region `region` until document `id` answers `status`; returns the answer and
 /// how long it took.
-async fn wait_for(regions: &CosmosRegions, region: &str, database: &str, id: &str, status: u16, timeout: Duration) -> (RawResponse, Duration) {
+async fn wait_for(
+    regions: &CosmosRegions,
+    region: &str,
+    database: &str,
+    id: &str,
+    status: u16,
+    timeout: Duration,
+) -> (RawResponse, Duration) {
     let started = Instant::now();
     loop {
         let answer = regions.read_document(region, database, CONTAINER, id).await;
         if answer.status == status {
             return (answer, started.elapsed());
         }
-        assert!(started.elapsed() < timeout, "{region} did not answer {status} for {id} within {timeout:?}: {answer:?}");
+        assert!(
+            started.elapsed() < timeout,
+            "{region} did not answer {status} for {id} within {timeout:?}: {answer:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -70,7 +80,8 @@ async fn store(regions: &CosmosRegions, request_timeout: Duration) -> (CosmosSto
     let database = unique_database("regions-sdk");
     let mut args = two_region_args(regions, &database);
     args.request_timeout = request_timeout;
-    let store = CosmosStore::connect(config_from(&args), &Registry::new()).await.expect("connects to the two-region account");
+    let store =
+        CosmosStore::connect(config_from(&args), &Registry::new()).await.expect("connects to the two-region account");
     (store, database)
 }
 
@@ -83,7 +94,11 @@ async fn the_account_document_lists_the_write_region_and_both_readable_regions_o
     assert_ne!(west, north, "each region has its own endpoint");
     for region in [WRITE_REGION, READ_REGION] {
         let account = regions.account_document(region).await;
-        assert_eq!(account["writableLocations"], json!([{"name": WRITE_REGION, "databaseAccountEndpoint": west}]), "{region}");
+        assert_eq!(
+            account["writableLocations"],
+            json!([{"name": WRITE_REGION, "databaseAccountEndpoint": west}]),
+            "{region}"
+        );
         assert_eq!(
             account["readableLocations"],
             json!([
@@ -118,7 +133,11 @@ async fn writes_reach_the_read_region_only_after_the_lag_as_the_same_version() {
     let created = regions.create_document(WRITE_REGION, &database, CONTAINER, &json!({"id": "a", "v": 1})).await;
     assert_eq!(created.status, 201, "{created:?}");
     let committed = Instant::now();
-    assert_eq!(regions.read_document(READ_REGION, &database, CONTAINER, "a").await.status, 404, "not in the read region yet");
+    assert_eq!(
+        regions.read_document(READ_REGION, &database, CONTAINER, "a").await.status,
+        404,
+        "not in the read region yet"
+    );
     let status = regions.status().await;
     assert_eq!(status.region(READ_REGION).pending, 1);
     assert_eq!((status.pending[0].op.as_str(), status.pending[0].id.as_str()), ("create", "a"));
@@ -126,7 +145,10 @@ async fn writes_reach_the_read_region_only_after_the_lag_as_the_same_version() {
     let (replica, _) = wait_for(&regions, READ_REGION, &database, "a", 200, lag + Duration::from_secs(3)).await;
     let took = committed.elapsed();
     assert!(took >= lag.mul_f64(0.9), "replicated after {took:?}, the lag is {lag:?}");
-    assert_eq!(replica.body, created.body, "the replica serves the version the write region committed, _etag, _ts and _rid included");
+    assert_eq!(
+        replica.body, created.body,
+        "the replica serves the version the write region committed, _etag, _ts and _rid included"
+    );
 
     // Replace: the read region keeps serving the old version until the lag has passed.
     let replaced = regions
@@ -150,7 +172,11 @@ async fn writes_reach_the_read_region_only_after_the_lag_as_the_same_version() {
     // Delete.
     let deleted = regions.raw(WRITE_REGION, Method::DELETE, &doc_path(&database, "a"), Some("a"), None).await;
     assert_eq!(deleted.status, 204, "{deleted:?}");
-    assert_eq!(regions.read_document(READ_REGION, &database, CONTAINER, "a").await.status, 200, "within the lag the replica still has it");
+    assert_eq!(
+        regions.read_document(READ_REGION, &database, CONTAINER, "a").await.status,
+        200,
+        "within the lag the replica still has it"
+    );
     wait_for(&regions, READ_REGION, &database, "a", 404, lag + Duration::from_secs(3)).await;
     let status = regions.status().await;
     assert_eq!(status.region(READ_REGION).applied, 3);
@@ -200,7 +226,10 @@ async fn a_read_region_refuses_every_write_with_403_sub_status_3() {
     let patch = json!([{"op": "set", "path": "/v", "value": 9}]);
     assert_write_forbidden("patch", &regions.raw(READ_REGION, Method::PATCH, &path, Some("w"), Some(&patch)).await);
     assert_write_forbidden("delete", &regions.raw(READ_REGION, Method::DELETE, &path, Some("w"), None).await);
-    assert_write_forbidden("create database", &regions.raw(READ_REGION, Method::POST, "dbs", None, Some(&json!({"id": "x"}))).await);
+    assert_write_forbidden(
+        "create database",
+        &regions.raw(READ_REGION, Method::POST, "dbs", None, Some(&json!({"id": "x"}))).await,
+    );
 
     // Reads and queries are served.
     let queried = regions.query_documents(READ_REGION, &database, CONTAINER, "SELECT * FROM c").await;
@@ -245,19 +274,30 @@ async fn a_planned_failover_waits_for_replication_loses_nothing_and_reverses_it(
 
     let record = failover.await.unwrap();
     let took = started.elapsed();
-    assert_eq!((record.mode.as_str(), record.from.as_str(), record.to.as_str()), ("planned", WRITE_REGION, READ_REGION));
+    assert_eq!(
+        (record.mode.as_str(), record.from.as_str(), record.to.as_str()),
+        ("planned", WRITE_REGION, READ_REGION)
+    );
     assert_eq!(record.lost_writes, 0);
     assert!(took >= lag.mul_f64(0.5), "a planned failover waits for the pending writes, took {took:?}");
     for doc in &committed {
         let id = doc["id"].as_str().unwrap();
-        assert_eq!(&regions.read_document(READ_REGION, &database, CONTAINER, id).await.body, doc, "{id} in the new write region");
+        assert_eq!(
+            &regions.read_document(READ_REGION, &database, CONTAINER, id).await.body,
+            doc,
+            "{id} in the new write region"
+        );
     }
 
     // The account document changes on both endpoints.
     let (west, north) = (regions.endpoint(WRITE_REGION), regions.endpoint(READ_REGION));
     for region in [WRITE_REGION, READ_REGION] {
         let account = regions.account_document(region).await;
-        assert_eq!(account["writableLocations"], json!([{"name": READ_REGION, "databaseAccountEndpoint": north}]), "{region}");
+        assert_eq!(
+            account["writableLocations"],
+            json!([{"name": READ_REGION, "databaseAccountEndpoint": north}]),
+            "{region}"
+        );
         assert_eq!(
             account["readableLocations"],
             json!([
@@ -296,7 +336,13 @@ async fn a_forced_failover_loses_the_writes_not_yet_replicated() {
     let lost = regions.create_document(WRITE_REGION, &database, CONTAINER, &json!({"id": "lost"})).await;
     assert_eq!(lost.status, 201, "acknowledged by the write region");
     let update = regions
-        .raw(WRITE_REGION, Method::PUT, &doc_path(&database, "kept"), Some("kept"), Some(&json!({"id": "kept", "v": 2})))
+        .raw(
+            WRITE_REGION,
+            Method::PUT,
+            &doc_path(&database, "kept"),
+            Some("kept"),
+            Some(&json!({"id": "kept", "v": 2})),
+        )
         .await;
     assert_eq!(update.status, 200, "acknowledged by the write region");
 
@@ -319,7 +365,10 @@ async fn a_forced_failover_loses_the_writes_not_yet_replicated() {
         assert_eq!(regions.read_document(region, &database, CONTAINER, "lost").await.status, 404, "{region}");
         assert_eq!(regions.read_document(region, &database, CONTAINER, "kept").await.body, kept.body, "{region}");
     }
-    assert_write_forbidden("write to the old write region", &regions.create_document(WRITE_REGION, &database, CONTAINER, &json!({"id": "x"})).await);
+    assert_write_forbidden(
+        "write to the old write region",
+        &regions.create_document(WRITE_REGION, &database, CONTAINER, &json!({"id": "x"})).await,
+    );
     let accepted = regions.create_document(READ_REGION, &database, CONTAINER, &json!({"id": "x"})).await;
     assert_eq!(accepted.status, 201, "{accepted:?}");
 }
@@ -339,9 +388,16 @@ async fn the_sdk_routes_replica_reads_to_the_read_region_and_sees_the_lag() {
 
     regions.wait_replicated(Duration::from_secs(5)).await;
     let replica = store.read("s1", ReadFrom::Replica).await.expect("replicated");
-    assert_eq!((replica.etag, replica.committed_at, replica.doc), (committed.etag.clone(), committed.committed_at, doc));
+    assert_eq!(
+        (replica.etag, replica.committed_at, replica.doc),
+        (committed.etag.clone(), committed.committed_at, doc)
+    );
     let raw = regions.read_document(READ_REGION, &database, CONTAINER, "s1").await;
-    assert_eq!(raw.body["_etag"].as_str(), Some(committed.etag.0.as_str()), "the SDK read it from North Europe's endpoint");
+    assert_eq!(
+        raw.body["_etag"].as_str(),
+        Some(committed.etag.0.as_str()),
+        "the SDK read it from North Europe's endpoint"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -355,7 +411,10 @@ async fn the_sdk_follows_a_failover_for_writes_after_one_403_3() {
     // 403/3, it re-reads the account document and retries in North Europe, although
     // the store's write client lists North Europe in its excluded regions.
     let started = Instant::now();
-    let committed = store.create(&LocationDocument::new("f1", "westeurope")).await.expect("the SDK retries in the new write region");
+    let committed = store
+        .create(&LocationDocument::new("f1", "westeurope"))
+        .await
+        .expect("the SDK retries in the new write region");
     eprintln!("first write after the failover took {:?}", started.elapsed());
     let raw = regions.read_document(READ_REGION, &database, CONTAINER, "f1").await;
     assert_eq!(raw.body["_etag"].as_str(), Some(committed.etag.0.as_str()), "committed in North Europe");
@@ -382,12 +441,19 @@ async fn known_bug_after_a_failover_write_region_reads_go_to_the_old_region() {
     v2.primary.location = "northeurope".into();
     let e2 = store.replace(&v2, &e1).await.expect("the write follows the failover").etag;
     let created = store.create(&LocationDocument::new("b2", "westeurope")).await.expect("so does a create");
-    assert_eq!(regions.read_document(READ_REGION, &database, CONTAINER, "b1").await.body["_etag"].as_str(), Some(e2.0.as_str()));
+    assert_eq!(
+        regions.read_document(READ_REGION, &database, CONTAINER, "b1").await.body["_etag"].as_str(),
+        Some(e2.0.as_str())
+    );
 
     // ...but a write-region read answers from West Europe, which has not got it.
     let read = store.read("b1", ReadFrom::WriteRegion).await.unwrap();
     assert_eq!((&read.etag, &read.doc), (&e1, &v1), "BUG: the 'write region' read returned the old version");
-    assert_eq!(store.read("b2", ReadFrom::WriteRegion).await, Err(StoreError::NotFound), "BUG: the new document is not found");
+    assert_eq!(
+        store.read("b2", ReadFrom::WriteRegion).await,
+        Err(StoreError::NotFound),
+        "BUG: the new document is not found"
+    );
     // A lock mutation decided on that read is refused for ever (412), however often
     // it re-reads, until the replica catches up.
     assert_eq!(store.replace(&v1, &read.etag).await, Err(StoreError::PreconditionFailed));
@@ -415,12 +481,19 @@ async fn a_write_during_a_planned_failover_times_out_as_an_unknown_outcome_and_w
     let started = Instant::now();
     let result = store.create(&LocationDocument::new("d1", "westeurope")).await;
     let took = started.elapsed();
-    assert!(matches!(&result, Err(StoreError::OutcomeUnknown(reason)) if reason.contains("408")), "{result:?} after {took:?}");
+    assert!(
+        matches!(&result, Err(StoreError::OutcomeUnknown(reason)) if reason.contains("408")),
+        "{result:?} after {took:?}"
+    );
     assert!(took < Duration::from_secs(4), "cut off by the 2 s request timeout, took {took:?}");
     let record = failover.await.unwrap();
     assert_eq!(record.lost_writes, 0);
     for region in [WRITE_REGION, READ_REGION] {
-        assert_eq!(regions.read_document(region, &database, CONTAINER, "d1").await.status, 404, "{region}: nothing was written");
+        assert_eq!(
+            regions.read_document(region, &database, CONTAINER, "d1").await.status,
+            404,
+            "{region}: nothing was written"
+        );
     }
 }
 

@@ -58,7 +58,10 @@ async fn harness_via(via_proxy: bool) -> Harness {
         None => server.endpoint(),
     };
     let store: Arc<dyn LocationStore> = Arc::new(
-        cosmos_server::connect_with(&endpoint, &Registry::new(), |args| args.request_timeout = std::time::Duration::from_secs(2)).await,
+        cosmos_server::connect_with(&endpoint, &Registry::new(), |args| {
+            args.request_timeout = std::time::Duration::from_secs(2)
+        })
+        .await,
     );
     // The service's clock starts at the real time: Cosmos stamps commits (`_ts`) with its
     // own, and the routing library starts a pre-lock no earlier than its commit.
@@ -90,7 +93,14 @@ impl Answer {
 }
 
 impl Harness {
-    async fn call(&self, i: usize, method: Method, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> Answer {
+    async fn call(
+        &self,
+        i: usize,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
         let mut req = self.http.request(method, format!("{}{path}", self.urls[i])).bearer_auth(KEY);
         for (name, value) in headers {
             req = req.header(*name, *value);
@@ -101,7 +111,8 @@ impl Harness {
         let resp = req.send().await.unwrap();
         let status = resp.status();
         let text = resp.text().await.unwrap();
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let body =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
         Answer { status, body }
     }
 
@@ -175,7 +186,8 @@ async fn fifty_concurrent_pre_locks_through_http_give_one_winner() {
             let h = h.clone();
             tokio::spawn(async move {
                 let path = format!("/v1/resources/{id}/lock");
-                h.call(i % 2, Method::POST, &path, Some(json!({"owner": format!("o{i}"), "durationSeconds": 60})), &[]).await
+                h.call(i % 2, Method::POST, &path, Some(json!({"owner": format!("o{i}"), "durationSeconds": 60})), &[])
+                    .await
             })
         })
         .collect();
@@ -202,11 +214,20 @@ async fn a_stopped_cosmos_server_is_503_store_unavailable() {
     h.server.stop();
 
     let lock = h.lock(id, "", json!({"owner": "down", "durationSeconds": 60})).await;
-    assert_eq!((lock.status, lock.problem_type()), (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable"));
+    assert_eq!(
+        (lock.status, lock.problem_type()),
+        (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable")
+    );
     let route = h.call(1, Method::GET, &format!("/v1/resources/{id}/route"), None, &[]).await;
-    assert_eq!((route.status, route.problem_type()), (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable"));
+    assert_eq!(
+        (route.status, route.problem_type()),
+        (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable")
+    );
     let write = h.item(1, Method::PUT, "probe-cosmos-new", "k", Some(json!(2))).await;
-    assert_eq!((write.status, write.problem_type()), (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable"));
+    assert_eq!(
+        (write.status, write.problem_type()),
+        (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,9 +243,16 @@ async fn a_partitioned_cosmos_is_503_writes_nothing_and_the_service_recovers() {
 
     h.proxy.as_mut().unwrap().cut().await;
     for (what, answer) in [
-        ("escalate", h.lock(id, "/escalate", json!({"token": token, "phase": "hardDelete", "durationSeconds": 60})).await),
+        (
+            "escalate",
+            h.lock(id, "/escalate", json!({"token": token, "phase": "hardDelete", "durationSeconds": 60})).await,
+        ),
         ("swap", h.lock(id, "/swap", json!({"token": token, "targetLocation": "eastus"})).await),
-        ("release", h.call(0, Method::DELETE, &format!("/v1/resources/{id}/lock"), None, &[("Lock-Token", token.as_str())]).await),
+        (
+            "release",
+            h.call(0, Method::DELETE, &format!("/v1/resources/{id}/lock"), None, &[("Lock-Token", token.as_str())])
+                .await,
+        ),
     ] {
         assert_eq!(
             (answer.status, answer.problem_type()),

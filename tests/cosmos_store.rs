@@ -62,7 +62,10 @@ fn pre_lock_request() -> PreLockRequest {
 }
 
 /// Runs `call`, requires `Unavailable`, and that it came back within the deadline.
-async fn assert_unavailable_fast<T: std::fmt::Debug>(what: &str, call: impl std::future::Future<Output = Result<T, StoreError>>) {
+async fn assert_unavailable_fast<T: std::fmt::Debug>(
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) {
     let started = Instant::now();
     let result = call.await;
     let took = started.elapsed();
@@ -74,7 +77,10 @@ async fn assert_unavailable_fast<T: std::fmt::Debug>(what: &str, call: impl std:
 /// Runs a write whose request may have left before the connection broke: the store
 /// cannot tell whether it was applied, so `OutcomeUnknown` is as right as `Unavailable`
 /// (the test then checks that nothing was applied). Within the deadline either way.
-async fn assert_write_failed_fast<T: std::fmt::Debug>(what: &str, call: impl std::future::Future<Output = Result<T, StoreError>>) {
+async fn assert_write_failed_fast<T: std::fmt::Debug>(
+    what: &str,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) {
     let started = Instant::now();
     let result = call.await;
     let took = started.elapsed();
@@ -159,7 +165,8 @@ async fn failed_writes_during_a_partition_change_nothing_and_the_store_recovers(
     let mut v3 = v2.clone();
     v3.primary.location = "eastus".into();
     assert_write_failed_fast("replace during the partition", store.replace(&v3, &e2)).await;
-    assert_write_failed_fast("create during the partition", store.create(&LocationDocument::new("p2", "westeurope"))).await;
+    assert_write_failed_fast("create during the partition", store.create(&LocationDocument::new("p2", "westeurope")))
+        .await;
     let pre_lock = routing_client(store.clone()).pre_lock("p1", &pre_lock_request()).await;
     assert!(matches!(pre_lock, Err(RoutingError::Unavailable(_))), "pre-lock during the partition: {pre_lock:?}");
 
@@ -168,7 +175,11 @@ async fn failed_writes_during_a_partition_change_nothing_and_the_store_recovers(
     let after = store.read("p1", ReadFrom::WriteRegion).await.expect("the store recovers without a restart");
     assert_eq!((&after.doc, &after.etag), (&v2, &e2), "a failed write must not change the document");
     assert!(after.doc.primary.lock.is_none(), "the failed pre-lock left no lock");
-    assert_eq!(store.read("p2", ReadFrom::WriteRegion).await, Err(StoreError::NotFound), "the failed create left no document");
+    assert_eq!(
+        store.read("p2", ReadFrom::WriteRegion).await,
+        Err(StoreError::NotFound),
+        "the failed create left no document"
+    );
     // And the ETag read before the partition is still the one that wins.
     store.replace(&v3, &e2).await.expect("the pre-partition etag still matches");
 }
@@ -250,7 +261,10 @@ async fn a_token_credential_can_stand_in_for_the_key() {
     let store = CosmosStore::connect(config, &Registry::new()).await.expect("connects with a token credential");
     let etag = store.create(&LocationDocument::new("t1", "westeurope")).await.unwrap().etag;
     assert_eq!(store.read("t1", ReadFrom::Replica).await.unwrap().etag, etag);
-    assert!(credential.requests.load(std::sync::atomic::Ordering::Relaxed) >= 1, "the SDK asked the credential for a token");
+    assert!(
+        credential.requests.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+        "the SDK asked the credential for a token"
+    );
     let scopes = credential.scopes.lock().unwrap().clone();
     assert!(scopes.iter().any(|s| s.ends_with("/.default")), "token scopes: {scopes:?}");
 }

@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use fleet::{Answer, Fleet, FleetOptions};
+use lockprobe::clock::TokioClock;
 use lockprobe::routing::Phase;
 use lockprobe::service::Fault;
 use lockprobe::store::faults::{in_step, FaultAction, FaultKind, FaultRule, FaultStats, OpSet};
-use lockprobe::clock::TokioClock;
 use lockprobe::store::{LocationStore, OpKind};
 use oracle::{Evidence, Final, Holding, Op, UserOp, Violation};
 use rand::rngs::StdRng;
@@ -102,7 +102,8 @@ fn fault_rules(rng: &mut StdRng) -> Vec<FaultRule> {
     let reads = OpSet::READS;
     let mut rules = vec![
         // Replica lag on top of a store whose replicas are otherwise current: within the bound.
-        FaultRule::new(OpKind::ReadReplica, FaultAction::ReplicaLag(d(rng, 50, BOUND.as_millis() as u64))).probability(0.2),
+        FaultRule::new(OpKind::ReadReplica, FaultAction::ReplicaLag(d(rng, 50, BOUND.as_millis() as u64)))
+            .probability(0.2),
         FaultRule::new(writes, FaultAction::Delay(d(rng, 100, 3_000))).probability(0.04),
         FaultRule::new(writes, FaultAction::LateAck(d(rng, 100, 1_000))).probability(0.04),
         FaultRule::new(writes, FaultAction::Ambiguous).probability(0.03),
@@ -251,7 +252,15 @@ async fn use_items(fleet: Arc<Fleet>, shared: Shared, u: usize, mut rng: StdRng,
             Op::Write => in_step("write", fleet.write(instance, resource, &key, value.clone().unwrap())).await,
             Op::Delete => in_step("delete", fleet.delete(instance, resource, &key)).await,
         };
-        log(&shared).ops.push(UserOp { at: fleet.now(), instance, resource: resource.into(), key, op, status: answer.status, value });
+        log(&shared).ops.push(UserOp {
+            at: fleet.now(),
+            instance,
+            resource: resource.into(),
+            key,
+            op,
+            status: answer.status,
+            value,
+        });
     }
 }
 
@@ -433,7 +442,10 @@ impl Orchestrator {
                     return true;
                 }
                 // Too early by the deciding instance's clock (skew): try again shortly.
-                Outcome::Refused(a) if a.problem() == Some("invalid-transition") && a.body["detail"].as_str().is_some_and(|d| d.contains("before effectiveAt")) => {
+                Outcome::Refused(a)
+                    if a.problem() == Some("invalid-transition")
+                        && a.body["detail"].as_str().is_some_and(|d| d.contains("before effectiveAt")) =>
+                {
                     tokio::time::sleep(ms(300)).await;
                 }
                 _ => return false,
@@ -444,7 +456,8 @@ impl Orchestrator {
 
     async fn renew_near_the_end(&mut self, resource: &str, token: &str) -> bool {
         let view = self.fleet.route(0, resource).await;
-        let Some(ends) = view.body["lock"]["expiresAt"].as_str().and_then(|t| DateTime::parse_from_rfc3339(t).ok()) else {
+        let Some(ends) = view.body["lock"]["expiresAt"].as_str().and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        else {
             return false;
         };
         let before = TimeDelta::milliseconds(self.rng.random_range(0..400));
@@ -517,7 +530,11 @@ impl Orchestrator {
 }
 
 /// Runs `seeds` on two threads, each seed in its own paused runtime.
-fn campaign(seeds: std::ops::Range<u64>, legacy: &'static [Fault], stop_at_first_violation: bool) -> Vec<(u64, SeedReport)> {
+fn campaign(
+    seeds: std::ops::Range<u64>,
+    legacy: &'static [Fault],
+    stop_at_first_violation: bool,
+) -> Vec<(u64, SeedReport)> {
     let next = Arc::new(Mutex::new(seeds));
     let found = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..2)
@@ -530,7 +547,8 @@ fn campaign(seeds: std::ops::Range<u64>, legacy: &'static [Fault], stop_at_first
                         break;
                     }
                     let Some(seed) = next.lock().unwrap().next() else { break };
-                    let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+                    let rt =
+                        tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
                     let report = rt.block_on(run_seed(seed, legacy, Backend::Memory, MEMORY));
                     if !report.violations.is_empty() {
                         found.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -572,7 +590,8 @@ fn summarize(reports: &[(u64, SeedReport)]) -> Vec<(u64, Violation)> {
     let phases = ["unlocked", "preLock", "hardDelete", "write"];
     println!("  {:<12} {}", "fault", phases.map(|p| format!("{p:>11}")).join(""));
     for fault in FaultKind::ALL {
-        let row: Vec<String> = phases.iter().map(|p| format!("{:>11}", by_phase.get(&(*p, fault)).copied().unwrap_or(0))).collect();
+        let row: Vec<String> =
+            phases.iter().map(|p| format!("{:>11}", by_phase.get(&(*p, fault)).copied().unwrap_or(0))).collect();
         println!("  {:<12} {}", fault.as_str(), row.join(""));
     }
     println!("faults injected by the call they hit:");
@@ -600,14 +619,19 @@ fn a_thousand_seeds_of_store_faults_break_nothing() {
     let violations = summarize(&reports);
     println!("took {:.1?}", started.elapsed());
     assert!(violations.is_empty(), "{} violations; first: {:?}", violations.len(), violations.first());
-    let by_phase: BTreeMap<(&str, FaultKind), u64> = reports.iter().flat_map(|(_, r)| r.by_phase.clone()).fold(BTreeMap::new(), |mut m, (k, n)| {
-        *m.entry(k).or_default() += n;
-        m
-    });
+    let by_phase: BTreeMap<(&str, FaultKind), u64> =
+        reports.iter().flat_map(|(_, r)| r.by_phase.clone()).fold(BTreeMap::new(), |mut m, (k, n)| {
+            *m.entry(k).or_default() += n;
+            m
+        });
     if n >= 1_000 {
         for phase in ["unlocked", "preLock", "hardDelete", "write"] {
             for fault in FaultKind::ALL {
-                assert!(by_phase.get(&(phase, fault)).copied().unwrap_or(0) > 0, "no {} fault in the {phase} phase", fault.as_str());
+                assert!(
+                    by_phase.get(&(phase, fault)).copied().unwrap_or(0) > 0,
+                    "no {} fault in the {phase} phase",
+                    fault.as_str()
+                );
             }
         }
     }
@@ -652,7 +676,9 @@ async fn store_faults_on_the_cosmos_server_break_nothing() {
         let endpoint = server.endpoint();
         async move {
             let database = cosmos_server::unique_database(&format!("campaign-{seed}"));
-            let store = cosmos_server::connect_with(&endpoint, &prometheus::Registry::new(), |a| a.database = Some(database)).await;
+            let store =
+                cosmos_server::connect_with(&endpoint, &prometheus::Registry::new(), |a| a.database = Some(database))
+                    .await;
             (seed, run_seed(seed, &[], Backend::Given(Arc::new(store)), COSMOS).await)
         }
     });

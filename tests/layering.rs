@@ -136,7 +136,10 @@ fn code_only(text: &str) -> String {
                     i += 1;
                 }
             }
-        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !b.get(i.wrapping_sub(1)).is_some_and(|p| p.is_alphanumeric() || *p == '_') {
+        } else if c == 'r'
+            && (next == Some('"') || next == Some('#'))
+            && !b.get(i.wrapping_sub(1)).is_some_and(|p| p.is_alphanumeric() || *p == '_')
+        {
             // Raw string r"..." or r#"..."#.
             let mut j = i + 1;
             let mut hashes = 0;
@@ -410,7 +413,11 @@ fn violations() -> Vec<Violation> {
         }
         let knows_no_cli = matches!(layer_of(&module), Some(Layer::Bottom | Layer::Store | Layer::Routing));
         if knows_no_cli && code.contains("clap") {
-            found.push(Violation { file: file.clone(), path: "clap".into(), why: "the layers a service links know no command line".into() });
+            found.push(Violation {
+                file: file.clone(),
+                path: "clap".into(),
+                why: "the layers a service links know no command line".into(),
+            });
         }
     }
     found

@@ -43,7 +43,10 @@ async fn until_effective(view: &Value) {
 async fn watch_a_service_driven_migration(change_stream: &str) {
     let server = CosmosServer::start();
     let store: Arc<dyn LocationStore> = Arc::new(
-        cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.change_stream = clap::ValueEnum::from_str(change_stream, false).unwrap()).await,
+        cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| {
+            a.change_stream = clap::ValueEnum::from_str(change_stream, false).unwrap()
+        })
+        .await,
     );
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     // 500 ms cache + 500 ms replication: declared 1 s.
@@ -64,24 +67,33 @@ async fn watch_a_service_driven_migration(change_stream: &str) {
 
     // One migration: pre-lock, wait until it is effective, hardDelete, write, swap.
     let lock = format!("{base}/v1/resources/res-1/lock");
-    let (st, pre) = post(&http, &lock, json!({"owner": "orch", "durationSeconds": 60, "targetLocation": "northeurope"})).await;
+    let (st, pre) =
+        post(&http, &lock, json!({"owner": "orch", "durationSeconds": 60, "targetLocation": "northeurope"})).await;
     assert_eq!(st, StatusCode::CREATED, "{pre}");
     let token = pre["token"].as_str().unwrap().to_owned();
     monitor.drain().await.unwrap();
     assert_eq!(monitor.in_flight(), 1, "{change_stream}: the pre-lock arrived");
     until_effective(&pre).await;
     let esc = format!("{lock}/escalate");
-    assert_eq!(post(&http, &esc, json!({"token": token, "phase": "hardDelete", "durationSeconds": 30})).await.0, StatusCode::OK);
+    assert_eq!(
+        post(&http, &esc, json!({"token": token, "phase": "hardDelete", "durationSeconds": 30})).await.0,
+        StatusCode::OK
+    );
     monitor.drain().await.unwrap();
     tokio::time::sleep(S).await;
-    assert_eq!(post(&http, &esc, json!({"token": token, "phase": "write", "durationSeconds": 30})).await.0, StatusCode::OK);
+    assert_eq!(
+        post(&http, &esc, json!({"token": token, "phase": "write", "durationSeconds": 30})).await.0,
+        StatusCode::OK
+    );
     monitor.drain().await.unwrap();
-    let (st, body) = post(&http, &format!("{lock}/swap"), json!({"token": token, "targetLocation": "northeurope"})).await;
+    let (st, body) =
+        post(&http, &format!("{lock}/swap"), json!({"token": token, "targetLocation": "northeurope"})).await;
     assert_eq!(st, StatusCode::OK, "{body}");
     monitor.drain().await.unwrap();
 
     // A second resource: a pre-lock nobody comes back to.
-    let (st, gone) = post(&http, &format!("{base}/v1/resources/res-2/lock"), json!({"owner": "gone", "durationSeconds": 1})).await;
+    let (st, gone) =
+        post(&http, &format!("{base}/v1/resources/res-2/lock"), json!({"owner": "gone", "durationSeconds": 1})).await;
     assert_eq!(st, StatusCode::CREATED);
     let lapses = chrono::DateTime::parse_from_rfc3339(gone["expiresAt"].as_str().unwrap()).unwrap().to_utc();
     let wait = (lapses - SystemClock.now()).to_std().unwrap_or_default() + 2 * S;
@@ -125,18 +137,34 @@ async fn lockprobe_monitor_store_cosmos_watches_a_database() {
     let server = CosmosServer::start();
     let database = cosmos_server::unique_database("monitor-cli");
     // The writer: a store on the same database, as a service would hold.
-    let writer = cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.database = Some(database.clone())).await;
+    let writer =
+        cosmos_server::connect_with(&server.endpoint(), &Registry::new(), |a| a.database = Some(database.clone()))
+            .await;
     // Bound here and handed over, so no other test can take the port in between.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let listen = listener.local_addr().unwrap().to_string();
     std::env::set_var("LOCKPROBE_TEST_MONITOR_COSMOS_KEY", "bG9ja3Byb2Jl");
     let endpoint = server.endpoint();
     let args = [
-        "lockprobe", "--store", "cosmos", "--monitor-poll-interval", "50ms",
-        "--cosmos-endpoint", &endpoint, "--cosmos-key-env", "LOCKPROBE_TEST_MONITOR_COSMOS_KEY",
-        "--cosmos-database", &database, "--cosmos-container", "locations",
-        "--cosmos-preferred-region", "South Central US", "--cosmos-write-region", "South Central US",
-        "--cosmos-poll-interval", "100ms",
+        "lockprobe",
+        "--store",
+        "cosmos",
+        "--monitor-poll-interval",
+        "50ms",
+        "--cosmos-endpoint",
+        &endpoint,
+        "--cosmos-key-env",
+        "LOCKPROBE_TEST_MONITOR_COSMOS_KEY",
+        "--cosmos-database",
+        &database,
+        "--cosmos-container",
+        "locations",
+        "--cosmos-preferred-region",
+        "South Central US",
+        "--cosmos-write-region",
+        "South Central US",
+        "--cosmos-poll-interval",
+        "100ms",
     ];
     let cmd = <Cli as clap::Parser>::try_parse_from(args).unwrap().cmd;
     let shutdown = CancellationToken::new();
@@ -145,7 +173,9 @@ async fn lockprobe_monitor_store_cosmos_watches_a_database() {
     let now = SystemClock.now();
     let policy = LockPolicy::new(60 * S, 3600 * S);
     let req = PreLockRequest { owner: "cli".into(), duration: 600 * S, target_location: None };
-    let doc = lifecycle::pre_lock(&LocationDocument::new("res-cli", "westeurope"), &req, LockToken::generate(), &policy, now).unwrap();
+    let doc =
+        lifecycle::pre_lock(&LocationDocument::new("res-cli", "westeurope"), &req, LockToken::generate(), &policy, now)
+            .unwrap();
     writer.create(&doc).await.unwrap();
 
     let url = format!("http://{listen}/api/v1/monitor");

@@ -11,12 +11,11 @@ use futures::future::join_all;
 use lockprobe::clock::{Clock, ManualClock};
 use lockprobe::monitor::{Monitor, MonitorConfig, Outcome};
 use lockprobe::routing::cache::TieredCache;
+use lockprobe::routing::LocationDocument;
 use lockprobe::routing::{
-    ClientOptions, LockError, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient,
-    RoutingError,
+    ClientOptions, LockError, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient, RoutingError,
 };
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
-use lockprobe::routing::LocationDocument;
 use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use prometheus::{Encoder, TextEncoder};
 
@@ -118,39 +117,20 @@ impl Fleet {
         let clock = Arc::new(ManualClock::at_epoch());
         let store = Arc::new(MemoryStore::new(
             clock.clone(),
-            MemoryStoreConfig {
-                replica_lag: Duration::ZERO,
-                change_log_capacity: log_capacity,
-            },
+            MemoryStoreConfig { replica_lag: Duration::ZERO, change_log_capacity: log_capacity },
         ));
         let clients = (0..3).map(|_| client(&store, &clock, DELAY)).collect();
         let short_client = client(&store, &clock, 4);
         let mut kinds = Vec::new();
         for i in 0..mix.clean {
-            kinds.push(Kind::Clean {
-                release: i % 10 == 0,
-                renewals: (i % 3) as u32,
-            });
+            kinds.push(Kind::Clean { release: i % 10 == 0, renewals: (i % 3) as u32 });
         }
-        kinds.extend(std::iter::repeat_n(
-            Kind::EarlyInsideBuffer,
-            mix.early_inside_buffer as usize,
-        ));
-        kinds.extend(std::iter::repeat_n(
-            Kind::EarlyUnderDeclared,
-            mix.early_under_declared as usize,
-        ));
+        kinds.extend(std::iter::repeat_n(Kind::EarlyInsideBuffer, mix.early_inside_buffer as usize));
+        kinds.extend(std::iter::repeat_n(Kind::EarlyUnderDeclared, mix.early_under_declared as usize));
         kinds.extend(std::iter::repeat_n(Kind::Abandoned, mix.abandoned as usize));
-        kinds.extend(std::iter::repeat_n(
-            Kind::LeaseExpires,
-            mix.lease_expires as usize,
-        ));
+        kinds.extend(std::iter::repeat_n(Kind::LeaseExpires, mix.lease_expires as usize));
         if mix.forged {
-            kinds.extend([
-                Kind::ForgeMovedToTarget,
-                Kind::ForgeMovedElsewhere,
-                Kind::ForgeLockedAtTarget,
-            ]);
+            kinds.extend([Kind::ForgeMovedToTarget, Kind::ForgeMovedElsewhere, Kind::ForgeLockedAtTarget]);
         }
         let migs = kinds
             .into_iter()
@@ -165,22 +145,12 @@ impl Fleet {
                 retried: false,
             })
             .collect();
-        Fleet {
-            clock,
-            store,
-            clients,
-            short_client,
-            migs,
-            tokens_seen: Vec::new(),
-        }
+        Fleet { clock, store, clients, short_client, migs, tokens_seen: Vec::new() }
     }
 
     async fn seed(&self) {
         for m in &self.migs {
-            self.clients[0]
-                .resolve_or_create(&m.id, HOME)
-                .await
-                .unwrap();
+            self.clients[0].resolve_or_create(&m.id, HOME).await.unwrap();
         }
     }
 
@@ -189,16 +159,10 @@ impl Fleet {
         let store = self.store.clone();
         let clients = self.clients.clone();
         let short = self.short_client.clone();
-        let due = self
-            .migs
-            .iter_mut()
-            .filter(|m| m.step != Step::Done && m.next == tick);
+        let due = self.migs.iter_mut().filter(|m| m.step != Step::Done && m.next == tick);
         let tokens: Vec<Option<String>> = join_all(due.map(|m| {
-            let client = if m.kind == Kind::EarlyUnderDeclared {
-                short.clone()
-            } else {
-                clients[m.i as usize % 3].clone()
-            };
+            let client =
+                if m.kind == Kind::EarlyUnderDeclared { short.clone() } else { clients[m.i as usize % 3].clone() };
             advance(m, tick, client, store.clone())
         }))
         .await;
@@ -212,36 +176,16 @@ impl Fleet {
 
 /// One step of one migration; returns a newly issued token (so the test can check
 /// it never leaks into the monitor's output).
-async fn advance(
-    m: &mut Mig,
-    tick: u64,
-    client: Arc<RoutingClient>,
-    store: Arc<MemoryStore>,
-) -> Option<String> {
+async fn advance(m: &mut Mig, tick: u64, client: Arc<RoutingClient>, store: Arc<MemoryStore>) -> Option<String> {
     let token = m.token.clone();
     let tok = || token.clone().expect("a lock was taken");
     let mut issued = None;
     match m.step {
         Step::PreLock => {
-            let duration = if m.kind == Kind::Abandoned {
-                20 * S
-            } else {
-                300 * S
-            };
-            let target = if m.kind == Kind::ForgeLockedAtTarget {
-                None
-            } else {
-                Some(TARGET.to_owned())
-            };
+            let duration = if m.kind == Kind::Abandoned { 20 * S } else { 300 * S };
+            let target = if m.kind == Kind::ForgeLockedAtTarget { None } else { Some(TARGET.to_owned()) };
             let grant = client
-                .pre_lock(
-                    &m.id,
-                    &PreLockRequest {
-                        owner: "fleet".into(),
-                        duration,
-                        target_location: target,
-                    },
-                )
+                .pre_lock(&m.id, &PreLockRequest { owner: "fleet".into(), duration, target_location: target })
                 .await
                 .unwrap();
             issued = Some(grant.token.expose().to_owned());
@@ -255,10 +199,7 @@ async fn advance(
             };
         }
         Step::HardDelete => {
-            client
-                .escalate(&m.id, &tok(), Phase::HardDelete, 60 * S)
-                .await
-                .unwrap();
+            client.escalate(&m.id, &tok(), Phase::HardDelete, 60 * S).await.unwrap();
             (m.step, m.next) = match m.kind {
                 Kind::Clean { renewals, .. } if renewals > 0 => (Step::Renew(renewals), tick + 2),
                 Kind::Clean { .. } => (Step::Write, tick + 5 + m.i % 7),
@@ -267,37 +208,24 @@ async fn advance(
         }
         Step::Renew(left) => {
             client.renew(&m.id, &tok(), 60 * S).await.unwrap();
-            (m.step, m.next) = if left > 1 {
-                (Step::Renew(left - 1), tick + 2)
-            } else {
-                (Step::Write, tick + 3)
-            };
+            (m.step, m.next) = if left > 1 { (Step::Renew(left - 1), tick + 2) } else { (Step::Write, tick + 3) };
         }
         Step::Write => {
-            let lease = if m.kind == Kind::LeaseExpires && !m.retried {
-                5 * S
-            } else {
-                30 * S
-            };
-            client
-                .escalate(&m.id, &tok(), Phase::Write, lease)
-                .await
-                .unwrap();
+            let lease = if m.kind == Kind::LeaseExpires && !m.retried { 5 * S } else { 30 * S };
+            client.escalate(&m.id, &tok(), Phase::Write, lease).await.unwrap();
             (m.step, m.next) = match m.kind {
                 Kind::Clean { release: true, .. } => (Step::Release, tick + 1 + m.i % 9),
                 Kind::Clean { .. } => (Step::Swap, tick + 1 + m.i % 9),
                 Kind::LeaseExpires if !m.retried => (Step::Swap, tick + 10),
-                Kind::ForgeMovedToTarget
-                | Kind::ForgeMovedElsewhere
-                | Kind::ForgeLockedAtTarget => (Step::Forge, tick + 2),
+                Kind::ForgeMovedToTarget | Kind::ForgeMovedElsewhere | Kind::ForgeLockedAtTarget => {
+                    (Step::Forge, tick + 2)
+                }
                 _ => (Step::Swap, tick + 3),
             };
         }
         Step::Swap => match client.swap(&m.id, &tok(), TARGET).await {
             Ok(_) => m.step = Step::Done,
-            Err(RoutingError::Lock(LockError::LeaseExpired { .. }))
-                if m.kind == Kind::LeaseExpires && !m.retried =>
-            {
+            Err(RoutingError::Lock(LockError::LeaseExpired { .. })) if m.kind == Kind::LeaseExpires && !m.retried => {
                 // The orchestrator's lease lapsed mid-migration: retry with a fresh lock.
                 m.retried = true;
                 (m.step, m.next) = (Step::PreLock, tick + 1);
@@ -346,9 +274,7 @@ async fn run_polling_every(fleet: &mut Fleet, monitor: &Monitor, ticks: u64, eve
 
 fn metrics_text(registry: &prometheus::Registry) -> String {
     let mut buf = Vec::new();
-    TextEncoder::new()
-        .encode(&registry.gather(), &mut buf)
-        .unwrap();
+    TextEncoder::new().encode(&registry.gather(), &mut buf).unwrap();
     String::from_utf8(buf).unwrap()
 }
 
@@ -365,7 +291,11 @@ fn new_monitor(fleet: &Fleet) -> (Monitor, prometheus::Registry) {
     monitor_over(fleet, fleet.store.clone(), monitor_config())
 }
 
-fn monitor_over(fleet: &Fleet, store: Arc<dyn LocationStore>, config: MonitorConfig) -> (Monitor, prometheus::Registry) {
+fn monitor_over(
+    fleet: &Fleet,
+    store: Arc<dyn LocationStore>,
+    config: MonitorConfig,
+) -> (Monitor, prometheus::Registry) {
     let registry = prometheus::Registry::new();
     let clock: Arc<dyn Clock> = fleet.clock.clone();
     (Monitor::new(store, clock, config, &registry).unwrap(), registry)
@@ -418,13 +348,7 @@ impl LocationStore for CosmosLike {
 
 #[tokio::test]
 async fn a_clean_fleet_reports_no_anomaly() {
-    let mut fleet = Fleet::new(
-        Mix {
-            clean: 300,
-            ..Mix::default()
-        },
-        100_000,
-    );
+    let mut fleet = Fleet::new(Mix { clean: 300, ..Mix::default() }, 100_000);
     fleet.seed().await;
     let (monitor, registry) = new_monitor(&fleet);
     run(&mut fleet, &monitor, 120).await;
@@ -477,69 +401,39 @@ async fn every_injected_anomaly_is_counted_exactly() {
 
     assert_eq!(monitor.early_escalations(), 7 + 3);
     assert_eq!(monitor.partial_cutovers(), 3);
-    assert_eq!(
-        monitor.outcomes(Outcome::Lapsed),
-        5 + 4,
-        "abandoned + expired mid-migration"
-    );
-    assert_eq!(
-        monitor.orphaned_locks(),
-        5,
-        "the retried ones are no longer orphans"
-    );
+    assert_eq!(monitor.outcomes(Outcome::Lapsed), 5 + 4, "abandoned + expired mid-migration");
+    assert_eq!(monitor.orphaned_locks(), 5, "the retried ones are no longer orphans");
     assert_eq!(monitor.outcomes(Outcome::Swapped), 270 + 7 + 3 + 4);
     assert_eq!(monitor.outcomes(Outcome::Released), 30 + 3);
     assert_eq!(monitor.in_flight(), 0);
 
-    let abandoned: Vec<String> = fleet
-        .migs
-        .iter()
-        .filter(|m| m.kind == Kind::Abandoned)
-        .map(|m| m.id.clone())
-        .collect();
+    let abandoned: Vec<String> =
+        fleet.migs.iter().filter(|m| m.kind == Kind::Abandoned).map(|m| m.id.clone()).collect();
     assert_eq!(monitor.orphan_ids(100), abandoned);
 
     let text = metrics_text(&registry);
-    assert!(
-        text.contains("lockprobe_monitor_early_escalations_total 10"),
-        "{text}"
-    );
+    assert!(text.contains("lockprobe_monitor_early_escalations_total 10"), "{text}");
     assert!(text.contains("lockprobe_monitor_partial_cutovers_total 3"));
     assert!(text.contains("lockprobe_monitor_orphaned_locks 5"));
     assert!(text.contains("lockprobe_monitor_migrations_total{outcome=\"lapsed\"} 9"));
     let status = monitor.status();
     let kinds: BTreeSet<&str> = status.recent_anomalies.iter().map(|a| a.kind.as_str()).collect();
-    assert!(
-        kinds.contains("partial_cutover") && kinds.contains("orphaned_lock"),
-        "{status:?}"
-    );
+    assert!(kinds.contains("partial_cutover") && kinds.contains("orphaned_lock"), "{status:?}");
     assert_no_token_in(&fleet, &text, &status);
 }
 
 #[tokio::test]
 async fn a_restarted_monitor_loses_no_orphan() {
-    let mix = Mix {
-        clean: 200,
-        abandoned: 6,
-        ..Mix::default()
-    };
+    let mix = Mix { clean: 200, abandoned: 6, ..Mix::default() };
     // The change log keeps only the newest 64 changes: a monitor started later cannot
     // replay the abandoned pre-locks from the stream.
     let mut fleet = Fleet::new(mix, 64);
     fleet.seed().await;
     let (first, _) = new_monitor(&fleet);
     run(&mut fleet, &first, 60).await;
-    let abandoned: Vec<String> = fleet
-        .migs
-        .iter()
-        .filter(|m| m.kind == Kind::Abandoned)
-        .map(|m| m.id.clone())
-        .collect();
-    assert_eq!(
-        first.orphan_ids(100),
-        abandoned,
-        "the first monitor saw them on the stream"
-    );
+    let abandoned: Vec<String> =
+        fleet.migs.iter().filter(|m| m.kind == Kind::Abandoned).map(|m| m.id.clone()).collect();
+    assert_eq!(first.orphan_ids(100), abandoned, "the first monitor saw them on the stream");
     drop(first);
 
     for tick in 60..90 {
@@ -549,23 +443,23 @@ async fn a_restarted_monitor_loses_no_orphan() {
     let (second, _) = new_monitor(&fleet);
     second.drain().await.unwrap();
     second.sweep();
-    assert!(
-        second.orphaned_locks() < abandoned.len(),
-        "the stream alone must miss some, or this test proves nothing"
-    );
+    assert!(second.orphaned_locks() < abandoned.len(), "the stream alone must miss some, or this test proves nothing");
     second.scan_once().await.unwrap();
-    assert_eq!(
-        second.orphan_ids(100),
-        abandoned,
-        "the scan finds what the stream missed"
-    );
+    assert_eq!(second.orphan_ids(100), abandoned, "the scan finds what the stream missed");
     assert_eq!(second.early_escalations(), 0);
     assert_eq!(second.partial_cutovers(), 0);
 }
 
 #[tokio::test]
 async fn latest_only_delivery_counts_the_same_anomalies() {
-    let mix = Mix { clean: 300, early_inside_buffer: 7, early_under_declared: 3, abandoned: 5, lease_expires: 4, forged: true };
+    let mix = Mix {
+        clean: 300,
+        early_inside_buffer: 7,
+        early_under_declared: 3,
+        abandoned: 5,
+        lease_expires: 4,
+        forged: true,
+    };
     let mut fleet = Fleet::new(mix, 100_000);
     fleet.seed().await;
     // Polling every third second, a whole poll in one batch: versions of one document
@@ -595,10 +489,12 @@ async fn latest_only_delivery_counts_the_same_anomalies() {
 async fn commit_times_from_a_clock_far_ahead_change_nothing() {
     // Cosmos `_ts` is the server's real time; tests run locks on a manual clock at
     // 2026-01-01. A monitor that trusted those commit times would see every lock lapsed.
-    let mix = Mix { clean: 100, early_inside_buffer: 3, abandoned: 2, lease_expires: 2, forged: true, ..Mix::default() };
+    let mix =
+        Mix { clean: 100, early_inside_buffer: 3, abandoned: 2, lease_expires: 2, forged: true, ..Mix::default() };
     let mut fleet = Fleet::new(mix, 100_000);
     fleet.seed().await;
-    let store = CosmosLike { inner: fleet.store.clone(), latest_only: false, commit_skew: chrono::TimeDelta::days(300) };
+    let store =
+        CosmosLike { inner: fleet.store.clone(), latest_only: false, commit_skew: chrono::TimeDelta::days(300) };
     let (monitor, _) = monitor_over(&fleet, Arc::new(store), monitor_config());
     run(&mut fleet, &monitor, 120).await;
     assert_eq!(fleet.pending(), 0);

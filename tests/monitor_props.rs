@@ -33,7 +33,14 @@ struct Plan {
 }
 
 fn plan() -> impl Strategy<Value = Plan> {
-    (0..10u64, 20..60u64, 0..3u64, 1..10u64, prop_oneof![Just(End::Swap), Just(End::Release), Just(End::Abandon)], 1..20u64)
+    (
+        0..10u64,
+        20..60u64,
+        0..3u64,
+        1..10u64,
+        prop_oneof![Just(End::Swap), Just(End::Release), Just(End::Abandon)],
+        1..20u64,
+    )
         .prop_map(|(extra_wait, hd_lease, renewals, write_after, end, end_after)| Plan {
             extra_wait,
             hd_lease,

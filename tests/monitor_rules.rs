@@ -27,18 +27,12 @@ fn promtool(subcommand: &[&str], file: &Path) {
 
 #[test]
 fn monitor_rules_pass_promtool_check() {
-    promtool(
-        &["check", "rules"],
-        &root().join("alerts/lockprobe-monitor.rules.yml"),
-    );
+    promtool(&["check", "rules"], &root().join("alerts/lockprobe-monitor.rules.yml"));
 }
 
 #[test]
 fn monitor_rules_pass_their_unit_tests() {
-    promtool(
-        &["test", "rules"],
-        &root().join("alerts/tests/monitor_test.yml"),
-    );
+    promtool(&["test", "rules"], &root().join("alerts/tests/monitor_test.yml"));
 }
 
 /// The monitor's exposition, fresh (every labelled series pre-registered at zero).
@@ -52,16 +46,11 @@ fn exposition() -> String {
     use prometheus::Encoder;
 
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::at_epoch());
-    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
-        clock.clone(),
-        MemoryStoreConfig::default(),
-    ));
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
     let registry = prometheus::Registry::new();
     let _monitor = Monitor::new(store, clock, MonitorConfig::default(), &registry).unwrap();
     let mut buf = Vec::new();
-    prometheus::TextEncoder::new()
-        .encode(&registry.gather(), &mut buf)
-        .unwrap();
+    prometheus::TextEncoder::new().encode(&registry.gather(), &mut buf).unwrap();
     String::from_utf8(buf).unwrap()
 }
 
@@ -76,15 +65,8 @@ fn monitor_metrics_pass_promtool_lint() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| {
-            panic!("promtool is required ({e}); install it with `apt-get install -y prometheus`")
-        });
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(exposition().as_bytes())
-        .unwrap();
+        .unwrap_or_else(|e| panic!("promtool is required ({e}); install it with `apt-get install -y prometheus`"));
+    child.stdin.take().unwrap().write_all(exposition().as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -97,34 +79,21 @@ fn monitor_metrics_pass_promtool_lint() {
 #[test]
 fn every_metric_the_rules_and_dashboard_use_is_exported() {
     let exported = exposition();
-    for file in [
-        "alerts/lockprobe-monitor.rules.yml",
-        "dashboards/lockprobe-monitor.json",
-    ] {
+    for file in ["alerts/lockprobe-monitor.rules.yml", "dashboards/lockprobe-monitor.json"] {
         let text = std::fs::read_to_string(root().join(file)).unwrap();
         if file.ends_with(".json") {
-            let dashboard: serde_json::Value =
-                serde_json::from_str(&text).expect("the dashboard is valid JSON");
-            assert!(
-                dashboard["panels"].as_array().is_some_and(|p| p.len() > 1),
-                "the dashboard has panels"
-            );
+            let dashboard: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is valid JSON");
+            assert!(dashboard["panels"].as_array().is_some_and(|p| p.len() > 1), "the dashboard has panels");
         }
         let mut rest = text.as_str();
         let mut seen = 0;
         while let Some(at) = rest.find("lockprobe_monitor_") {
-            let name: String = rest[at..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
+            let name: String = rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             rest = &rest[at + name.len()..];
             if name.ends_with('_') {
                 continue; // the prefix itself, in a comment
             }
-            let base = name
-                .trim_end_matches("_bucket")
-                .trim_end_matches("_count")
-                .trim_end_matches("_sum");
+            let base = name.trim_end_matches("_bucket").trim_end_matches("_count").trim_end_matches("_sum");
             assert!(
                 exported.contains(&format!("# TYPE {base} ")),
                 "{file} uses {name}, which the monitor does not export"

@@ -39,10 +39,7 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
 #[tokio::test]
 async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
     let clock = Arc::new(ManualClock::at_epoch());
-    let store = Arc::new(MemoryStore::new(
-        clock.clone(),
-        MemoryStoreConfig::default(),
-    ));
+    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
     let client = RoutingClient::new(
         store.clone(),
         clock.clone(),
@@ -68,18 +65,10 @@ async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
     let task = tokio::spawn(monitor.clone().run(shutdown.clone()));
 
     client.resolve_or_create("r1", "westeurope").await.unwrap();
-    let req = PreLockRequest {
-        owner: "t".into(),
-        duration: 5 * S,
-        target_location: None,
-    };
+    let req = PreLockRequest { owner: "t".into(), duration: 5 * S, target_location: None };
     client.pre_lock("r1", &req).await.unwrap();
     // A failing poll is counted and retried on the next tick.
-    store.inject(
-        OpKind::ReadChanges,
-        Fault::Fail(StoreError::Unavailable("injected".into())),
-        1,
-    );
+    store.inject(OpKind::ReadChanges, Fault::Fail(StoreError::Unavailable("injected".into())), 1);
     let failed_poll = "lockprobe_monitor_store_errors_total{op=\"read_changes\"} 1";
     eventually("the failed poll is counted", || metrics_text(&registry).contains(failed_poll)).await;
     eventually("the pre-lock is seen", || monitor.in_flight() == 1).await;
@@ -91,39 +80,21 @@ async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
     assert_eq!(monitor.in_flight(), 0);
 
     shutdown.cancel();
-    tokio::time::timeout(10 * S, task)
-        .await
-        .expect("run stops on shutdown")
-        .unwrap();
+    tokio::time::timeout(10 * S, task).await.expect("run stops on shutdown").unwrap();
 
     let text = metrics_text(&registry);
     assert!(text.contains(failed_poll), "one injected failure, counted once: {text}");
-    assert!(
-        text.contains("lockprobe_monitor_scans_total 1"),
-        "the first scan runs at start: {text}"
-    );
+    assert!(text.contains("lockprobe_monitor_scans_total 1"), "the first scan runs at start: {text}");
 }
 
 #[test]
 fn registering_twice_on_one_registry_is_an_error_not_a_panic() {
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::at_epoch());
-    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
-        clock.clone(),
-        MemoryStoreConfig::default(),
-    ));
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
     let registry = prometheus::Registry::new();
-    Monitor::new(
-        store.clone(),
-        clock.clone(),
-        MonitorConfig::default(),
-        &registry,
-    )
-    .unwrap();
+    Monitor::new(store.clone(), clock.clone(), MonitorConfig::default(), &registry).unwrap();
     let err = Monitor::new(store, clock, MonitorConfig::default(), &registry).unwrap_err();
-    assert!(
-        err.to_string().contains("cannot register monitor metrics"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("cannot register monitor metrics"), "{err}");
 }
 
 /// The memory store, except that the next scan page is read, then a swap commits

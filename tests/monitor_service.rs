@@ -9,8 +9,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
-use lockprobe::clock::{Clock, ManualClock};
 use lockprobe::app::monitor::{run, run_on, MonitorCommand};
+use lockprobe::clock::{Clock, ManualClock};
 use lockprobe::monitor::{http, Monitor, MonitorConfig, Outcome};
 use lockprobe::service::{self, items::ItemStores, Fault, ServiceConfig};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
@@ -36,14 +36,22 @@ fn setup(faults: Vec<Fault>) -> Setup {
     let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
     let config = ServiceConfig { cache_ttls: vec![2 * S], replication_bound: S, faults, ..ServiceConfig::new(KEY) };
     let dyn_clock: Arc<dyn Clock> = clock.clone();
-    let instance = service::instance(0, Arc::new(config), store.clone(), dyn_clock.clone(), Arc::new(ItemStores::default())).unwrap();
+    let instance =
+        service::instance(0, Arc::new(config), store.clone(), dyn_clock.clone(), Arc::new(ItemStores::default()))
+            .unwrap();
     let monitor_config =
         MonitorConfig { escalation_buffer: S, declared_delay: Some(3 * S), lapse_grace: S, ..MonitorConfig::default() };
     let monitor = Arc::new(Monitor::new(store, dyn_clock, monitor_config, &prometheus::Registry::new()).unwrap());
     Setup { clock, app: service::router(instance), monitor }
 }
 
-async fn call(app: &Router, method: Method, path: &str, body: Option<Value>, token: Option<&str>) -> (StatusCode, Value) {
+async fn call(
+    app: &Router,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> (StatusCode, Value) {
     let mut req = Request::builder().method(method).uri(path).header(header::AUTHORIZATION, format!("Bearer {KEY}"));
     if let Some(t) = token {
         req = req.header("Lock-Token", t);
@@ -61,25 +69,44 @@ async fn call(app: &Router, method: Method, path: &str, body: Option<Value>, tok
 /// Pre-lock, wait `wait` seconds, hardDelete, write, swap: what an orchestrator does.
 async fn migrate(s: &Setup, id: &str, wait: u64) -> String {
     let base = format!("/v1/resources/{id}/lock");
-    let (st, lock) =
-        call(&s.app, Method::POST, &base, Some(json!({"owner": "orch", "durationSeconds": 60, "targetLocation": "northeurope"})), None)
-            .await;
+    let (st, lock) = call(
+        &s.app,
+        Method::POST,
+        &base,
+        Some(json!({"owner": "orch", "durationSeconds": 60, "targetLocation": "northeurope"})),
+        None,
+    )
+    .await;
     assert_eq!(st, StatusCode::CREATED, "{lock}");
     let token = lock["token"].as_str().unwrap().to_owned();
     s.monitor.drain().await.unwrap();
     s.clock.advance(S * wait as u32);
     let esc = format!("{base}/escalate");
-    let (st, body) =
-        call(&s.app, Method::POST, &esc, Some(json!({"token": token, "phase": "hardDelete", "durationSeconds": 30})), None).await;
+    let (st, body) = call(
+        &s.app,
+        Method::POST,
+        &esc,
+        Some(json!({"token": token, "phase": "hardDelete", "durationSeconds": 30})),
+        None,
+    )
+    .await;
     assert_eq!(st, StatusCode::OK, "{body}");
     s.monitor.drain().await.unwrap();
     s.clock.advance(5 * S);
-    let (st, _) = call(&s.app, Method::POST, &esc, Some(json!({"token": token, "phase": "write", "durationSeconds": 30})), None).await;
+    let (st, _) =
+        call(&s.app, Method::POST, &esc, Some(json!({"token": token, "phase": "write", "durationSeconds": 30})), None)
+            .await;
     assert_eq!(st, StatusCode::OK);
     s.monitor.drain().await.unwrap();
     s.clock.advance(2 * S);
-    let (st, body) =
-        call(&s.app, Method::POST, &format!("{base}/swap"), Some(json!({"token": token, "targetLocation": "northeurope"})), None).await;
+    let (st, body) = call(
+        &s.app,
+        Method::POST,
+        &format!("{base}/swap"),
+        Some(json!({"token": token, "targetLocation": "northeurope"})),
+        None,
+    )
+    .await;
     assert_eq!(st, StatusCode::OK, "{body}");
     s.monitor.drain().await.unwrap();
     token
@@ -93,7 +120,9 @@ async fn a_migration_through_the_service_appears_in_the_monitor() {
     assert_eq!(s.monitor.early_escalations(), 0);
 
     // An abandoned pre-lock through the same API lapses into an orphan.
-    let (st, _) = call(&s.app, Method::POST, "/v1/resources/res-2/lock", Some(json!({"owner": "o", "durationSeconds": 5})), None).await;
+    let (st, _) =
+        call(&s.app, Method::POST, "/v1/resources/res-2/lock", Some(json!({"owner": "o", "durationSeconds": 5})), None)
+            .await;
     assert_eq!(st, StatusCode::CREATED);
     s.monitor.drain().await.unwrap();
     s.clock.advance(20 * S);
@@ -140,7 +169,10 @@ async fn the_command_refuses_bad_flags_as_usage_errors() {
     let err = run(parse(&["--store", "cosmos"]), CancellationToken::new()).await.unwrap_err();
     assert!(err.downcast_ref::<UsageError>().is_some_and(|e| e.0.contains("--cosmos-endpoint")), "{err}");
     let err = run(parse(&["--monitor-scan-interval", "0s"]), CancellationToken::new()).await.unwrap_err();
-    assert_eq!(err.downcast_ref::<UsageError>().map(|e| e.0.as_str()), Some("--monitor-scan-interval: must be positive"));
+    assert_eq!(
+        err.downcast_ref::<UsageError>().map(|e| e.0.as_str()),
+        Some("--monitor-scan-interval: must be positive")
+    );
 }
 
 #[tokio::test]

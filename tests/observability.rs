@@ -34,11 +34,8 @@ fn repo_path(rel: &str) -> PathBuf {
 
 /// The absolute path of a required external tool, or a failure that says how to get it.
 fn tool(name: &str) -> PathBuf {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    });
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|p| p.is_file()));
     found.unwrap_or_else(|| {
         panic!(
             "`{name}` is not installed: these tests need it; run `scripts/install-test-deps.sh` \
@@ -56,13 +53,8 @@ struct ChildGuard {
 
 impl ChildGuard {
     fn spawn(name: &str, cmd: &mut Command) -> ChildGuard {
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        ChildGuard {
-            name: name.to_string(),
-            child,
-        }
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        ChildGuard { name: name.to_string(), child }
     }
 
     /// Fails the test if the child has already exited (it was meant to keep running).
@@ -89,23 +81,16 @@ struct Output {
 
 impl Output {
     fn describe(&self) -> String {
-        format!(
-            "exit: {}\n--- stdout\n{}\n--- stderr\n{}",
-            self.status, self.stdout, self.stderr
-        )
+        format!("exit: {}\n--- stdout\n{}\n--- stderr\n{}", self.status, self.stdout, self.stderr)
     }
 }
 
 /// Runs a command to completion with `stdin`, killing it (and failing) after `timeout`.
 fn run(cmd: &mut Command, stdin: Option<&[u8]>, timeout: Duration) -> Output {
     let what = format!("{cmd:?}");
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut guard = ChildGuard::spawn(&what, cmd);
     if let Some(input) = stdin {
         let mut pipe = guard.child.stdin.take().expect("stdin");
@@ -122,17 +107,10 @@ fn run(cmd: &mut Command, stdin: Option<&[u8]>, timeout: Duration) -> Output {
         if let Some(status) = guard.child.try_wait().expect("try_wait") {
             break status;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not finish within {timeout:?}"
-        );
+        assert!(Instant::now() < deadline, "{what} did not finish within {timeout:?}");
         thread::sleep(Duration::from_millis(20));
     };
-    Output {
-        status,
-        stdout: stdout.join().expect("stdout reader"),
-        stderr: stderr.join().expect("stderr reader"),
-    }
+    Output { status, stdout: stdout.join().expect("stdout reader"), stderr: stderr.join().expect("stderr reader") }
 }
 
 fn read_in_background(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<String> {
@@ -147,18 +125,11 @@ fn read_in_background(mut pipe: impl Read + Send + 'static) -> thread::JoinHandl
 /// listening socket, so there is a small window in which another process could take it;
 /// on a test machine that is an acceptable risk.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("bind 127.0.0.1:0").port()
 }
 
 fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .expect("http client")
+    reqwest::Client::builder().timeout(Duration::from_secs(10)).no_proxy().build().expect("http client")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -182,10 +153,7 @@ fn rule_test_files() -> Vec<PathBuf> {
 /// every rule starts with `- alert: Name` (the real Prometheus load below cross-checks it).
 fn alert_names() -> BTreeSet<String> {
     let text = std::fs::read_to_string(repo_path(RULES)).expect(RULES);
-    text.lines()
-        .filter_map(|l| l.trim().strip_prefix("- alert:"))
-        .map(|n| n.trim().to_string())
-        .collect()
+    text.lines().filter_map(|l| l.trim().strip_prefix("- alert:")).map(|n| n.trim().to_string()).collect()
 }
 
 /// One PromQL expression of the dashboard, with where it comes from.
@@ -215,10 +183,7 @@ fn dashboard_exprs(window: &str) -> Vec<DashboardExpr> {
     walk(&dash["panels"], &mut raw);
     for var in dash["templating"]["list"].as_array().expect("templating") {
         if var["type"] == "query" {
-            let q = var["query"]["query"]
-                .as_str()
-                .or(var["query"].as_str())
-                .expect("query variable without query");
+            let q = var["query"]["query"].as_str().or(var["query"].as_str()).expect("query variable without query");
             let inner = q
                 .strip_prefix("label_values(")
                 .and_then(|r| r.strip_suffix(')'))
@@ -236,10 +201,7 @@ fn dashboard_exprs(window: &str) -> Vec<DashboardExpr> {
             .replace("$target", ".*")
             .replace("${window}", window)
             .replace("$window", window);
-        assert!(
-            !expr.contains('$'),
-            "{origin}: unknown template variable in {expr}"
-        );
+        assert!(!expr.contains('$'), "{origin}: unknown template variable in {expr}");
         out.push(DashboardExpr { origin, expr });
     }
     assert!(out.len() > 10, "suspiciously few dashboard expressions");
@@ -288,10 +250,7 @@ impl Prometheus {
             "prometheus",
             Command::new(bin)
                 .arg(format!("--config.file={}", config_path.display()))
-                .arg(format!(
-                    "--storage.tsdb.path={}",
-                    dir.path().join("data").display()
-                ))
+                .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
                 .arg(format!("--web.listen-address=127.0.0.1:{port}"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -320,11 +279,7 @@ impl Prometheus {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         child.assert_running("after becoming ready");
-        Prometheus {
-            base,
-            child,
-            _dir: dir,
-        }
+        Prometheus { base, child, _dir: dir }
     }
 
     /// Runs an instant query and returns Prometheus' answer as it is.
@@ -338,16 +293,9 @@ impl Prometheus {
     /// Runs an instant query; a parse or execution error fails with Prometheus' message.
     async fn query(&self, expr: &str) -> Vec<Value> {
         let body = self.query_raw(expr).await;
-        assert_eq!(
-            body["status"], "success",
-            "Prometheus rejected `{expr}`: {} {}",
-            body["errorType"], body["error"]
-        );
+        assert_eq!(body["status"], "success", "Prometheus rejected `{expr}`: {} {}", body["errorType"], body["error"]);
         match body["data"]["resultType"].as_str() {
-            Some("vector") => body["data"]["result"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default(),
+            Some("vector") => body["data"]["result"].as_array().cloned().unwrap_or_default(),
             // A scalar result (e.g. from `time()` arithmetic) counts as one series.
             Some("scalar") => vec![body["data"]["result"].clone()],
             other => panic!("`{expr}`: unexpected result type {other:?}"),
@@ -386,40 +334,23 @@ impl Prometheus {
 #[test]
 fn alert_rules_pass_promtool_check_rules() {
     let out = run(
-        Command::new(tool("promtool"))
-            .args(["check", "rules"])
-            .arg(repo_path(RULES)),
+        Command::new(tool("promtool")).args(["check", "rules"]).arg(repo_path(RULES)),
         None,
         Duration::from_secs(30),
     );
-    assert!(
-        out.status.success(),
-        "promtool check rules failed\n{}",
-        out.describe()
-    );
+    assert!(out.status.success(), "promtool check rules failed\n{}", out.describe());
     let expected = format!("SUCCESS: {} rules found", alert_names().len());
-    assert!(
-        out.stdout.contains(&expected),
-        "expected `{expected}`\n{}",
-        out.describe()
-    );
+    assert!(out.stdout.contains(&expected), "expected `{expected}`\n{}", out.describe());
 }
 
 #[test]
 fn alert_rule_unit_tests_pass_promtool_test_rules() {
     let out = run(
-        Command::new(tool("promtool"))
-            .args(["test", "rules"])
-            .args(rule_test_files())
-            .current_dir(repo_path("")),
+        Command::new(tool("promtool")).args(["test", "rules"]).args(rule_test_files()).current_dir(repo_path("")),
         None,
         Duration::from_secs(60),
     );
-    assert!(
-        out.status.success(),
-        "promtool test rules failed\n{}",
-        out.describe()
-    );
+    assert!(out.status.success(), "promtool test rules failed\n{}", out.describe());
 }
 
 /// Each alert has at least one case where it fires and one where it stays silent. The
@@ -438,20 +369,14 @@ fn every_alert_has_a_firing_and_a_silent_unit_test() {
                 match next {
                     "exp_alerts: []" => silent.insert(name),
                     "exp_alerts:" => fires.insert(name),
-                    other => panic!(
-                        "{}: unexpected line after alertname: {other}",
-                        file.display()
-                    ),
+                    other => panic!("{}: unexpected line after alertname: {other}", file.display()),
                 };
             }
         }
     }
     for alert in alert_names() {
         assert!(fires.contains(&alert), "no unit test where {alert} fires");
-        assert!(
-            silent.contains(&alert),
-            "no unit test where {alert} stays silent"
-        );
+        assert!(silent.contains(&alert), "no unit test where {alert} stays silent");
     }
 }
 
@@ -459,17 +384,11 @@ fn every_alert_has_a_firing_and_a_silent_unit_test() {
 /// variables that every panel uses, and a panel for each signal; panels do not overlap.
 #[test]
 fn dashboard_has_its_variables_and_a_panel_for_each_signal() {
-    let dash: Value =
-        serde_json::from_str(&std::fs::read_to_string(repo_path(DASHBOARD)).expect(DASHBOARD))
-            .expect("dashboard is JSON");
-    let vars = dash["templating"]["list"]
-        .as_array()
-        .expect("templating.list");
+    let dash: Value = serde_json::from_str(&std::fs::read_to_string(repo_path(DASHBOARD)).expect(DASHBOARD))
+        .expect("dashboard is JSON");
+    let vars = dash["templating"]["list"].as_array().expect("templating.list");
     let var = |name: &str| vars.iter().find(|v| v["name"] == name);
-    assert_eq!(
-        var("datasource").expect("datasource variable")["type"],
-        "datasource"
-    );
+    assert_eq!(var("datasource").expect("datasource variable")["type"], "datasource");
     assert_eq!(var("datasource").unwrap()["query"], "prometheus");
     assert_eq!(var("target").expect("target variable")["type"], "query");
 
@@ -478,18 +397,10 @@ fn dashboard_has_its_variables_and_a_panel_for_each_signal() {
     let mut ids = BTreeSet::new();
     let mut exprs = Vec::new();
     for p in &panels {
-        assert!(
-            ids.insert(p["id"].as_u64().expect("panel id")),
-            "duplicate id {}",
-            p["id"]
-        );
+        assert!(ids.insert(p["id"].as_u64().expect("panel id")), "duplicate id {}", p["id"]);
         let g = &p["gridPos"];
-        let (x, y, w, h) = (
-            g["x"].as_u64().unwrap(),
-            g["y"].as_u64().unwrap(),
-            g["w"].as_u64().unwrap(),
-            g["h"].as_u64().unwrap(),
-        );
+        let (x, y, w, h) =
+            (g["x"].as_u64().unwrap(), g["y"].as_u64().unwrap(), g["w"].as_u64().unwrap(), g["h"].as_u64().unwrap());
         assert!(x + w <= 24, "{} is wider than the grid", p["title"]);
         for cx in x..x + w {
             for cy in y..y + h {
@@ -501,18 +412,10 @@ fn dashboard_has_its_variables_and_a_panel_for_each_signal() {
         if p["type"] == "row" {
             continue;
         }
-        assert_eq!(
-            p["datasource"]["uid"], "${datasource}",
-            "{} ignores the datasource variable",
-            p["title"]
-        );
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{} ignores the datasource variable", p["title"]);
         for t in p["targets"].as_array().expect("targets") {
             let e = t["expr"].as_str().expect("expr");
-            assert!(
-                e.contains(r#"target=~"$target""#),
-                "{}: not filtered by $target: {e}",
-                p["title"]
-            );
+            assert!(e.contains(r#"target=~"$target""#), "{}: not filtered by $target: {e}", p["title"]);
             exprs.push(e.to_string());
         }
     }
@@ -541,11 +444,7 @@ async fn every_promql_expression_parses_in_a_real_prometheus() {
 
     let rules = prom.rules().await;
     let loaded: BTreeSet<String> = rules.iter().map(|r| r.name.clone()).collect();
-    assert_eq!(
-        loaded,
-        alert_names(),
-        "Prometheus loaded other rules than the file lists"
-    );
+    assert_eq!(loaded, alert_names(), "Prometheus loaded other rules than the file lists");
     for rule in &rules {
         let severity = rule.labels["severity"].as_str().unwrap_or("");
         assert!(
@@ -556,9 +455,7 @@ async fn every_promql_expression_parses_in_a_real_prometheus() {
         );
         for key in ["summary", "runbook"] {
             assert!(
-                rule.annotations[key]
-                    .as_str()
-                    .is_some_and(|s| !s.trim().is_empty()),
+                rule.annotations[key].as_str().is_some_and(|s| !s.trim().is_empty()),
                 "{}: missing {key} annotation",
                 rule.name
             );
@@ -568,11 +465,7 @@ async fn every_promql_expression_parses_in_a_real_prometheus() {
 
     for e in dashboard_exprs("5m") {
         let body = prom.query_raw(&e.expr).await;
-        assert_eq!(
-            body["status"], "success",
-            "{}: Prometheus rejected `{}`: {}",
-            e.origin, e.expr, body["error"]
-        );
+        assert_eq!(body["status"], "success", "{}: Prometheus rejected `{}`: {}", e.origin, e.expr, body["error"]);
     }
     prom.child.assert_running("after the queries");
 }
@@ -600,18 +493,11 @@ fn collect_operands(expr: &str, out: &mut Vec<String>) {
     if let Some(inner) = strip_outer_parens(expr) {
         return collect_operands(inner, out);
     }
-    if let Some(inner) = expr
-        .strip_prefix("absent")
-        .and_then(|rest| strip_outer_parens(rest.trim_start()))
-    {
+    if let Some(inner) = expr.strip_prefix("absent").and_then(|rest| strip_outer_parens(rest.trim_start())) {
         return collect_operands(inner, out);
     }
     // Lowest precedence first, as PromQL binds them.
-    const LEVELS: [&[&str]; 3] = [
-        &["or"],
-        &["and", "unless"],
-        &["==", "!=", ">=", "<=", ">", "<"],
-    ];
+    const LEVELS: [&[&str]; 3] = [&["or"], &["and", "unless"], &["==", "!=", ">=", "<=", ">", "<"]];
     for ops in LEVELS {
         let parts = split_top_level(expr, ops);
         if parts.len() > 1 {
@@ -621,9 +507,7 @@ fn collect_operands(expr: &str, out: &mut Vec<String>) {
             return;
         }
     }
-    let scalar = expr
-        .chars()
-        .all(|c| c.is_ascii_digit() || " .+-*/%()eE".contains(c));
+    let scalar = expr.chars().all(|c| c.is_ascii_digit() || " .+-*/%()eE".contains(c));
     if !scalar {
         out.push(expr.to_string());
     }
@@ -747,23 +631,11 @@ fn split_top_level<'a>(s: &'a str, ops: &[&str]) -> Vec<&'a str> {
 
 #[test]
 fn measured_operands_drop_thresholds_and_keep_every_data_side() {
+    assert_eq!(measured_operands(r#"up{job="lockprobe"} == 0"#), vec![r#"up{job="lockprobe"}"#]);
+    assert_eq!(measured_operands("absent(lockprobe_probe_runs_total)"), vec!["lockprobe_probe_runs_total"]);
     assert_eq!(
-        measured_operands(r#"up{job="lockprobe"} == 0"#),
-        vec![r#"up{job="lockprobe"}"#]
-    );
-    assert_eq!(
-        measured_operands("absent(lockprobe_probe_runs_total)"),
-        vec!["lockprobe_probe_runs_total"]
-    );
-    assert_eq!(
-        measured_operands(
-            "max by (target) (a) > max by (target) (b) or sum by (target) (increase(c[30m])) > 0"
-        ),
-        vec![
-            "max by (target) (a)",
-            "max by (target) (b)",
-            "sum by (target) (increase(c[30m]))"
-        ]
+        measured_operands("max by (target) (a) > max by (target) (b) or sum by (target) (increase(c[30m])) > 0"),
+        vec!["max by (target) (a)", "max by (target) (b)", "sum by (target) (increase(c[30m]))"]
     );
     assert_eq!(
         measured_operands("count by (target) (r) unless on (target) (s > 0)"),
@@ -773,14 +645,8 @@ fn measured_operands_drop_thresholds_and_keep_every_data_side() {
         measured_operands("time() - max by (target) (s > 0) > 6 * 3600"),
         vec!["time() - max by (target) (s > 0)"]
     );
-    assert_eq!(
-        measured_operands(r#"(x{a=~"p|q"} or y * 0) / z >= 0.5"#),
-        vec![r#"(x{a=~"p|q"} or y * 0) / z"#]
-    );
-    assert_eq!(
-        measured_operands(r#"m{l!="a>b"} > bool 1"#),
-        vec![r#"m{l!="a>b"}"#]
-    );
+    assert_eq!(measured_operands(r#"(x{a=~"p|q"} or y * 0) / z >= 0.5"#), vec![r#"(x{a=~"p|q"} or y * 0) / z"#]);
+    assert_eq!(measured_operands(r#"m{l!="a>b"} > bool 1"#), vec![r#"m{l!="a>b"}"#]);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -879,26 +745,12 @@ impl Demo {
                 .stderr(std::fs::File::create(&stderr_file).expect("log file")),
         );
         let rx = line_reader(child.child.stdout.take().expect("stdout"));
-        let lines = lines_until(
-            &rx,
-            "lockprobe demo printed no line with its metrics URL",
-            &stderr_file,
-            |l| l.to_lowercase().contains("metrics") && first_url(l).is_some(),
-        );
+        let lines = lines_until(&rx, "lockprobe demo printed no line with its metrics URL", &stderr_file, |l| {
+            l.to_lowercase().contains("metrics") && first_url(l).is_some()
+        });
         let url = first_url(lines.last().unwrap()).unwrap();
-        let host_port = url["http://".len()..]
-            .split('/')
-            .next()
-            .expect("host:port")
-            .to_string();
-        Demo {
-            base: format!("http://{host_port}"),
-            host_port,
-            child,
-            service: None,
-            _lines: vec![rx],
-            dir,
-        }
+        let host_port = url["http://".len()..].split('/').next().expect("host:port").to_string();
+        Demo { base: format!("http://{host_port}"), host_port, child, service: None, _lines: vec![rx], dir }
     }
 
     /// `lockprobe serve` probing a two-instance `lockprobe service` that ignores write
@@ -929,11 +781,8 @@ impl Demo {
             &service_err,
             |l| l.contains("declared convergence delay"),
         );
-        let instances: Vec<String> = lines
-            .iter()
-            .filter(|l| l.contains("listening on"))
-            .filter_map(|l| first_url(l))
-            .collect();
+        let instances: Vec<String> =
+            lines.iter().filter(|l| l.contains("listening on")).filter_map(|l| first_url(l)).collect();
         assert_eq!(instances.len(), 2, "service instances in {lines:?}");
 
         let port = free_port();
@@ -1024,12 +873,7 @@ short_write = "1s"
             .get(format!("{}{path}", self.base))
             .send()
             .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "GET {path} on the demo: {e}\ndemo stderr:\n{}",
-                    self.stderr()
-                )
-            });
+            .unwrap_or_else(|e| panic!("GET {path} on the demo: {e}\ndemo stderr:\n{}", self.stderr()));
         assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
         resp.text().await.expect("body")
     }
@@ -1048,9 +892,7 @@ short_write = "1s"
             let targets = status["targets"].as_array().cloned().unwrap_or_default();
             let done = !targets.is_empty()
                 && targets.iter().all(|t| {
-                    t["lastCycles"]
-                        .as_array()
-                        .is_some_and(|c| c.len() >= cycles)
+                    t["lastCycles"].as_array().is_some_and(|c| c.len() >= cycles)
                         && (!passed || !t["lastSuccessAt"].is_null())
                 });
             if done {
@@ -1087,19 +929,10 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
 
     // `promtool check metrics` on a real scrape: exit 0 and nothing reported.
     let scrape = healthy.get_text("/metrics").await;
-    assert!(
-        scrape.contains("lockprobe_"),
-        "no lockprobe metrics in:\n{scrape}"
-    );
-    for (which, text) in [
-        ("healthy", scrape.clone()),
-        ("faulty", faulty.get_text("/metrics").await),
-    ] {
-        let lint = run(
-            Command::new(&promtool).args(["check", "metrics"]),
-            Some(text.as_bytes()),
-            Duration::from_secs(30),
-        );
+    assert!(scrape.contains("lockprobe_"), "no lockprobe metrics in:\n{scrape}");
+    for (which, text) in [("healthy", scrape.clone()), ("faulty", faulty.get_text("/metrics").await)] {
+        let lint =
+            run(Command::new(&promtool).args(["check", "metrics"]), Some(text.as_bytes()), Duration::from_secs(30));
         assert!(
             lint.status.success() && lint.stdout.trim().is_empty() && lint.stderr.trim().is_empty(),
             "promtool check metrics reported problems on the {which} demo\n{}",
@@ -1118,10 +951,7 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
         for (i, demo) in [&mut healthy, &mut faulty].into_iter().enumerate() {
             demo.assert_running("while Prometheus scrapes it");
             let runs = prom
-                .query(&format!(
-                    r#"sum(lockprobe_probe_runs_total{{job="lockprobe",instance="{}"}})"#,
-                    demo.host_port
-                ))
+                .query(&format!(r#"sum(lockprobe_probe_runs_total{{job="lockprobe",instance="{}"}})"#, demo.host_port))
                 .await;
             if let Some(v) = runs.first().and_then(sample_value) {
                 match first_runs[i] {
@@ -1154,12 +984,7 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
     assert_eq!(rules.len(), alert_names().len());
     for rule in &rules {
         let operands = measured_operands(&rule.query);
-        assert!(
-            !operands.is_empty(),
-            "{}: no operands in {}",
-            rule.name,
-            rule.query
-        );
+        assert!(!operands.is_empty(), "{}: no operands in {}", rule.name, rule.query);
         for operand in operands {
             if prom.query(&operand).await.is_empty() {
                 empty.push(format!("alert {}: `{operand}`", rule.name));
@@ -1175,9 +1000,7 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
     // The broken service pages: the violation alert fires in Prometheus itself.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let firing = prom
-            .query(r#"ALERTS{alertname="LockprobeEnforcementViolation",alertstate="firing"}"#)
-            .await;
+        let firing = prom.query(r#"ALERTS{alertname="LockprobeEnforcementViolation",alertstate="firing"}"#).await;
         if let Some(alert) = firing.first() {
             let m = &alert["metric"];
             assert_eq!(m["target"], "faulty", "{alert}");
@@ -1226,10 +1049,7 @@ fn sample_value(series: &Value) -> Option<f64> {
 async fn check_percentiles_agree(demo: &Demo, prom: &Prometheus) {
     let deadline = Instant::now() + Duration::from_secs(30);
     'retry: loop {
-        assert!(
-            Instant::now() < deadline,
-            "Prometheus' histogram counts never matched the status API's counts"
-        );
+        assert!(Instant::now() < deadline, "Prometheus' histogram counts never matched the status API's counts");
         let status = demo.status().await;
         let mut compared = 0;
         for target in status["targets"].as_array().expect("targets") {
@@ -1237,9 +1057,7 @@ async fn check_percentiles_agree(demo: &Demo, prom: &Prometheus) {
             let pct = &target["percentiles"];
             let inst = &demo.host_port;
             let mut series: Vec<(String, &Value)> = vec![(
-                format!(
-                    r#"lockprobe_read_through_latency_seconds_bucket{{instance="{inst}",target="{name}"}}"#
-                ),
+                format!(r#"lockprobe_read_through_latency_seconds_bucket{{instance="{inst}",target="{name}"}}"#),
                 &pct["readThroughLatencySeconds"],
             )];
             for (phase, summary) in pct["lockPhaseDurationSeconds"].as_object().expect("phases") {
@@ -1266,9 +1084,7 @@ async fn check_percentiles_agree(demo: &Demo, prom: &Prometheus) {
                 for (key, q) in [("p50", 0.5), ("p75", 0.75), ("p99", 0.99)] {
                     let exact = summary[key].as_f64().expect("percentile");
                     let estimate = prom
-                        .query(&format!(
-                            "histogram_quantile({q}, sum by (le) ({selector}))"
-                        ))
+                        .query(&format!("histogram_quantile({q}, sum by (le) ({selector}))"))
                         .await
                         .first()
                         .and_then(sample_value)
@@ -1357,17 +1173,8 @@ async fn headless_chromium_shows_the_target_and_its_last_cycle() {
     assert!(dom.contains("<html"), "chromium printed no DOM\n{dom}");
     // Text as the browser parsed it: the page's own escaping is undone by the parser, so
     // plain names and timestamps appear as they are.
-    assert!(
-        dom.contains(&format!("<h2>{name}</h2>")),
-        "target {name} not on the page:\n{dom}"
-    );
-    assert!(
-        dom.contains(&started),
-        "last cycle {started} not on the page:\n{dom}"
-    );
-    assert!(
-        dom.contains(&resource),
-        "last cycle's resource {resource} not on the page:\n{dom}"
-    );
+    assert!(dom.contains(&format!("<h2>{name}</h2>")), "target {name} not on the page:\n{dom}");
+    assert!(dom.contains(&started), "last cycle {started} not on the page:\n{dom}");
+    assert!(dom.contains(&resource), "last cycle's resource {resource} not on the page:\n{dom}");
     demo.assert_running("after the browser visit");
 }

@@ -30,7 +30,8 @@ const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 const MONITORING_GROUP: &str = "monitoring.coreos.com/";
 const CONFIG_PATH: &str = "/etc/lockprobe/lockprobe.toml";
 const STATE_DIR: &str = "/var/lib/lockprobe";
-const INSTALL_HINT: &str = "run `bash scripts/install-test-deps.sh` (scripts/setup-packaging-tools.sh for the pinned tools)";
+const INSTALL_HINT: &str =
+    "run `bash scripts/install-test-deps.sh` (scripts/setup-packaging-tools.sh for the pinned tools)";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -44,63 +45,35 @@ fn read(path: impl AsRef<Path>) -> String {
 /// A tool of the pinned Python environment.
 fn venv_tool(name: &str) -> PathBuf {
     let path = root().join(".test-tools/venv/bin").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: {INSTALL_HINT}",
-        path.display()
-    );
+    assert!(path.exists(), "{} is missing: {INSTALL_HINT}", path.display());
     path
 }
 
 /// Runs a command to completion; a command that cannot start is a missing tool.
 fn run(command: &mut Command) -> Output {
-    command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?} ({e}): {INSTALL_HINT}"))
+    command.output().unwrap_or_else(|e| panic!("cannot run {command:?} ({e}): {INSTALL_HINT}"))
 }
 
 fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 fn assert_success(what: &str, out: &Output) {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}",
-        out.status,
-        text(out)
-    );
+    assert!(out.status.success(), "{what} failed ({}):\n{}", out.status, text(out));
 }
 
 fn assert_rejected(what: &str, out: &Output, expected: &str) {
-    assert!(
-        !out.status.success(),
-        "canary: {what} accepted a broken input:\n{}",
-        text(out)
-    );
-    assert!(
-        text(out).contains(expected),
-        "canary: {what} failed, but without naming {expected:?}:\n{}",
-        text(out)
-    );
+    assert!(!out.status.success(), "canary: {what} accepted a broken input:\n{}", text(out));
+    assert!(text(out).contains(expected), "canary: {what} failed, but without naming {expected:?}:\n{}", text(out));
 }
 
 fn tempdir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("packaging-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap()
+    tempfile::Builder::new().prefix("packaging-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
 
 /// deploy/kubernetes as `kubectl kustomize` renders it (what `kubectl apply -k` would send).
 fn render(dir: &Path) -> PathBuf {
-    let out = run(Command::new(venv_tool("kubectl"))
-        .arg("kustomize")
-        .arg(root().join("deploy/kubernetes")));
+    let out = run(Command::new(venv_tool("kubectl")).arg("kustomize").arg(root().join("deploy/kubernetes")));
     assert_success("kubectl kustomize deploy/kubernetes", &out);
     let path = dir.join("rendered.yaml");
     std::fs::write(&path, &out.stdout).unwrap();
@@ -111,9 +84,7 @@ fn render(dir: &Path) -> PathBuf {
 fn k8s_validate(inputs: &[&Path], extra: &[&Path]) -> Output {
     let script = root().join("scripts/k8s-validate/validate.mjs");
     assert!(
-        root()
-            .join("scripts/k8s-validate/node_modules/.lockprobe-installed")
-            .exists(),
+        root().join("scripts/k8s-validate/node_modules/.lockprobe-installed").exists(),
         "scripts/k8s-validate/node_modules is missing: {INSTALL_HINT}"
     );
     run(Command::new("node").arg(script).args(inputs).args(extra))
@@ -123,10 +94,7 @@ fn k8s_validate(inputs: &[&Path], extra: &[&Path]) -> Output {
 fn objects_of(file: &Path) -> Vec<Value> {
     let dir = tempdir();
     let json = dir.path().join("objects.json");
-    let out = k8s_validate(
-        &[file],
-        &[Path::new("--no-check"), Path::new("--json"), &json],
-    );
+    let out = k8s_validate(&[file], &[Path::new("--no-check"), Path::new("--json"), &json]);
     assert_success("validate.mjs --no-check --json", &out);
     serde_json::from_str::<Vec<Value>>(&read(&json)).unwrap()
 }
@@ -140,26 +108,17 @@ fn rendered_objects() -> Vec<Value> {
 fn find<'a>(objects: &'a [Value], kind: &str, name_prefix: &str) -> &'a Value {
     objects
         .iter()
-        .find(|o| {
-            o["kind"] == kind
-                && o["metadata"]["name"]
-                    .as_str()
-                    .is_some_and(|n| n.starts_with(name_prefix))
-        })
+        .find(|o| o["kind"] == kind && o["metadata"]["name"].as_str().is_some_and(|n| n.starts_with(name_prefix)))
         .unwrap_or_else(|| panic!("no {kind} named {name_prefix}* in the rendered manifests"))
 }
 
 fn str_of(value: &Value) -> &str {
-    value
-        .as_str()
-        .unwrap_or_else(|| panic!("expected a string, found {value}"))
+    value.as_str().unwrap_or_else(|| panic!("expected a string, found {value}"))
 }
 
 /// deploy/kubernetes/lockprobe.toml, which the ConfigMap and the systemd install both use.
 fn config() -> toml::Table {
-    read(root().join("deploy/kubernetes/lockprobe.toml"))
-        .parse()
-        .unwrap()
+    read(root().join("deploy/kubernetes/lockprobe.toml")).parse().unwrap()
 }
 
 fn listen_port(config: &toml::Table) -> u16 {
@@ -171,12 +130,7 @@ fn api_key_envs(config: &toml::Table) -> BTreeSet<String> {
     let targets = config["targets"].as_array().unwrap();
     targets
         .iter()
-        .map(|t| {
-            t.get("api_key_env")
-                .and_then(|v| v.as_str())
-                .unwrap_or("LOCKPROBE_LOCK_API_KEY")
-                .to_string()
-        })
+        .map(|t| t.get("api_key_env").and_then(|v| v.as_str()).unwrap_or("LOCKPROBE_LOCK_API_KEY").to_string())
         .collect()
 }
 
@@ -184,93 +138,43 @@ fn api_key_envs(config: &toml::Table) -> BTreeSet<String> {
 fn container_recipe_passes_hadolint() {
     let hadolint = venv_tool("hadolint");
     let config = root().join("deploy/container/hadolint.yaml");
-    let lint = |file: &Path| {
-        run(Command::new(&hadolint)
-            .arg("--no-color")
-            .arg("--config")
-            .arg(&config)
-            .arg(file))
-    };
+    let lint = |file: &Path| run(Command::new(&hadolint).arg("--no-color").arg("--config").arg(&config).arg(file));
 
     let dir = tempdir();
     let broken = dir.path().join("Dockerfile");
-    std::fs::write(
-        &broken,
-        "FROM quay.io/debian\nRUN apt-get update && apt-get install -y curl\n",
-    )
-    .unwrap();
+    std::fs::write(&broken, "FROM quay.io/debian\nRUN apt-get update && apt-get install -y curl\n").unwrap();
     assert_rejected("hadolint", &lint(&broken), "DL3026");
 
     let out = lint(&root().join("deploy/container/Dockerfile"));
     assert_success("hadolint deploy/container/Dockerfile", &out);
-    assert!(
-        text(&out).trim().is_empty(),
-        "hadolint findings:\n{}",
-        text(&out)
-    );
+    assert!(text(&out).trim().is_empty(), "hadolint findings:\n{}", text(&out));
 }
 
 #[test]
 fn container_recipe_agrees_with_the_config() {
     let dockerfile = read(root().join("deploy/container/Dockerfile"));
-    let instructions: Vec<&str> = dockerfile
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .collect();
+    let instructions: Vec<&str> = dockerfile.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
     let has = |line: &str| instructions.iter().any(|l| l.trim() == line);
     let config = config();
-    assert!(
-        has(&format!("EXPOSE {}", listen_port(&config))),
-        "EXPOSE is not the config's listen port"
-    );
-    assert!(
-        has(&format!("VOLUME [\"{STATE_DIR}\"]")),
-        "the state directory is not a volume"
-    );
-    assert!(
-        has(&format!("CMD [\"serve\", \"--config\", \"{CONFIG_PATH}\"]")),
-        "CMD does not serve {CONFIG_PATH}"
-    );
+    assert!(has(&format!("EXPOSE {}", listen_port(&config))), "EXPOSE is not the config's listen port");
+    assert!(has(&format!("VOLUME [\"{STATE_DIR}\"]")), "the state directory is not a volume");
+    assert!(has(&format!("CMD [\"serve\", \"--config\", \"{CONFIG_PATH}\"]")), "CMD does not serve {CONFIG_PATH}");
     assert!(has("ENTRYPOINT [\"/usr/local/bin/lockprobe\"]"));
-    assert!(
-        has("USER 65532:65532"),
-        "the image must run as the numeric non-root user"
-    );
-    assert_eq!(
-        instructions
-            .iter()
-            .filter(|l| l.starts_with("FROM "))
-            .count(),
-        2,
-        "a build and a runtime stage"
-    );
+    assert!(has("USER 65532:65532"), "the image must run as the numeric non-root user");
+    assert_eq!(instructions.iter().filter(|l| l.starts_with("FROM ")).count(), 2, "a build and a runtime stage");
     let state_file = Path::new(config["state_file"].as_str().unwrap());
-    assert_eq!(
-        state_file.parent(),
-        Some(Path::new(STATE_DIR)),
-        "state_file must be on the state volume"
-    );
+    assert_eq!(state_file.parent(), Some(Path::new(STATE_DIR)), "state_file must be on the state volume");
 }
 
 #[test]
 fn generated_manifests_are_current() {
-    let out = run(Command::new("python3")
-        .arg(root().join("scripts/gen-k8s.py"))
-        .arg("--check"));
-    assert_success(
-        "python3 scripts/gen-k8s.py --check (regenerate with `python3 scripts/gen-k8s.py`)",
-        &out,
-    );
+    let out = run(Command::new("python3").arg(root().join("scripts/gen-k8s.py")).arg("--check"));
+    assert_success("python3 scripts/gen-k8s.py --check (regenerate with `python3 scripts/gen-k8s.py`)", &out);
 
     // Canary: in a copy of the sources, an edited alert file makes the check fail.
     let dir = tempdir();
     let copy = dir.path();
-    for sub in [
-        "scripts",
-        "alerts",
-        "dashboards",
-        "deploy/kubernetes/generated",
-    ] {
+    for sub in ["scripts", "alerts", "dashboards", "deploy/kubernetes/generated"] {
         std::fs::create_dir_all(copy.join(sub)).unwrap();
     }
     let copies = [
@@ -285,11 +189,7 @@ fn generated_manifests_are_current() {
     for file in copies {
         std::fs::copy(root().join(file), copy.join(file)).unwrap();
     }
-    let check = || {
-        run(Command::new("python3")
-            .arg(copy.join("scripts/gen-k8s.py"))
-            .arg("--check"))
-    };
+    let check = || run(Command::new("python3").arg(copy.join("scripts/gen-k8s.py")).arg("--check"));
     assert_success("gen-k8s.py --check on an unchanged copy", &check());
     let alerts = copy.join("alerts/lockprobe-monitor.rules.yml");
     std::fs::write(&alerts, read(&alerts).replace("for: 15m", "for: 20m")).unwrap();
@@ -300,9 +200,7 @@ fn generated_manifests_are_current() {
 fn core_kinds_pass_kubernetes_validate() {
     let kubernetes_validate = venv_tool("kubernetes-validate");
     let validate = |version: &str, files: &[&Path]| {
-        run(Command::new(&kubernetes_validate)
-            .args(["--strict", "-k", version])
-            .args(files))
+        run(Command::new(&kubernetes_validate).args(["--strict", "-k", version]).args(files))
     };
     let dir = tempdir();
 
@@ -312,13 +210,7 @@ fn core_kinds_pass_kubernetes_validate() {
     let core: BTreeSet<String> = objects
         .iter()
         .filter(|o| !str_of(&o["apiVersion"]).starts_with(MONITORING_GROUP))
-        .map(|o| {
-            format!(
-                "{}/{}",
-                str_of(&o["kind"]).to_lowercase(),
-                str_of(&o["metadata"]["name"])
-            )
-        })
+        .map(|o| format!("{}/{}", str_of(&o["kind"]).to_lowercase(), str_of(&o["metadata"]["name"])))
         .chain(["secret/lockprobe-api-keys".to_string()])
         .collect();
     for version in KUBERNETES_VERSIONS {
@@ -332,14 +224,8 @@ fn core_kinds_pass_kubernetes_validate() {
             );
         }
         // It only warns about kinds it has no schema for: those must be the operator's.
-        for line in report
-            .lines()
-            .filter(|l| l.contains("Couldn't find schema"))
-        {
-            assert!(
-                line.contains("api version monitoring.coreos.com/v1"),
-                "a core kind went unvalidated: {line}"
-            );
+        for line in report.lines().filter(|l| l.contains("Couldn't find schema")) {
+            assert!(line.contains("api version monitoring.coreos.com/v1"), "a core kind went unvalidated: {line}");
         }
     }
 
@@ -349,17 +235,12 @@ fn core_kinds_pass_kubernetes_validate() {
     unknown["spec"]["template"]["spec"]["containers"][0]["imagee"] = "lockprobe:dev".into();
     let mut mistyped = find(&objects, "Service", "lockprobe").clone();
     mistyped["spec"]["ports"][0]["port"] = "ninety-four-sixty-four".into();
-    for (name, object, expected) in [
-        ("unknown.json", unknown, "'imagee' was unexpected"),
-        ("mistyped.json", mistyped, "is not of type"),
-    ] {
+    for (name, object, expected) in
+        [("unknown.json", unknown, "'imagee' was unexpected"), ("mistyped.json", mistyped, "is not of type")]
+    {
         let path = dir.path().join(name);
         std::fs::write(&path, object.to_string()).unwrap();
-        assert_rejected(
-            "kubernetes-validate",
-            &validate(KUBERNETES_VERSIONS[1], &[&path]),
-            expected,
-        );
+        assert_rejected("kubernetes-validate", &validate(KUBERNETES_VERSIONS[1], &[&path]), expected);
     }
 }
 
@@ -393,10 +274,7 @@ metadata: {name: no-model}
     // One run for both (the type check takes seconds); each object gets its own verdict.
     let out = k8s_validate(&[&render(dir.path()), &broken], &[]);
     let report = text(&out);
-    assert!(
-        !out.status.success(),
-        "validate.mjs passed a broken file:\n{report}"
-    );
+    assert!(!out.status.success(), "validate.mjs passed a broken file:\n{report}");
     for expected in [
         "FAIL ServiceMonitor/misspelt in broken.yaml: type: Object literal may only specify known properties, and '\"intreval\"' does not exist",
         "FAIL PrometheusRule/bad-duration in broken.yaml: schema: data/spec/groups/0/rules/0/for must match pattern",
@@ -404,19 +282,11 @@ metadata: {name: no-model}
     ] {
         assert!(report.contains(expected), "canary: validate.mjs did not report {expected:?}:\n{report}");
     }
-    assert!(
-        !report.contains("in rendered.yaml:"),
-        "the rendered manifests failed:\n{report}"
-    );
-    for object in [
-        "ServiceMonitor/lockprobe",
-        "PrometheusRule/lockprobe-rules",
-        "PrometheusRule/lockprobe-monitor-rules",
-    ] {
-        assert!(
-            report.contains(&format!("ok {object} in rendered.yaml (")),
-            "{object} was not validated:\n{report}"
-        );
+    assert!(!report.contains("in rendered.yaml:"), "the rendered manifests failed:\n{report}");
+    for object in
+        ["ServiceMonitor/lockprobe", "PrometheusRule/lockprobe-rules", "PrometheusRule/lockprobe-monitor-rules"]
+    {
+        assert!(report.contains(&format!("ok {object} in rendered.yaml (")), "{object} was not validated:\n{report}");
     }
 }
 
@@ -425,13 +295,8 @@ fn promtool_rule_count(file: &Path) -> usize {
     let out = run(Command::new("promtool").args(["check", "rules"]).arg(file));
     assert_success(&format!("promtool check rules {}", file.display()), &out);
     let report = text(&out);
-    let count = report.lines().find_map(|l| {
-        l.trim()
-            .strip_prefix("SUCCESS: ")?
-            .strip_suffix(" rules found")?
-            .parse()
-            .ok()
-    });
+    let count =
+        report.lines().find_map(|l| l.trim().strip_prefix("SUCCESS: ")?.strip_suffix(" rules found")?.parse().ok());
     count.unwrap_or_else(|| panic!("no rule count in promtool's report:\n{report}"))
 }
 
@@ -439,46 +304,30 @@ fn promtool_rule_count(file: &Path) -> usize {
 fn prometheus_rules_pass_promtool_and_match_their_sources() {
     let dir = tempdir();
     let rules = dir.path().join("rules");
-    let out = k8s_validate(
-        &[&render(dir.path())],
-        &[Path::new("--no-check"), Path::new("--rules-dir"), &rules],
-    );
+    let out = k8s_validate(&[&render(dir.path())], &[Path::new("--no-check"), Path::new("--rules-dir"), &rules]);
     assert_success("validate.mjs --rules-dir", &out);
 
     // Canary: promtool rejects a rule file with a broken expression.
     let broken = dir.path().join("broken.json");
-    std::fs::write(
-        &broken,
-        r#"{"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "rate(up[5m]"}]}]}"#,
-    )
-    .unwrap();
+    std::fs::write(&broken, r#"{"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "rate(up[5m]"}]}]}"#)
+        .unwrap();
     assert_rejected(
         "promtool check rules",
-        &run(Command::new("promtool")
-            .args(["check", "rules"])
-            .arg(&broken)),
+        &run(Command::new("promtool").args(["check", "rules"]).arg(&broken)),
         "FAILED",
     );
 
     let objects = rendered_objects();
-    let generated: Vec<&Value> = objects
-        .iter()
-        .filter(|o| o["kind"] == "PrometheusRule")
-        .collect();
+    let generated: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "PrometheusRule").collect();
     let sources: BTreeSet<String> = std::fs::read_dir(root().join("alerts"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|n| n.ends_with(".rules.yml"))
         .map(|n| format!("alerts/{n}"))
         .collect();
-    let covered: BTreeSet<String> = generated
-        .iter()
-        .map(|o| str_of(&o["metadata"]["annotations"]["lockprobe/source"]).to_string())
-        .collect();
-    assert_eq!(
-        covered, sources,
-        "one PrometheusRule per alerts/*.rules.yml"
-    );
+    let covered: BTreeSet<String> =
+        generated.iter().map(|o| str_of(&o["metadata"]["annotations"]["lockprobe/source"]).to_string()).collect();
+    assert_eq!(covered, sources, "one PrometheusRule per alerts/*.rules.yml");
     for rule in generated {
         let name = str_of(&rule["metadata"]["name"]);
         let source = root().join(str_of(&rule["metadata"]["annotations"]["lockprobe/source"]));
@@ -501,40 +350,21 @@ fn kubernetes_objects_agree_with_each_other_and_the_config() {
     let deployment = find(&objects, "Deployment", "lockprobe");
     let pod = &deployment["spec"]["template"]["spec"];
     let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
-    assert_eq!(
-        deployment["spec"]["replicas"], 1,
-        "two replicas with one config fail each other (issue 12)"
-    );
+    assert_eq!(deployment["spec"]["replicas"], 1, "two replicas with one config fail each other (issue 12)");
     assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
     let container = &pod["containers"][0];
-    assert_eq!(
-        container["args"],
-        serde_json::json!(["serve", "--config", CONFIG_PATH])
-    );
+    assert_eq!(container["args"], serde_json::json!(["serve", "--config", CONFIG_PATH]));
     assert_eq!(container["ports"][0]["name"], "http");
-    assert_eq!(
-        container["ports"][0]["containerPort"], port,
-        "containerPort is not the config's listen port"
-    );
-    for (probe, path) in [
-        ("startupProbe", "/healthz"),
-        ("livenessProbe", "/healthz"),
-        ("readinessProbe", "/readyz"),
-    ] {
+    assert_eq!(container["ports"][0]["containerPort"], port, "containerPort is not the config's listen port");
+    for (probe, path) in [("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         assert_eq!(container[probe]["httpGet"]["path"], path, "{probe}");
         assert_eq!(container[probe]["httpGet"]["port"], "http", "{probe}");
     }
     for resource in ["requests", "limits"] {
-        assert!(
-            container["resources"][resource]["memory"].is_string(),
-            "resources.{resource}.memory"
-        );
+        assert!(container["resources"][resource]["memory"].is_string(), "resources.{resource}.memory");
     }
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(
-        pod["securityContext"]["runAsUser"], 65532,
-        "the image's USER"
-    );
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532, "the image's USER");
     assert_eq!(pod["automountServiceAccountToken"], false);
     let security = &container["securityContext"];
     assert_eq!(security["readOnlyRootFilesystem"], true);
@@ -545,78 +375,38 @@ fn kubernetes_objects_agree_with_each_other_and_the_config() {
     // is; the state directory on the PVC.
     let mount = |path: &str| -> &Value {
         let mounts = container["volumeMounts"].as_array().unwrap();
-        let name = &mounts
-            .iter()
-            .find(|m| m["mountPath"] == path)
-            .unwrap_or_else(|| panic!("nothing mounted at {path}"))["name"];
-        pod["volumes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"] == *name)
-            .unwrap()
+        let name =
+            &mounts.iter().find(|m| m["mountPath"] == path).unwrap_or_else(|| panic!("nothing mounted at {path}"))
+                ["name"];
+        pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == *name).unwrap()
     };
-    let config_map = find(
-        &objects,
-        "ConfigMap",
-        str_of(&mount("/etc/lockprobe")["configMap"]["name"]),
-    );
-    assert_eq!(
-        str_of(&config_map["data"]["lockprobe.toml"]),
-        read(root().join("deploy/kubernetes/lockprobe.toml"))
-    );
+    let config_map = find(&objects, "ConfigMap", str_of(&mount("/etc/lockprobe")["configMap"]["name"]));
+    assert_eq!(str_of(&config_map["data"]["lockprobe.toml"]), read(root().join("deploy/kubernetes/lockprobe.toml")));
     let state_file = Path::new(config["state_file"].as_str().unwrap());
-    let claim = str_of(
-        &mount(state_file.parent().unwrap().to_str().unwrap())["persistentVolumeClaim"]
-            ["claimName"],
-    );
+    let claim = str_of(&mount(state_file.parent().unwrap().to_str().unwrap())["persistentVolumeClaim"]["claimName"]);
     find(&objects, "PersistentVolumeClaim", claim);
 
     // Keys: the Secret the pod reads holds every variable the config names.
     let secret = objects_of(&root().join("deploy/kubernetes/secret.example.yaml")).remove(0);
-    assert_eq!(
-        container["envFrom"][0]["secretRef"]["name"],
-        secret["metadata"]["name"]
-    );
-    let keys: BTreeSet<String> = secret["stringData"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .cloned()
-        .collect();
+    assert_eq!(container["envFrom"][0]["secretRef"]["name"], secret["metadata"]["name"]);
+    let keys: BTreeSet<String> = secret["stringData"].as_object().unwrap().keys().cloned().collect();
+    assert!(api_key_envs(&config).is_subset(&keys), "secret.example.yaml lacks a key the config names: {keys:?}");
     assert!(
-        api_key_envs(&config).is_subset(&keys),
-        "secret.example.yaml lacks a key the config names: {keys:?}"
-    );
-    assert!(
-        secret["stringData"]
-            .as_object()
-            .unwrap()
-            .values()
-            .all(|v| str_of(v).starts_with("REPLACE-ME")),
+        secret["stringData"].as_object().unwrap().values().all(|v| str_of(v).starts_with("REPLACE-ME")),
         "the example Secret holds placeholders only"
     );
 
     // Service -> pods, ServiceMonitor -> Service; the job label is the Service's name, which
     // LockprobeDown expects.
     let service = find(&objects, "Service", "lockprobe");
-    assert_eq!(
-        service["metadata"]["name"], "lockprobe",
-        "LockprobeDown looks for job=\"lockprobe\""
-    );
+    assert_eq!(service["metadata"]["name"], "lockprobe", "LockprobeDown looks for job=\"lockprobe\"");
     for (key, value) in service["spec"]["selector"].as_object().unwrap() {
-        assert_eq!(
-            &pod_labels[key], value,
-            "the Service does not select the pods ({key})"
-        );
+        assert_eq!(&pod_labels[key], value, "the Service does not select the pods ({key})");
     }
     assert_eq!(service["spec"]["ports"][0]["name"], "http");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
     let monitor = find(&objects, "ServiceMonitor", "lockprobe");
-    for (key, value) in monitor["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .unwrap()
-    {
+    for (key, value) in monitor["spec"]["selector"]["matchLabels"].as_object().unwrap() {
         assert_eq!(
             &service["metadata"]["labels"][key], value,
             "the ServiceMonitor does not select the Service ({key})"
@@ -631,15 +421,8 @@ fn kubernetes_objects_agree_with_each_other_and_the_config() {
         let file = path.file_name().unwrap().to_str().unwrap();
         let stem = path.file_stem().unwrap().to_str().unwrap();
         let map = find(&objects, "ConfigMap", &format!("grafana-dashboard-{stem}"));
-        assert_eq!(
-            map["metadata"]["labels"]["grafana_dashboard"], "1",
-            "{file}: Grafana's sidecar label"
-        );
-        assert_eq!(
-            str_of(&map["data"][file]),
-            read(&path),
-            "{file} differs in its ConfigMap"
-        );
+        assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1", "{file}: Grafana's sidecar label");
+        assert_eq!(str_of(&map["data"][file]), read(&path), "{file} differs in its ConfigMap");
     }
 }
 
@@ -654,30 +437,17 @@ fn shipped_config_passes_check_config() {
             .env("ROUTING_COSMOS_KEY", "cGxhY2Vob2xkZXItbm90LWEta2V5"))
     };
     let shipped = root().join("deploy/kubernetes/lockprobe.toml");
-    assert_success(
-        "lockprobe check-config deploy/kubernetes/lockprobe.toml",
-        &check(&shipped),
-    );
+    assert_success("lockprobe check-config deploy/kubernetes/lockprobe.toml", &check(&shipped));
 
     let text = read(&shipped);
-    let (before, rest) = text
-        .split_once("# BEGIN monitor\n")
-        .expect("a `# BEGIN monitor` block");
-    let (block, after) = rest
-        .split_once("# END monitor\n")
-        .expect("an `# END monitor` line");
-    let enabled: String = block
-        .lines()
-        .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or(l)))
-        .collect();
+    let (before, rest) = text.split_once("# BEGIN monitor\n").expect("a `# BEGIN monitor` block");
+    let (block, after) = rest.split_once("# END monitor\n").expect("an `# END monitor` line");
+    let enabled: String = block.lines().map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or(l))).collect();
     assert!(enabled.contains("[monitor]"));
     let dir = tempdir();
     let with_monitor = dir.path().join("with-monitor.toml");
     std::fs::write(&with_monitor, format!("{before}{enabled}{after}")).unwrap();
-    assert_success(
-        "lockprobe check-config with the [monitor] example",
-        &check(&with_monitor),
-    );
+    assert_success("lockprobe check-config with the [monitor] example", &check(&with_monitor));
 
     // Canary: a misspelt key is refused.
     let broken = dir.path().join("broken.toml");
@@ -690,25 +460,11 @@ fn shipped_config_passes_check_config() {
 /// machine, so the unit is verified as shipped.
 fn systemd_root(dir: &Path, unit: &str) -> PathBuf {
     let system_units = Path::new("/usr/lib/systemd/system");
-    assert!(
-        system_units.join("sysinit.target").exists(),
-        "systemd's units are missing: {INSTALL_HINT}"
-    );
-    for sub in [
-        "etc/systemd/system",
-        "usr/lib/systemd",
-        "usr/bin",
-        "usr/local/bin",
-    ] {
+    assert!(system_units.join("sysinit.target").exists(), "systemd's units are missing: {INSTALL_HINT}");
+    for sub in ["etc/systemd/system", "usr/lib/systemd", "usr/bin", "usr/local/bin"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
     }
-    assert_success(
-        "cp -a",
-        &run(Command::new("cp")
-            .arg("-a")
-            .arg(system_units)
-            .arg(dir.join("usr/lib/systemd"))),
-    );
+    assert_success("cp -a", &run(Command::new("cp").arg("-a").arg(system_units).arg(dir.join("usr/lib/systemd"))));
     std::os::unix::fs::symlink("usr/bin", dir.join("bin")).unwrap();
     std::fs::copy("/usr/bin/kill", dir.join("usr/bin/kill")).unwrap();
     // A hard link where the filesystem allows (the debug binary is large), else a copy.
@@ -726,10 +482,7 @@ fn systemd_unit_verifies_and_is_hardened() {
     let unit = read(root().join("deploy/systemd/lockprobe.service"));
     let verify = |dir: &Path, unit: &str| {
         let path = systemd_root(dir, unit);
-        run(Command::new("systemd-analyze")
-            .arg("verify")
-            .arg(format!("--root={}", dir.display()))
-            .arg(path))
+        run(Command::new("systemd-analyze").arg("verify").arg(format!("--root={}", dir.display())).arg(path))
     };
     // Exposure scale 0-10 (printed); 20 here means 2.0: "OK" is below 4.
     let security = |dir: &Path, unit: &str| {
@@ -742,11 +495,7 @@ fn systemd_unit_verifies_and_is_hardened() {
 
     let dir = tempdir();
     let out = verify(dir.path(), &unit);
-    assert!(
-        out.status.success() && text(&out).trim().is_empty(),
-        "systemd-analyze verify:\n{}",
-        text(&out)
-    );
+    assert!(out.status.success() && text(&out).trim().is_empty(), "systemd-analyze verify:\n{}", text(&out));
     let dir = tempdir();
     let out = security(dir.path(), &unit);
     assert_success("systemd-analyze security --threshold=20", &out);
@@ -754,10 +503,7 @@ fn systemd_unit_verifies_and_is_hardened() {
     // Canaries (after the real checks). verify only warns (exit 0) about unknown keys and
     // bad values, hence "any output fails" above; security fails an unhardened unit.
     let canary = tempdir();
-    let out = verify(
-        canary.path(),
-        &unit.replacen("[Service]\n", "[Service]\nProtectSystm=strict\n", 1),
-    );
+    let out = verify(canary.path(), &unit.replacen("[Service]\n", "[Service]\nProtectSystm=strict\n", 1));
     assert!(
         text(&out).contains("Unknown key 'ProtectSystm'"),
         "canary: systemd-analyze verify missed a misspelt key:\n{}",
@@ -765,28 +511,15 @@ fn systemd_unit_verifies_and_is_hardened() {
     );
     let bare = tempdir();
     let minimal = "[Service]\nExecStart=/usr/local/bin/lockprobe serve --config /etc/lockprobe/lockprobe.toml\n";
-    assert_rejected(
-        "systemd-analyze security",
-        &security(bare.path(), minimal),
-        "Overall exposure level",
-    );
+    assert_rejected("systemd-analyze security", &security(bare.path(), minimal), "Overall exposure level");
 
     // The unit agrees with the config and the example environment file.
     let config = config();
     let state_file = Path::new(config["state_file"].as_str().unwrap());
-    let line = |key: &str| {
-        unit.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .unwrap_or_else(|| panic!("no {key} in the unit"))
-    };
-    assert_eq!(
-        Path::new("/var/lib").join(line("StateDirectory=")),
-        state_file.parent().unwrap()
-    );
-    assert_eq!(
-        line("ExecStart="),
-        format!("/usr/local/bin/lockprobe serve --config {CONFIG_PATH}")
-    );
+    let line =
+        |key: &str| unit.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("no {key} in the unit"));
+    assert_eq!(Path::new("/var/lib").join(line("StateDirectory=")), state_file.parent().unwrap());
+    assert_eq!(line("ExecStart="), format!("/usr/local/bin/lockprobe serve --config {CONFIG_PATH}"));
     assert!(line("ExecReload=").contains("-HUP $MAINPID"));
     let example = read(root().join("deploy/systemd/lockprobe.env.example"));
     let keys: BTreeSet<String> = example
@@ -794,10 +527,7 @@ fn systemd_unit_verifies_and_is_hardened() {
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| Some(l.split_once('=')?.0.to_string()))
         .collect();
-    assert!(
-        api_key_envs(&config).is_subset(&keys),
-        "lockprobe.env.example lacks a key the config names: {keys:?}"
-    );
+    assert!(api_key_envs(&config).is_subset(&keys), "lockprobe.env.example lacks a key the config names: {keys:?}");
 }
 
 /// Every alert of alerts/*.rules.yml has a section in docs/runbook.md under a stable anchor,
@@ -810,18 +540,13 @@ fn every_alert_has_a_runbook_section() {
         let path = entry.unwrap().path();
         if path.to_str().unwrap().ends_with(".rules.yml") {
             alerts.extend(
-                read(&path)
-                    .lines()
-                    .filter_map(|l| Some(l.trim().strip_prefix("- alert:")?.trim().to_string())),
+                read(&path).lines().filter_map(|l| Some(l.trim().strip_prefix("- alert:")?.trim().to_string())),
             );
         }
     }
     assert!(alerts.len() >= 16, "found only {alerts:?}");
     for alert in alerts {
         let section = format!("<a id=\"{}\"></a>\n### {alert} (", alert.to_lowercase());
-        assert!(
-            runbook.contains(&section),
-            "docs/runbook.md has no section for {alert} (expected {section:?})"
-        );
+        assert!(runbook.contains(&section), "docs/runbook.md has no section for {alert} (expected {section:?})");
     }
 }

@@ -32,11 +32,7 @@ fn check(text: &str) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("probe.toml");
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lockprobe")).arg("check-config").arg(&path).output().unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).to_string(),
@@ -54,33 +50,13 @@ fn good_config_exits_0() {
 #[test]
 fn bad_fields_exit_64_naming_the_field() {
     for (from, to, field) in [
-        (
-            "schedule = \"0 0 */6 * * *\"",
-            "schedule = \"six-hourly\"",
-            "targets[0].schedule",
-        ),
-        (
-            "concurrency = 2",
-            "concurrency = 0",
-            "targets[0].concurrency",
-        ),
+        ("schedule = \"0 0 */6 * * *\"", "schedule = \"six-hourly\"", "targets[0].schedule"),
+        ("concurrency = 2", "concurrency = 0", "targets[0].concurrency"),
         ("pool_size = 14", "pool_size = 13", "targets[0].pool_size"),
         ("buffer = \"15m\"", "buffer = \"a while\"", "buffer"),
-        (
-            "jitter = \"5m\"",
-            "jitter = \"5m\"\njiter = \"1m\"",
-            "jiter",
-        ),
-        (
-            "short_write = \"30s\"",
-            "short_write = \"10m\"",
-            "targets[0].leases.short_write",
-        ),
-        (
-            "listen = \"127.0.0.1:9464\"",
-            "listen = \"localhost\"",
-            "listen",
-        ),
+        ("jitter = \"5m\"", "jitter = \"5m\"\njiter = \"1m\"", "jiter"),
+        ("short_write = \"30s\"", "short_write = \"10m\"", "targets[0].leases.short_write"),
+        ("listen = \"127.0.0.1:9464\"", "listen = \"localhost\"", "listen"),
     ] {
         let (code, stdout, stderr) = check(&GOOD.replace(from, to));
         assert_eq!(code, Some(64), "{to}: {stdout}{stderr}");

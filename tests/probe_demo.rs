@@ -8,9 +8,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 fn metric(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    text.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
 #[test]
@@ -44,87 +42,44 @@ fn demo_two_cycles_pass_and_export_metrics() {
         lines.push(line);
         if first_cycle_done && !checked_metrics {
             checked_metrics = true;
-            let url = metrics_url
-                .clone()
-                .expect("demo prints its metrics URL first");
+            let url = metrics_url.clone().expect("demo prints its metrics URL first");
             let text = rt.block_on(async {
                 // The cycle is recorded right after its last line is printed.
                 for _ in 0..50 {
                     let t = reqwest::get(&url).await.unwrap().text().await.unwrap();
-                    if metric(
-                        &t,
-                        r#"lockprobe_probe_runs_total{result="passed",target="demo"}"#,
-                    ) >= Some(1.0)
-                    {
+                    if metric(&t, r#"lockprobe_probe_runs_total{result="passed",target="demo"}"#) >= Some(1.0) {
                         return t;
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 panic!("metrics never showed the first cycle");
             });
-            assert_eq!(
-                metric(
-                    &text,
-                    r#"lockprobe_convergence_declared_seconds{target="demo"}"#
-                ),
-                Some(1.5),
-                "{text}"
-            );
+            assert_eq!(metric(&text, r#"lockprobe_convergence_declared_seconds{target="demo"}"#), Some(1.5), "{text}");
             assert!(
-                metric(
-                    &text,
-                    r#"lockprobe_convergence_observed_seconds{target="demo"}"#
-                )
-                .unwrap()
-                    <= 2.0,
+                metric(&text, r#"lockprobe_convergence_observed_seconds{target="demo"}"#).unwrap() <= 2.0,
                 "{text}"
             );
             assert_eq!(
-                metric(
-                    &text,
-                    r#"lockprobe_lock_phase_duration_seconds_count{phase="write",target="demo"}"#
-                ),
+                metric(&text, r#"lockprobe_lock_phase_duration_seconds_count{phase="write",target="demo"}"#),
                 Some(1.0),
                 "{text}"
             );
             assert!(
-                metric(
-                    &text,
-                    r#"lockprobe_read_through_latency_seconds_count{target="demo"}"#
-                )
-                .unwrap()
-                    > 0.0,
+                metric(&text, r#"lockprobe_read_through_latency_seconds_count{target="demo"}"#).unwrap() > 0.0,
                 "{text}"
             );
             assert!(
-                metric(
-                    &text,
-                    r#"lockprobe_last_success_timestamp_seconds{target="demo"}"#
-                )
-                .unwrap()
-                    > 1.7e9,
+                metric(&text, r#"lockprobe_last_success_timestamp_seconds{target="demo"}"#).unwrap() > 1.7e9,
                 "{text}"
             );
-            assert!(
-                !text.contains("lockprobe_enforcement_violations_total{"),
-                "{text}"
-            );
+            assert!(!text.contains("lockprobe_enforcement_violations_total{"), "{text}");
             let status: serde_json::Value = rt.block_on(async {
-                reqwest::get(url.replace("/metrics", "/api/v1/status"))
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap()
+                reqwest::get(url.replace("/metrics", "/api/v1/status")).await.unwrap().json().await.unwrap()
             });
             assert_eq!(status["ready"], true);
+            assert_eq!(status["targets"][0]["lastCycles"][0]["result"], "passed", "{status}");
             assert_eq!(
-                status["targets"][0]["lastCycles"][0]["result"], "passed",
-                "{status}"
-            );
-            assert_eq!(
-                status["targets"][0]["percentiles"]["lockPhaseDurationSeconds"]["write"]["count"],
-                1,
+                status["targets"][0]["percentiles"]["lockPhaseDurationSeconds"]["write"]["count"], 1,
                 "{status}"
             );
         }
@@ -134,9 +89,6 @@ fn demo_two_cycles_pass_and_export_metrics() {
     assert!(checked_metrics, "no cycle passed:\n{out}");
     assert_eq!(status.code(), Some(0), "{out}");
     assert_eq!(out.matches("[demo] cycle: passed").count(), 2, "{out}");
-    assert!(
-        out.contains("lockprobe demo: 2 cycle(s), 0 not passed"),
-        "{out}"
-    );
+    assert!(out.contains("lockprobe demo: 2 cycle(s), 0 not passed"), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
 }

@@ -76,7 +76,9 @@ fn journaled_key_without_token(dir: &Path, resource: &str) -> Option<String> {
     let text = std::fs::read_to_string(dir.join("state.json")).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     v["locks"].as_array()?.iter().find_map(|l| {
-        (l["resource"] == resource && l["token"].is_null()).then(|| l["preLock"]["key"].as_str().map(str::to_owned)).flatten()
+        (l["resource"] == resource && l["token"].is_null())
+            .then(|| l["preLock"]["key"].as_str().map(str::to_owned))
+            .flatten()
     })
 }
 
@@ -89,26 +91,15 @@ fn state_tokens(dir: &Path) -> Vec<(String, bool)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|l| {
-            (
-                l["resource"].as_str().unwrap().to_string(),
-                l["token"].is_string(),
-            )
-        })
+        .map(|l| (l["resource"].as_str().unwrap().to_string(), l["token"].is_string()))
         .collect()
 }
 
 /// Waits until the probe has recorded the token of its main resource's pre-lock.
 async fn wait_for_main_token(dir: &Path) {
-    wait_for(
-        "the token in the state file",
-        Duration::from_secs(20),
-        async || {
-            state_tokens(dir)
-                .iter()
-                .any(|(r, has_token)| r == "probe-0001" && *has_token)
-        },
-    )
+    wait_for("the token in the state file", Duration::from_secs(20), async || {
+        state_tokens(dir).iter().any(|(r, has_token)| r == "probe-0001" && *has_token)
+    })
     .await;
 }
 
@@ -133,32 +124,21 @@ async fn killed_probe_leaves_no_lock_after_restart() {
     // The kill left the lock behind.
     let view = route(&svc.urls[0], "probe-0001").await;
     assert_eq!(view["lock"]["phase"], "preLock", "{view}");
-    assert!(
-        view["lock"].get("token").is_none(),
-        "route views never show tokens: {view}"
-    );
+    assert!(view["lock"].get("token").is_none(), "route views never show tokens: {view}");
 
     // Second run never fires a cycle (year 2099), so only recovery can touch the lock.
     let second = serve(&config(dir.path(), &svc.urls, "0 0 0 1 1 * 2099"), &svc.key);
-    wait_for(
-        "the left-over lock to be released",
-        Duration::from_secs(15),
-        async || route(&svc.urls[0], "probe-0001").await["lock"].is_null(),
-    )
+    wait_for("the left-over lock to be released", Duration::from_secs(15), async || {
+        route(&svc.urls[0], "probe-0001").await["lock"].is_null()
+    })
     .await;
-    wait_for(
-        "the state file to be emptied",
-        Duration::from_secs(5),
-        async || state_tokens(dir.path()).is_empty(),
-    )
-    .await;
+    wait_for("the state file to be emptied", Duration::from_secs(5), async || state_tokens(dir.path()).is_empty())
+        .await;
     // Every instance agrees.
     for url in &svc.urls {
-        wait_for(
-            "every instance to show no lock",
-            Duration::from_secs(5),
-            async || route(url, "probe-0001").await["lock"].is_null(),
-        )
+        wait_for("every instance to show no lock", Duration::from_secs(5), async || {
+            route(url, "probe-0001").await["lock"].is_null()
+        })
         .await;
     }
     drop(second);
@@ -170,10 +150,7 @@ async fn sigterm_mid_cycle_releases_the_lock_before_exit() {
     let dir = tempfile::tempdir().unwrap();
     let mut probe = serve(&config(dir.path(), &svc.urls, "* * * * * *"), &svc.key);
     wait_for_main_token(dir.path()).await;
-    let status = Command::new("kill")
-        .args(["-TERM", &probe.0.id().to_string()])
-        .status()
-        .unwrap();
+    let status = Command::new("kill").args(["-TERM", &probe.0.id().to_string()]).status().unwrap();
     assert!(status.success());
     let mut exit = None;
     wait_for("the probe to exit on SIGTERM", Duration::from_secs(10), async || {
@@ -221,6 +198,7 @@ async fn a_probe_killed_mid_pre_lock_recovers_the_token_and_releases() {
         route(&svc.urls[0], "probe-0001").await["lock"].is_null()
     })
     .await;
-    wait_for("the state file to be emptied", Duration::from_secs(5), async || state_tokens(dir.path()).is_empty()).await;
+    wait_for("the state file to be emptied", Duration::from_secs(5), async || state_tokens(dir.path()).is_empty())
+        .await;
     drop(second);
 }

@@ -62,11 +62,7 @@ async fn swap(Json(body): Json<Value>) -> Json<Value> {
     Json(json!({"location": body["targetLocation"], "lock": null, "source": "store"}))
 }
 
-async fn release(
-    State(f): S,
-    Path(id): Path<String>,
-    headers: axum::http::HeaderMap,
-) -> StatusCode {
+async fn release(State(f): S, Path(id): Path<String>, headers: axum::http::HeaderMap) -> StatusCode {
     if let Some(t) = headers.get("lock-token").and_then(|v| v.to_str().ok()) {
         f.released_tokens.lock().unwrap().push(t.to_string());
     }
@@ -86,16 +82,9 @@ async fn read(State(f): S, Path((id, key)): Path<(String, String)>) -> axum::res
     }
 }
 
-async fn write(
-    State(f): S,
-    Path((id, key)): Path<(String, String)>,
-    Json(body): Json<Value>,
-) -> StatusCode {
+async fn write(State(f): S, Path((id, key)): Path<(String, String)>, Json(body): Json<Value>) -> StatusCode {
     tokio::time::sleep(f.item_delay).await;
-    f.items
-        .lock()
-        .unwrap()
-        .insert(format!("{id}/{key}"), body["value"].clone());
+    f.items.lock().unwrap().insert(format!("{id}/{key}"), body["value"].clone());
     StatusCode::OK
 }
 
@@ -106,12 +95,7 @@ async fn delete(State(f): S, Path((id, key)): Path<(String, String)>) -> StatusC
 }
 
 async fn start_fake(declared: f64) -> (String, Arc<Fake>) {
-    start_fake_with(Fake {
-        declared,
-        grant_status: 201,
-        ..Fake::default()
-    })
-    .await
+    start_fake_with(Fake { declared, grant_status: 201, ..Fake::default() }).await
 }
 
 async fn start_fake_with(fake: Fake) -> (String, Arc<Fake>) {
@@ -122,10 +106,7 @@ async fn start_fake_with(fake: Fake) -> (String, Arc<Fake>) {
         .route("/v1/resources/{id}/lock/renew", post(ok))
         .route("/v1/resources/{id}/lock/swap", post(swap))
         .route("/v1/resources/{id}/route", get(route))
-        .route(
-            "/v1/resources/{id}/items/{key}",
-            get(read).put(write).delete(delete),
-        )
+        .route("/v1/resources/{id}/items/{key}", get(read).put(write).delete(delete))
         .with_state(fake.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -170,9 +151,7 @@ fn unreleased(fake: &Fake, resource: &str) -> Vec<String> {
 }
 
 fn resources() -> Vec<String> {
-    (1..=RESOURCES_PER_CYCLE)
-        .map(|i| format!("probe-{i:04}"))
-        .collect()
+    (1..=RESOURCES_PER_CYCLE).map(|i| format!("probe-{i:04}")).collect()
 }
 
 fn failed_ops(r: &CycleReport, check: &str) -> Vec<(String, String, String)> {
@@ -187,33 +166,18 @@ fn failed_ops(r: &CycleReport, check: &str) -> Vec<(String, String, String)> {
 async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
     let (url, fake) = start_fake(0.1).await;
     let state = Arc::new(StateFile::in_memory());
-    let report = scenario(&url, state.clone())
-        .run_cycle(&resources(), CancellationToken::new())
-        .await;
+    let report = scenario(&url, state.clone()).run_cycle(&resources(), CancellationToken::new()).await;
     assert_eq!(report.result, CycleResult::Failed);
     let has = |check: &str, op: &str, observed: &str| {
-        failed_ops(&report, check)
-            .iter()
-            .any(|(o, _, obs)| o == op && obs == observed)
+        failed_ops(&report, check).iter().any(|(o, _, obs)| o == op && obs == observed)
     };
-    assert!(
-        has("negative/second-pre-lock", "pre-lock-again", "201"),
-        "{report:#?}"
-    );
+    assert!(has("negative/second-pre-lock", "pre-lock-again", "201"), "{report:#?}");
     assert!(has("negative/wrong-token", "renew", "200"));
     assert!(has("negative/wrong-token", "release", "204"));
     assert!(has("negative/escalate-early", "escalate-early", "200"));
-    assert!(has(
-        "negative/write-before-hard-delete",
-        "escalate-write",
-        "200"
-    ));
+    assert!(has("negative/write-before-hard-delete", "escalate-write", "200"));
     assert!(has("negative/write-lease-lapse", "swap-after-lapse", "200"));
-    assert!(has(
-        "negative/concurrent-pre-locks",
-        "pre-lock-race",
-        "4 winner(s)"
-    ));
+    assert!(has("negative/concurrent-pre-locks", "pre-lock-race", "4 winner(s)"));
     // The main walk sees no enforcement at all.
     assert!(has("cycle", "write", "allow"));
     assert!(has("cycle", "delete", "allow"));
@@ -222,16 +186,9 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
     // Every lock still held at the end of a check was released, the race's extra winners too.
     let released = fake.released.lock().unwrap().clone();
     for r in ["probe-0002", "probe-0004", "probe-0005"] {
-        assert!(
-            released.iter().any(|x| x == r),
-            "{r} not released: {released:?}"
-        );
+        assert!(released.iter().any(|x| x == r), "{r} not released: {released:?}");
     }
-    assert_eq!(
-        released.iter().filter(|x| *x == "probe-0007").count(),
-        4,
-        "{released:?}"
-    );
+    assert_eq!(released.iter().filter(|x| *x == "probe-0007").count(), 4, "{released:?}");
     // The main resource swapped (the lock ended with it) and the lapsed lease swapped too;
     // the fresh lock a yes-man grants for the repeated pre-lock was released at once.
     assert!(has("cycle", "pre-lock-replay", "fresh-lock"), "a repeated pre-lock must not grant a second lock");
@@ -270,16 +227,9 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
 #[tokio::test]
 async fn a_lock_granted_under_an_unexpected_status_is_still_released() {
     // 200 instead of 201: every pre-lock assertion fails, but each token is a live lock.
-    let (url, fake) = start_fake_with(Fake {
-        declared: 0.1,
-        grant_status: 200,
-        ..Fake::default()
-    })
-    .await;
+    let (url, fake) = start_fake_with(Fake { declared: 0.1, grant_status: 200, ..Fake::default() }).await;
     let state = Arc::new(StateFile::in_memory());
-    let report = scenario(&url, state.clone())
-        .run_cycle(&resources(), CancellationToken::new())
-        .await;
+    let report = scenario(&url, state.clone()).run_cycle(&resources(), CancellationToken::new()).await;
     assert_eq!(report.result, CycleResult::Failed);
     assert!(!fake.issued.lock().unwrap().is_empty());
     for r in resources() {
@@ -299,12 +249,10 @@ async fn a_cancelled_cycle_releases_its_lock_and_reports_an_error() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         c2.cancel();
     });
-    let report = tokio::time::timeout(
-        Duration::from_secs(10),
-        scenario(&url, state.clone()).run_cycle(&resources(), cancel),
-    )
-    .await
-    .expect("cancellation stops the cycle promptly");
+    let report =
+        tokio::time::timeout(Duration::from_secs(10), scenario(&url, state.clone()).run_cycle(&resources(), cancel))
+            .await
+            .expect("cancellation stops the cycle promptly");
     assert_eq!(report.result, CycleResult::Error);
     assert!(report.error.as_deref().unwrap().contains("cancelled"));
     // The fresh lock the yes-man granted for the repeated pre-lock, and the cycle's own.
@@ -316,23 +264,12 @@ async fn a_cancelled_cycle_releases_its_lock_and_reports_an_error() {
 #[tokio::test]
 async fn an_unreachable_target_is_an_error_not_a_crash() {
     // Bind and drop a listener to get a port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let report = scenario(
-        &format!("http://127.0.0.1:{port}"),
-        Arc::new(StateFile::in_memory()),
-    )
-    .run_cycle(&resources(), CancellationToken::new())
-    .await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let report = scenario(&format!("http://127.0.0.1:{port}"), Arc::new(StateFile::in_memory()))
+        .run_cycle(&resources(), CancellationToken::new())
+        .await;
     assert_eq!(report.result, CycleResult::Error);
-    assert!(
-        report.error.as_deref().unwrap().contains("unreachable"),
-        "{:?}",
-        report.error
-    );
+    assert!(report.error.as_deref().unwrap().contains("unreachable"), "{:?}", report.error);
     assert_eq!(report.assertions.len(), 1);
     assert_eq!(report.assertions[0].observed.as_str(), "unreachable");
 }
@@ -341,32 +278,17 @@ async fn an_unreachable_target_is_an_error_not_a_crash() {
 async fn a_release_that_failed_earlier_is_retried_before_the_resource_is_reused() {
     let (url, fake) = start_fake(0.1).await;
     let state = Arc::new(StateFile::in_memory());
-    state
-        .record_token("fake", "probe-0001", "tok-left-over")
-        .unwrap();
+    state.record_token("fake", "probe-0001", "tok-left-over").unwrap();
     // Another target's entry, and one outside this cycle's resources, stay untouched.
-    state
-        .record_token("other", "probe-0001", "tok-other")
-        .unwrap();
-    state
-        .record_token("fake", "probe-0099", "tok-busy")
-        .unwrap();
-    scenario(&url, state.clone())
-        .run_cycle(&resources(), CancellationToken::new())
-        .await;
+    state.record_token("other", "probe-0001", "tok-other").unwrap();
+    state.record_token("fake", "probe-0099", "tok-busy").unwrap();
+    scenario(&url, state.clone()).run_cycle(&resources(), CancellationToken::new()).await;
     let released = fake.released.lock().unwrap().clone();
     assert_eq!(released.first().map(String::as_str), Some("probe-0001"));
-    let left: Vec<(String, String)> = state
-        .entries()
-        .into_iter()
-        .map(|e| (e.target, e.resource))
-        .collect();
+    let left: Vec<(String, String)> = state.entries().into_iter().map(|e| (e.target, e.resource)).collect();
     assert_eq!(
         left,
-        vec![
-            ("other".to_string(), "probe-0001".to_string()),
-            ("fake".to_string(), "probe-0099".to_string())
-        ]
+        vec![("other".to_string(), "probe-0001".to_string()), ("fake".to_string(), "probe-0099".to_string())]
     );
 }
 
@@ -381,12 +303,9 @@ async fn convergence_is_timed_from_the_pre_lock_not_after_the_user_checks() {
         ..Fake::default()
     })
     .await;
-    let report = scenario(&url, Arc::new(StateFile::in_memory()))
-        .run_cycle(&resources(), CancellationToken::new())
-        .await;
-    let observed = report.observed_convergence[0]
-        .observed_seconds
-        .expect("the fake shows the lock at once");
+    let report =
+        scenario(&url, Arc::new(StateFile::in_memory())).run_cycle(&resources(), CancellationToken::new()).await;
+    let observed = report.observed_convergence[0].observed_seconds.expect("the fake shows the lock at once");
     assert!(observed < 0.1, "observed {observed}s includes the user checks");
 }
 
@@ -394,13 +313,11 @@ async fn convergence_is_timed_from_the_pre_lock_not_after_the_user_checks() {
 async fn a_pre_lock_without_a_declared_delay_stops_the_walk_before_escalating() {
     // NaN serialises as null: the lock view carries no usable convergence delay.
     let (url, fake) = start_fake(f64::NAN).await;
-    let report = scenario(&url, Arc::new(StateFile::in_memory()))
-        .run_cycle(&resources(), CancellationToken::new())
-        .await;
+    let report =
+        scenario(&url, Arc::new(StateFile::in_memory())).run_cycle(&resources(), CancellationToken::new()).await;
     let main: Vec<_> = report.assertions.iter().filter(|a| a.check == "cycle").collect();
     assert!(
-        main.iter()
-            .any(|a| a.op.as_str() == "convergence-delay" && a.observed.as_str() == "missing" && !a.passed),
+        main.iter().any(|a| a.op.as_str() == "convergence-delay" && a.observed.as_str() == "missing" && !a.passed),
         "{main:#?}"
     );
     assert!(!main.iter().any(|a| a.op.as_str() == "escalate"), "{main:#?}");

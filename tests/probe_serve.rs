@@ -45,9 +45,7 @@ fn target(svc: &TestService, concurrency: usize) -> (ProbeSettings, TargetSchedu
         jitter: Duration::ZERO,
         concurrency,
         timeout: Duration::from_secs(60),
-        pool: (1..=RESOURCES_PER_CYCLE * concurrency)
-            .map(|i| format!("probe-s{i:03}"))
-            .collect(),
+        pool: (1..=RESOURCES_PER_CYCLE * concurrency).map(|i| format!("probe-s{i:03}")).collect(),
     };
     (settings, schedule)
 }
@@ -82,10 +80,8 @@ async fn run(svc: &TestService, concurrency: usize, cycles: usize) -> (Probe, Ru
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ready, "/readyz never became ready");
-    let summary = tokio::time::timeout(Duration::from_secs(60), task)
-        .await
-        .expect("run stops after its cycles")
-        .unwrap();
+    let summary =
+        tokio::time::timeout(Duration::from_secs(60), task).await.expect("run stops after its cycles").unwrap();
     (probe, summary, base)
 }
 
@@ -95,42 +91,22 @@ async fn overlapping_cycles_pass_on_distinct_resources() {
     let (probe, summary, _) = run(&svc, 2, 2).await;
     assert!(summary.cycles >= 2, "{summary:?}");
     let cycles = probe.status.cycles("serve-test");
-    let passed: Vec<_> = cycles
-        .iter()
-        .filter(|c| c.result == CycleResult::Passed)
-        .collect();
+    let passed: Vec<_> = cycles.iter().filter(|c| c.result == CycleResult::Passed).collect();
     assert!(passed.len() >= 2, "{cycles:#?}");
     // The two cycles overlapped in time and used different resources.
     let (a, b) = (passed[0], passed[1]);
-    assert!(
-        a.started_at < b.finished_at && b.started_at < a.finished_at,
-        "no overlap"
-    );
+    assert!(a.started_at < b.finished_at && b.started_at < a.finished_at, "no overlap");
     assert_ne!(a.resource, b.resource);
     // With both slots busy, schedules every second were missed and counted.
     assert!(probe.status.missed("serve-test") >= 1);
-    assert!(probe
-        .metrics
-        .render()
-        .contains("lockprobe_probe_missed_schedules_total{target=\"serve-test\"}"));
+    assert!(probe.metrics.render().contains("lockprobe_probe_missed_schedules_total{target=\"serve-test\"}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enforcement_violations_reach_metrics_and_status() {
-    let svc = start_service(
-        vec![Fault::IgnoreWriteLock],
-        Duration::from_secs(1),
-        Duration::from_millis(500),
-    )
-    .await;
+    let svc = start_service(vec![Fault::IgnoreWriteLock], Duration::from_secs(1), Duration::from_millis(500)).await;
     let (probe, summary, base) = run(&svc, 1, 1).await;
-    assert_eq!(
-        summary,
-        RunSummary {
-            cycles: 1,
-            unsuccessful: 1
-        }
-    );
+    assert_eq!(summary, RunSummary { cycles: 1, unsuccessful: 1 });
     let text = probe.metrics.render();
     for needle in [
         r#"lockprobe_enforcement_violations_total{expected="block",observed="allow",op="write",phase="write",target="serve-test"} 2"#,

@@ -40,14 +40,8 @@ async fn validate(svc: &TestService, extra: &[&str]) -> Run {
         .env("LOCKPROBE_LOCK_API_KEY", &svc.key)
         .env("RUST_LOG", "warn")
         .env_remove("LOCKPROBE_STATE_FILE");
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = tokio::time::timeout(Duration::from_secs(60), cmd.output())
-        .await
-        .expect("validate finishes")
-        .unwrap();
+    let Output { status, stdout, stderr } =
+        tokio::time::timeout(Duration::from_secs(60), cmd.output()).await.expect("validate finishes").unwrap();
     let stdout = String::from_utf8_lossy(&stdout).to_string();
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&stderr));
     Run {
@@ -59,31 +53,19 @@ async fn validate(svc: &TestService, extra: &[&str]) -> Run {
 }
 
 fn failed(run: &Run) -> Vec<&Value> {
-    run.json["assertions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["passed"] == false)
-        .collect()
+    run.json["assertions"].as_array().unwrap().iter().filter(|a| a["passed"] == false).collect()
 }
 
 fn has_failure(run: &Run, phase: &str, op: &str, expected: &str, observed: &str) -> bool {
-    failed(run).iter().any(|a| {
-        a["phase"] == phase
-            && a["op"] == op
-            && a["expected"] == expected
-            && a["observed"] == observed
-    })
+    failed(run)
+        .iter()
+        .any(|a| a["phase"] == phase && a["op"] == op && a["expected"] == expected && a["observed"] == observed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_against_the_reference_service() {
     let svc = start_service(vec![], TTL, BOUND).await;
-    let run = validate(
-        &svc,
-        &["--buffer", "500ms", "--expect-convergence", "1500ms"],
-    )
-    .await;
+    let run = validate(&svc, &["--buffer", "500ms", "--expect-convergence", "1500ms"]).await;
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(run.stdout.contains("validate: PASSED"), "{}", run.stdout);
     assert_eq!(run.json["result"], "passed");
@@ -100,14 +82,7 @@ async fn passes_against_the_reference_service() {
         "negative/write-lease-lapse",
         "negative/concurrent-pre-locks",
     ] {
-        assert!(
-            run.json["assertions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|a| a["check"] == check),
-            "{check} missing"
-        );
+        assert!(run.json["assertions"].as_array().unwrap().iter().any(|a| a["check"] == check), "{check} missing");
     }
     // The cutover lost nothing as seen from every instance, not only the first.
     for url in &svc.urls {
@@ -123,22 +98,17 @@ async fn passes_against_the_reference_service() {
     // Both instances showed the lock within the bound and converged.
     let conv = run.json["observedConvergence"].as_array().unwrap();
     assert_eq!(conv.len(), 2);
-    assert!(
-        conv.iter()
-            .all(|c| c["observedSeconds"].as_f64().unwrap() <= 2.0),
-        "{conv:?}"
-    );
+    assert!(conv.iter().all(|c| c["observedSeconds"].as_f64().unwrap() <= 2.0), "{conv:?}");
     // Read-throughs happened while the lock was live and were measured from Server-Timing.
-    assert!(!run.json["readThroughSeconds"]
-        .as_array()
-        .unwrap()
-        .is_empty());
+    assert!(!run.json["readThroughSeconds"].as_array().unwrap().is_empty());
     // The pre-lock repeated under its idempotency key gave back the same lock, and
     // nothing needed noting.
     assert!(
-        run.json["assertions"].as_array().unwrap().iter().any(|a| a["op"] == "pre-lock-replay"
-            && a["observed"] == "same-token"
-            && a["passed"] == true),
+        run.json["assertions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["op"] == "pre-lock-replay" && a["observed"] == "same-token" && a["passed"] == true),
         "the replay of the pre-lock was checked"
     );
     assert_eq!(run.json["notes"], serde_json::json!([]));
@@ -152,10 +122,7 @@ async fn falls_back_and_says_so_against_a_service_that_ignores_keys() {
     let run = validate(&svc, &["--buffer", "500ms"]).await;
     assert_eq!(run.code, 0, "{}", run.stdout);
     let notes = run.json["notes"].as_array().unwrap();
-    assert!(
-        notes.iter().any(|n| n.as_str().unwrap().contains("ignores Idempotency-Key (contract 1.0)")),
-        "{notes:?}"
-    );
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("ignores Idempotency-Key (contract 1.0)")), "{notes:?}");
     assert!(
         !run.json["assertions"].as_array().unwrap().iter().any(|a| a["op"] == "pre-lock-replay"),
         "no replay assertion against a 1.0 service"
@@ -168,23 +135,14 @@ async fn fails_when_the_write_lock_is_ignored() {
     let svc = start_service(vec![Fault::IgnoreWriteLock], TTL, BOUND).await;
     let run = validate(&svc, &["--buffer", "500ms"]).await;
     assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(
-        has_failure(&run, "write", "write", "block", "allow"),
-        "{:#?}",
-        failed(&run)
-    );
+    assert!(has_failure(&run, "write", "write", "block", "allow"), "{:#?}", failed(&run));
     assert!(run.json["enforcementViolations"].as_u64().unwrap() >= 1);
     assert!(
         run.stdout.contains("write/write") && run.stdout.contains("expected block, observed allow"),
         "{}",
         run.stdout
     );
-    assert!(
-        run.junit
-            .contains("write/write: expected block, observed allow"),
-        "{}",
-        run.junit
-    );
+    assert!(run.junit.contains("write/write: expected block, observed allow"), "{}", run.junit);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,53 +150,22 @@ async fn fails_when_the_hard_delete_lock_is_ignored() {
     let svc = start_service(vec![Fault::IgnoreHardDeleteLock], TTL, BOUND).await;
     let run = validate(&svc, &["--buffer", "500ms"]).await;
     assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(
-        has_failure(&run, "hardDelete", "delete", "tombstone", "allow"),
-        "{:#?}",
-        failed(&run)
-    );
+    assert!(has_failure(&run, "hardDelete", "delete", "tombstone", "allow"), "{:#?}", failed(&run));
     assert!(run.json["enforcementViolations"].as_u64().unwrap() >= 1);
     // The tombstone read-back fails too: the item is gone, not tombstoned.
-    assert!(
-        has_failure(&run, "hardDelete", "read-back", "tombstone", "absent"),
-        "{:#?}",
-        failed(&run)
-    );
-    assert!(
-        run.stdout.contains("expected tombstone, observed allow"),
-        "{}",
-        run.stdout
-    );
+    assert!(has_failure(&run, "hardDelete", "read-back", "tombstone", "absent"), "{:#?}", failed(&run));
+    assert!(run.stdout.contains("expected tombstone, observed allow"), "{}", run.stdout);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_when_convergence_is_under_declared() {
     // A longer TTL than the other tests, so the stale cache outlives the (too short)
     // declared delay by a wide margin on a busy machine.
-    let svc = start_service(
-        vec![Fault::UnderDeclareConvergence],
-        Duration::from_secs(2),
-        BOUND,
-    )
-    .await;
-    let run = validate(
-        &svc,
-        &["--buffer", "200ms", "--expect-convergence", "2500ms"],
-    )
-    .await;
+    let svc = start_service(vec![Fault::UnderDeclareConvergence], Duration::from_secs(2), BOUND).await;
+    let run = validate(&svc, &["--buffer", "200ms", "--expect-convergence", "2500ms"]).await;
     assert_eq!(run.code, 1, "{}", run.stdout);
     // The declaration itself differs from what the operator expects.
-    assert!(
-        has_failure(
-            &run,
-            "preLock",
-            "declared-convergence",
-            "as-configured",
-            "mismatch"
-        ),
-        "{:#?}",
-        failed(&run)
-    );
+    assert!(has_failure(&run, "preLock", "declared-convergence", "as-configured", "mismatch"), "{:#?}", failed(&run));
     // The convergence violation names the instance that did not show the lock: instance 1
     // (instance 0 took the lock call and knows at once).
     let violation = failed(&run)
@@ -248,21 +175,10 @@ async fn fails_when_convergence_is_under_declared() {
         .unwrap_or_else(|| panic!("no convergence violation in {}", run.stdout));
     assert_eq!(violation["instance"], svc.urls[1]);
     assert_eq!(violation["observed"], "not-visible");
-    assert!(violation["detail"]
-        .as_str()
-        .unwrap()
-        .contains("convergence violation"));
+    assert!(violation["detail"].as_str().unwrap().contains("convergence violation"));
     // Escalating on the short declared delay lets the stale instance delete physically.
-    assert!(
-        run.json["enforcementViolations"].as_u64().unwrap() >= 1,
-        "{:#?}",
-        failed(&run)
-    );
-    assert!(
-        run.stdout.contains("convergence violation") && run.stdout.contains(&svc.urls[1]),
-        "{}",
-        run.stdout
-    );
+    assert!(run.json["enforcementViolations"].as_u64().unwrap() >= 1, "{:#?}", failed(&run));
+    assert!(run.stdout.contains("convergence violation") && run.stdout.contains(&svc.urls[1]), "{}", run.stdout);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,10 +190,7 @@ async fn bad_usage_exits_64_naming_the_flag() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--endpoint"),
-        "{out:?}"
-    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--endpoint"), "{out:?}");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"))
         .args(["validate", "--endpoint", "http://127.0.0.1:9"])
         .env_remove("LOCKPROBE_LOCK_API_KEY")
@@ -285,26 +198,14 @@ async fn bad_usage_exits_64_naming_the_flag() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("LOCKPROBE_LOCK_API_KEY"),
-        "{out:?}"
-    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("LOCKPROBE_LOCK_API_KEY"), "{out:?}");
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"))
-        .args([
-            "validate",
-            "--endpoint",
-            "http://127.0.0.1:9",
-            "--buffer",
-            "soon",
-        ])
+        .args(["validate", "--endpoint", "http://127.0.0.1:9", "--buffer", "soon"])
         .output()
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--buffer"),
-        "{out:?}"
-    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--buffer"), "{out:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,10 +243,7 @@ async fn interrupt_releases_the_lock_and_exits() {
     let resource = resource.expect("validate names the resource it pre-locks");
 
     let pid = child.id().unwrap().to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap();
+    let sent = std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap();
     assert!(sent.success());
     let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await

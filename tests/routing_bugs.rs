@@ -9,7 +9,8 @@ use std::time::Duration;
 use lockprobe::clock::{to_chrono, Clock, ManualClock};
 use lockprobe::routing::cache::TieredCache;
 use lockprobe::routing::{
-    enforce, ClientOptions, Decision, LocationDocument, LockPolicy, Operation, Phase, PreLockRequest, RoutingClient, Source,
+    enforce, ClientOptions, Decision, LocationDocument, LockPolicy, Operation, Phase, PreLockRequest, RoutingClient,
+    Source,
 };
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig, OpCounts};
 use lockprobe::store::{LocationStore, ReadFrom};
@@ -34,7 +35,11 @@ fn client(clock: &Arc<ManualClock>, store: &Arc<MemoryStore>) -> RoutingClient {
 }
 
 fn request(secs: u64, target: Option<&str>) -> PreLockRequest {
-    PreLockRequest { owner: "test".into(), duration: Duration::from_secs(secs), target_location: target.map(Into::into) }
+    PreLockRequest {
+        owner: "test".into(),
+        duration: Duration::from_secs(secs),
+        target_location: target.map(Into::into),
+    }
 }
 
 /// After a swap the old location is guarded (secondary, write phase) until caches have
@@ -60,7 +65,8 @@ async fn a_swap_guard_survives_a_new_pre_lock_that_declares_a_target() {
     let new = b.pre_lock("r", &request(600, Some("eastus"))).await;
     let doc = store.read("r", ReadFrom::WriteRegion).await.unwrap().doc;
     let still_guarded = doc.secondary.as_ref().is_some_and(|s| {
-        s.location == "westeurope" && s.lock.as_ref().is_some_and(|l| l.phase == Phase::Write && l.expires_at >= guard_until)
+        s.location == "westeurope"
+            && s.lock.as_ref().is_some_and(|l| l.phase == Phase::Write && l.expires_at >= guard_until)
     });
     assert!(
         new.is_err() || still_guarded,

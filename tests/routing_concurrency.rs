@@ -9,7 +9,9 @@ use std::time::Duration;
 use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::routing::cache::TieredCache;
 use lockprobe::routing::lifecycle;
-use lockprobe::routing::{ClientOptions, Grant, LocationDocument, LockError, LockPolicy, PreLockRequest, RoutingClient, RoutingError};
+use lockprobe::routing::{
+    ClientOptions, Grant, LocationDocument, LockError, LockPolicy, PreLockRequest, RoutingClient, RoutingError,
+};
 use lockprobe::store::memory::{Fault, MemoryStore, MemoryStoreConfig, OpKind};
 use lockprobe::store::{ChangeCursor, LocationStore, ReadFrom, StoreError, Versioned};
 
@@ -64,7 +66,11 @@ async fn check_one_winner(store: &MemoryStore, id: &str, results: &[Result<Grant
     let winner = winners[0];
     let lease = winner.record.doc.primary.lock.as_ref().unwrap().expires_at;
     for r in results.iter().filter(|r| r.is_err()) {
-        assert_eq!(r.as_ref().err(), Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease + margin() })), "{id}");
+        assert_eq!(
+            r.as_ref().err(),
+            Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease + margin() })),
+            "{id}"
+        );
     }
     let stored = settled(store, id).await;
     assert_eq!(stored, winner.record, "{id}: the store holds the winner's document");
@@ -179,7 +185,11 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
         assert_eq!(winners.len(), 1, "{id}: {} winners", winners.len());
         let lease = winners[0].record.doc.primary.lock.as_ref().unwrap().expires_at;
         for r in results.iter().filter(|r| r.is_err()) {
-            assert_eq!(r.as_ref().err(), Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease + margin() })), "{id}");
+            assert_eq!(
+                r.as_ref().err(),
+                Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease + margin() })),
+                "{id}"
+            );
         }
         assert_eq!((calls.create, calls.replace), (TASKS as u64, 0), "{id}: one create each, no replace");
         assert_eq!(settled(&store, &id).await, winners[0].record);

@@ -134,11 +134,21 @@ impl LocationStore for Observed {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    PreLock { secs: u64, target: bool },
-    Escalate { write: bool, secs: u64 },
-    Renew { secs: u64 },
+    PreLock {
+        secs: u64,
+        target: bool,
+    },
+    Escalate {
+        write: bool,
+        secs: u64,
+    },
+    Renew {
+        secs: u64,
+    },
     /// 0 and 1: the right target; 2: the current location; 3: some other region.
-    Swap { aim: u8 },
+    Swap {
+        aim: u8,
+    },
     Release,
 }
 
@@ -160,7 +170,10 @@ enum Step {
     /// wait by the excess; that is the lease's stated clock assumption, not a bug).
     Rewind(u64),
     Inject412(usize),
-    Interfere { who: usize, n: u32 },
+    Interfere {
+        who: usize,
+        n: u32,
+    },
     Resolve(usize),
     /// The last-granted orchestrator waits out the convergence delay and carries its
     /// migration to the swap (each act checked on its own; any may be refused).
@@ -259,7 +272,17 @@ impl World {
                 Orch { client, observed, token: LockToken::generate() }
             })
             .collect();
-        Self { clock, store, log, orchs, policy: policy(), attributed: HashMap::new(), last_granted: 0, stepped_back: Duration::ZERO, offset_at: Mutex::default() }
+        Self {
+            clock,
+            store,
+            log,
+            orchs,
+            policy: policy(),
+            attributed: HashMap::new(),
+            last_granted: 0,
+            stepped_back: Duration::ZERO,
+            offset_at: Mutex::default(),
+        }
     }
 
     /// The write-region document as every reader takes it (settled by its commit time).
@@ -320,7 +343,11 @@ fn pre_lock_request(doc: &LocationDocument, secs: u64, target: bool) -> PreLockR
 
 /// Runs one act through the orchestrator's client. Returns the written record and, for
 /// a pre-lock, the granted token.
-async fn perform(o: &Orch, kind: Kind, doc0: &LocationDocument) -> Result<(Versioned, Option<LockToken>), RoutingError> {
+async fn perform(
+    o: &Orch,
+    kind: Kind,
+    doc0: &LocationDocument,
+) -> Result<(Versioned, Option<LockToken>), RoutingError> {
     let c = &o.client;
     let t = &o.token;
     match kind {
@@ -338,7 +365,13 @@ async fn perform(o: &Orch, kind: Kind, doc0: &LocationDocument) -> Result<(Versi
 
 /// What the pure lifecycle says the act should do to the settled `doc` at `now`, as
 /// readers take it once committed at `now` (the memory store commits on the same clock).
-fn oracle(w: &World, o: &Orch, kind: Kind, doc: &LocationDocument, now: DateTime<Utc>) -> Result<LocationDocument, LockError> {
+fn oracle(
+    w: &World,
+    o: &Orch,
+    kind: Kind,
+    doc: &LocationDocument,
+    now: DateTime<Utc>,
+) -> Result<LocationDocument, LockError> {
     let t = &o.token;
     let p = &w.policy;
     let next = match kind {
@@ -398,7 +431,11 @@ fn check_act_outcome(
     match result {
         Ok((v, granted)) => {
             prop_assert_eq!(commits.as_slice(), std::slice::from_ref(&v.etag), "a successful act commits exactly once");
-            prop_assert!(is_pre_lock || is_holder(doc0, presented, now), "a mutation by a non-holder committed: {:?}", act);
+            prop_assert!(
+                is_pre_lock || is_holder(doc0, presented, now),
+                "a mutation by a non-holder committed: {:?}",
+                act
+            );
             let token = granted.clone().unwrap_or_else(|| presented.clone());
             w.attributed.insert(v.etag.clone(), (act.who, act.kind, token));
         }
@@ -407,7 +444,12 @@ fn check_act_outcome(
             if !is_pre_lock && held_expired(doc0, presented, now) {
                 // A malformed request is refused as such before the lock is looked at.
                 prop_assert!(
-                    matches!(e, RoutingError::Lock(LockError::LeaseExpired { .. } | LockError::TokenMismatch | LockError::InvalidRequest(_))),
+                    matches!(
+                        e,
+                        RoutingError::Lock(
+                            LockError::LeaseExpired { .. } | LockError::TokenMismatch | LockError::InvalidRequest(_)
+                        )
+                    ),
                     "an expired token got {:?} instead of a refusal",
                     e
                 );
@@ -428,7 +470,8 @@ fn check_bounds(doc: &LocationDocument) -> Result<(), TestCaseError> {
     if let Some(l) = &doc.primary.lock {
         check_lock_bounds(l, "primary")?;
         // The target declared at pre-lock stays locked as long as the migration's lock.
-        if let Some(target) = doc.secondary.as_ref().and_then(|s| s.lock.as_ref()).filter(|t| t.token.matches(&l.token)) {
+        if let Some(target) = doc.secondary.as_ref().and_then(|s| s.lock.as_ref()).filter(|t| t.token.matches(&l.token))
+        {
             prop_assert!(target.expires_at >= l.expires_at, "the declared target's lock lapses before the migration's");
         }
     }
@@ -444,9 +487,7 @@ fn check_bounds(doc: &LocationDocument) -> Result<(), TestCaseError> {
 fn swap_guard(doc: &LocationDocument) -> Option<&lockprobe::routing::document::Section> {
     let primary = doc.primary.lock.as_ref();
     doc.secondary.as_ref().filter(|s| {
-        s.lock
-            .as_ref()
-            .is_some_and(|g| g.phase == Phase::Write && !primary.is_some_and(|p| p.token.matches(&g.token)))
+        s.lock.as_ref().is_some_and(|g| g.phase == Phase::Write && !primary.is_some_and(|p| p.token.matches(&g.token)))
     })
 }
 
@@ -492,7 +533,11 @@ fn check_transition(
             prop_assert_eq!(p.max_expires_at, n.max_expires_at, "maxExpiresAt moved");
             prop_assert!(n.phase >= p.phase, "a phase went backwards");
             if p.phase != Phase::PreLock {
-                prop_assert_eq!(p.pre_lock_expires_at, n.pre_lock_expires_at, "the parent lease moved after escalation");
+                prop_assert_eq!(
+                    p.pre_lock_expires_at,
+                    n.pre_lock_expires_at,
+                    "the parent lease moved after escalation"
+                );
             }
         }
     }
@@ -527,8 +572,9 @@ fn check_transition(
     if let Some(guarded) = guard {
         let until = guarded.lock.as_ref().unwrap().expires_at;
         prop_assert!(
-            next.secondary.as_ref().is_some_and(|s| s.location == guarded.location
-                && s.lock.as_ref().is_some_and(|l| l.expires_at >= until)),
+            next.secondary.as_ref().is_some_and(
+                |s| s.location == guarded.location && s.lock.as_ref().is_some_and(|l| l.expires_at >= until)
+            ),
             "a live swap guard on {} was dropped or shortened",
             guarded.location
         );
@@ -586,7 +632,15 @@ async fn check_world(w: &World) -> Result<(), TestCaseError> {
         });
         prop_assert_eq!(last_read, Some(if_match), "a writer presented an ETag it had not just read");
         let (prev_doc, next_doc) = (settled(prev.doc.clone()).doc, settled(next.doc.clone()).doc);
-        check_transition(w, &prev_doc, &next_doc, next.doc.committed_at, who, &next.doc.etag, offset - guard_written_at)?;
+        check_transition(
+            w,
+            &prev_doc,
+            &next_doc,
+            next.doc.committed_at,
+            who,
+            &next.doc.etag,
+            offset - guard_written_at,
+        )?;
         let lock_of = |d: &LocationDocument| swap_guard(d).and_then(|s| s.lock.clone());
         if lock_of(&next.doc.doc).is_some() && lock_of(&next.doc.doc) != lock_of(&prev.doc.doc) {
             guard_written_at = offset;
@@ -630,13 +684,21 @@ async fn do_act(w: &mut World, act: Act) -> Result<(), TestCaseError> {
     let replaces = w.store.counts().replace - replaces0;
 
     match (&expected, &result) {
-        (Err(e), r) => prop_assert_eq!(r.as_ref().err(), Some(&RoutingError::Lock(e.clone())), "refusal differs from the lifecycle"),
-        (Ok(doc), Ok((v, _))) => prop_assert_eq!(normalized(doc), normalized(&v.doc), "written document differs from the lifecycle"),
+        (Err(e), r) => prop_assert_eq!(
+            r.as_ref().err(),
+            Some(&RoutingError::Lock(e.clone())),
+            "refusal differs from the lifecycle"
+        ),
+        (Ok(doc), Ok((v, _))) => {
+            prop_assert_eq!(normalized(doc), normalized(&v.doc), "written document differs from the lifecycle")
+        }
         (Ok(_), Err(RoutingError::RetryExhausted { attempts })) => {
             prop_assert_eq!(*attempts, BUDGET);
             prop_assert!(replaces >= u64::from(BUDGET), "gave up after {} replaces", replaces);
         }
-        (Ok(_), Err(e)) => return Err(TestCaseError::fail(format!("the lifecycle allows {act:?}, the client said {e:?}"))),
+        (Ok(_), Err(e)) => {
+            return Err(TestCaseError::fail(format!("the lifecycle allows {act:?}, the client said {e:?}")))
+        }
     }
     check_act_outcome(w, act, &presented, &doc0.doc, now, from, &result)?;
     if let Ok((_, Some(granted))) = result {

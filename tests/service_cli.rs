@@ -30,7 +30,11 @@ fn bad_flags_are_usage_errors_naming_the_flag() {
     ] {
         let out = lockprobe().arg("service").args(&args).env("LOCKPROBE_LOCK_API_KEY", "k").output().unwrap();
         assert_eq!(out.status.code(), Some(64), "{args:?}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains(named), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(named),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -80,7 +84,15 @@ fn serves_every_instance_and_stops_on_sigterm() {
 #[test]
 fn a_store_fault_rehearses_an_ambiguous_pre_lock_that_a_repeat_recovers() {
     let mut child = lockprobe()
-        .args(["service", "--listen", "127.0.0.1:0", "--store-fault", "create:late-commit=1s,timeout=300ms x1", "--store-fault-seed", "7"])
+        .args([
+            "service",
+            "--listen",
+            "127.0.0.1:0",
+            "--store-fault",
+            "create:late-commit=1s,timeout=300ms x1",
+            "--store-fault-seed",
+            "7",
+        ])
         .env("LOCKPROBE_LOCK_API_KEY", "k")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -99,7 +111,8 @@ fn a_store_fault_rehearses_an_ambiguous_pre_lock_that_a_repeat_recovers() {
                 .send()
         };
         let first = call("rehearsal-1").await.unwrap();
-        let first = (first.status().as_u16(), first.headers().get("retry-after").is_some(), first.text().await.unwrap());
+        let first =
+            (first.status().as_u16(), first.headers().get("retry-after").is_some(), first.text().await.unwrap());
         tokio::time::sleep(Duration::from_secs(1)).await;
         let again = call("rehearsal-1").await.unwrap();
         let again = (again.status().as_u16(), again.json::<serde_json::Value>().await.unwrap());
@@ -132,8 +145,18 @@ mod reqwest {
 #[test]
 fn cosmos_entra_settings_are_checked_before_anything_connects() {
     let cosmos = [
-        "--store", "cosmos", "--cosmos-endpoint", "https://acct.documents.azure.com:443/", "--cosmos-database", "routing",
-        "--cosmos-container", "locations", "--cosmos-write-region", "westeurope", "--cosmos-auth", "entra",
+        "--store",
+        "cosmos",
+        "--cosmos-endpoint",
+        "https://acct.documents.azure.com:443/",
+        "--cosmos-database",
+        "routing",
+        "--cosmos-container",
+        "locations",
+        "--cosmos-write-region",
+        "westeurope",
+        "--cosmos-auth",
+        "entra",
     ];
     let out = lockprobe()
         .arg("service")
@@ -215,7 +238,10 @@ fn durations_over_ten_years_are_usage_errors_naming_the_flag() {
         args.extend([flag, "500000years"]);
         let (code, stderr) = run_briefly(&args, &[]);
         assert_eq!(code, Some(64), "{args:?}: {stderr}");
-        assert!(stderr.contains(flag) && stderr.contains("500000years") && stderr.contains("10years"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains("500000years") && stderr.contains("10years"),
+            "{args:?}: {stderr}"
+        );
     }
     let (code, stderr) = run_briefly(&monitor, &[("LOCKPROBE_MONITOR_SCAN_INTERVAL", "500000years")]);
     assert_eq!(code, Some(64), "from the environment too: {stderr}");
@@ -255,7 +281,11 @@ cosmos_write_region = "westeurope"
         ("cache_ttl = \"1s\"", "cache_ttl = \"500000years\"", "cache_ttl"),
         ("timeout = \"2h\"", "timeout = \"500000years\"", "timeout"),
         ("timeout = \"2h\"", "timeout = \"2h\"\njitter = \"500000years\"", "jitter"),
-        ("cosmos_write_region = \"westeurope\"", "cosmos_write_region = \"westeurope\"\nmonitor_lapse_grace = \"500000years\"", "monitor_lapse_grace"),
+        (
+            "cosmos_write_region = \"westeurope\"",
+            "cosmos_write_region = \"westeurope\"\nmonitor_lapse_grace = \"500000years\"",
+            "monitor_lapse_grace",
+        ),
     ] {
         std::fs::write(path, good.replace(from, to)).unwrap();
         let (code, stderr) = run_briefly(&["check-config", path], &cosmos_key);

@@ -20,7 +20,8 @@ const KEY: &str = "test-key";
 const TTL: Duration = Duration::from_secs(2);
 const BOUND: Duration = Duration::from_secs(1);
 /// From a pre-lock to the instant it may be escalated: the declared delay and the skew margin.
-const CONVERGED: Duration = Duration::from_millis(TTL.as_millis() as u64 + BOUND.as_millis() as u64 + DEFAULT_SKEW_MARGIN.as_millis() as u64);
+const CONVERGED: Duration =
+    Duration::from_millis(TTL.as_millis() as u64 + BOUND.as_millis() as u64 + DEFAULT_SKEW_MARGIN.as_millis() as u64);
 
 struct Harness {
     clock: Arc<ManualClock>,
@@ -38,7 +39,8 @@ impl Drop for Harness {
 
 async fn harness_with(faults: Vec<Fault>, instances: usize) -> Harness {
     let clock = Arc::new(ManualClock::at_epoch());
-    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: BOUND, ..Default::default() }));
+    let store =
+        Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: BOUND, ..Default::default() }));
     let config = ServiceConfig {
         cache_ttls: vec![Duration::from_millis(500), TTL],
         replication_bound: BOUND,
@@ -78,7 +80,14 @@ impl Answer {
 }
 
 impl Harness {
-    async fn call(&self, instance: usize, method: Method, path: &str, body: Option<Value>, auth: Option<&str>) -> Answer {
+    async fn call(
+        &self,
+        instance: usize,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        auth: Option<&str>,
+    ) -> Answer {
         let mut req = self.http.request(method, format!("{}{path}", self.urls[instance]));
         if let Some(key) = auth {
             req = req.bearer_auth(key);
@@ -90,7 +99,8 @@ impl Harness {
         let status = resp.status();
         let headers = resp.headers().clone();
         let text = resp.text().await.unwrap();
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let body =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
         if status.is_client_error() || status.is_server_error() {
             assert_eq!(headers.get("content-type").unwrap(), "application/problem+json", "{status} {body}");
         }
@@ -188,7 +198,10 @@ async fn lock_api_needs_credentials_and_a_test_resource() {
     let wrong = h.call(0, Method::POST, "/v1/resources/probe-a/lock", Some(body.clone()), Some("nope")).await;
     assert_eq!((wrong.status, wrong.problem_type()), (StatusCode::FORBIDDEN, "urn:lockprobe:error:forbidden"));
     let outside = h.call(0, Method::POST, "/v1/resources/user-42/lock", Some(body), Some(KEY)).await;
-    assert_eq!((outside.status, outside.problem_type()), (StatusCode::FORBIDDEN, "urn:lockprobe:error:not-test-resource"));
+    assert_eq!(
+        (outside.status, outside.problem_type()),
+        (StatusCode::FORBIDDEN, "urn:lockprobe:error:not-test-resource")
+    );
     assert_eq!(h.etag("probe-a").await, None, "refused calls create nothing");
     assert_eq!(h.etag("user-42").await, None);
 }
@@ -203,7 +216,10 @@ async fn every_lock_refusal_has_its_type() {
     assert!(held.headers.get("retry-after").is_some());
 
     let mismatch = h.escalate("probe-a", "0123456789abcdef0123456789abcdef", "hardDelete", 10.0).await;
-    assert_eq!((mismatch.status, mismatch.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:token-mismatch"));
+    assert_eq!(
+        (mismatch.status, mismatch.problem_type()),
+        (StatusCode::CONFLICT, "urn:lockprobe:error:token-mismatch")
+    );
 
     let early = h.escalate("probe-a", &token, "hardDelete", 10.0).await;
     assert_eq!((early.status, early.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:invalid-transition"));
@@ -211,7 +227,10 @@ async fn every_lock_refusal_has_its_type() {
     let skip = h.escalate("probe-a", &token, "write", 10.0).await;
     assert_eq!((skip.status, skip.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:invalid-transition"));
     let swap_early = h.swap("probe-a", &token, "northeurope").await;
-    assert_eq!((swap_early.status, swap_early.problem_type()), (StatusCode::CONFLICT, "urn:lockprobe:error:invalid-transition"));
+    assert_eq!(
+        (swap_early.status, swap_early.problem_type()),
+        (StatusCode::CONFLICT, "urn:lockprobe:error:invalid-transition")
+    );
 
     let renew = h.lock(0, "probe-a", "/renew", json!({"token": token, "durationSeconds": 100})).await;
     assert_eq!(renew.status, StatusCode::OK);
@@ -248,12 +267,18 @@ async fn store_failures_are_503_and_change_nothing() {
 
     h.store.inject(OpKind::Replace, StoreFault::Fail(StoreError::PreconditionFailed), 100);
     let raced = h.escalate("probe-a", &token, "hardDelete", 10.0).await;
-    assert_eq!((raced.status, raced.problem_type()), (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:conflict-retry-exhausted"));
+    assert_eq!(
+        (raced.status, raced.problem_type()),
+        (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:conflict-retry-exhausted")
+    );
     h.store.clear_faults();
 
     h.store.inject(OpKind::ReadWriteRegion, StoreFault::Fail(StoreError::Unavailable("injected".into())), 1);
     let down = h.escalate("probe-a", &token, "hardDelete", 10.0).await;
-    assert_eq!((down.status, down.problem_type()), (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable"));
+    assert_eq!(
+        (down.status, down.problem_type()),
+        (StatusCode::SERVICE_UNAVAILABLE, "urn:lockprobe:error:store-unavailable")
+    );
     assert!(!down.body.to_string().contains("injected"), "5xx bodies stay generic");
     assert_eq!(h.etag("probe-a").await, before);
 
@@ -339,7 +364,9 @@ async fn fifty_concurrent_pre_locks_give_one_winner() {
     let tasks: Vec<_> = (0..50)
         .map(|i| {
             let h = h.clone();
-            tokio::spawn(async move { h.lock(i % 2, "probe-race", "", json!({"owner": format!("o{i}"), "durationSeconds": 60})).await.status })
+            tokio::spawn(async move {
+                h.lock(i % 2, "probe-race", "", json!({"owner": format!("o{i}"), "durationSeconds": 60})).await.status
+            })
         })
         .collect();
     let mut statuses = Vec::new();
@@ -439,7 +466,11 @@ async fn bad_input_is_400_and_changes_nothing() {
     ];
     for body in cases {
         let a = h.lock(0, id, "/escalate", body.clone()).await;
-        assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "{body}");
+        assert_eq!(
+            (a.status, a.problem_type()),
+            (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"),
+            "{body}"
+        );
     }
     let too_long_pre = h.lock(0, "probe-other", "", json!({"owner": "x", "durationSeconds": 7200})).await;
     assert_eq!(too_long_pre.status, StatusCode::BAD_REQUEST, "over the service maximum");
@@ -454,7 +485,10 @@ async fn bad_input_is_400_and_changes_nothing() {
     assert_eq!(long_key.status, StatusCode::BAD_REQUEST);
 
     let no_token = h.release(id, None).await;
-    assert_eq!((no_token.status, no_token.body["type"].as_str()), (StatusCode::BAD_REQUEST, Some("urn:lockprobe:error:bad-request")));
+    assert_eq!(
+        (no_token.status, no_token.body["type"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("urn:lockprobe:error:bad-request"))
+    );
     let bad_write = h.call(0, Method::PUT, "/v1/resources/probe-bad/items/k", Some(json!({"nope": 1})), None).await;
     assert_eq!(bad_write.status, StatusCode::BAD_REQUEST);
 
@@ -497,7 +531,8 @@ async fn a_refused_pre_lock_of_a_new_resource_creates_no_document() {
     let h = harness().await;
     let over = h.lock(0, "probe-new", "", json!({"owner": "x", "durationSeconds": 7200})).await;
     assert_eq!((over.status, over.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
-    let home = h.lock(0, "probe-new", "", json!({"owner": "x", "durationSeconds": 10, "targetLocation": "westeurope"})).await;
+    let home =
+        h.lock(0, "probe-new", "", json!({"owner": "x", "durationSeconds": 10, "targetLocation": "westeurope"})).await;
     assert_eq!((home.status, home.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
     assert_eq!(h.etag("probe-new").await, None, "bad input changes nothing, not even the document's existence");
     let before = h.store.counts();
@@ -552,18 +587,27 @@ async fn a_swap_to_an_undeclared_target_copies_nothing() {
     let id = "probe-swap";
     items.put("eastus", id, "kept", json!("the old location's data"));
     assert_eq!(call("PUT", &format!("/v1/resources/{id}/items/k"), json!({"value": 1})).await.unwrap().status(), 201);
-    let pre = call("POST", &format!("/v1/resources/{id}/lock"), json!({"owner": "o", "durationSeconds": 600, "targetLocation": "northeurope"}))
-        .await
-        .unwrap();
+    let pre = call(
+        "POST",
+        &format!("/v1/resources/{id}/lock"),
+        json!({"owner": "o", "durationSeconds": 600, "targetLocation": "northeurope"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(pre.status(), 201);
     let pre: Value = serde_json::from_slice(&axum::body::to_bytes(pre.into_body(), 1 << 16).await.unwrap()).unwrap();
     let token = pre["token"].as_str().unwrap();
     clock.advance(CONVERGED);
     for phase in ["hardDelete", "write"] {
-        let up = call("POST", &format!("/v1/resources/{id}/lock/escalate"), json!({"token": token, "phase": phase, "durationSeconds": 60}));
+        let up = call(
+            "POST",
+            &format!("/v1/resources/{id}/lock/escalate"),
+            json!({"token": token, "phase": phase, "durationSeconds": 60}),
+        );
         assert_eq!(up.await.unwrap().status(), 200);
     }
-    let wrong = call("POST", &format!("/v1/resources/{id}/lock/swap"), json!({"token": token, "targetLocation": "eastus"}));
+    let wrong =
+        call("POST", &format!("/v1/resources/{id}/lock/swap"), json!({"token": token, "targetLocation": "eastus"}));
     assert_eq!(wrong.await.unwrap().status(), 400);
     assert_eq!(items.get("eastus", id, "kept").map(|i| i.value), Some(json!("the old location's data")));
     assert_eq!(items.get("eastus", id, "k"), None, "nothing was copied to a target the swap refused");
@@ -594,7 +638,10 @@ async fn a_new_resource_is_found_on_every_instance_before_replicas_catch_up() {
     assert_eq!(h.write(0, "probe-fresh", "k", json!(1)).await.status, StatusCode::CREATED);
     let read = h.read(1, "probe-fresh", "k").await;
     // A store read on a miss, not a lock's read-through: it says `store`.
-    assert_eq!((read.status, read.body["value"].clone(), read.source()), (StatusCode::OK, json!(1), "store".to_owned()));
+    assert_eq!(
+        (read.status, read.body["value"].clone(), read.source()),
+        (StatusCode::OK, json!(1), "store".to_owned())
+    );
     let route = h.route(1, "probe-fresh").await;
     assert_eq!((route.status, route.body["location"].clone()), (StatusCode::OK, json!("westeurope")));
     let write = h.write(1, "probe-fresh", "k2", json!(2)).await;
@@ -626,13 +673,19 @@ async fn ids_and_keys_with_characters_cosmos_forbids_are_400_on_every_route() {
             h.delete(0, "probe-ok", &format!("k{encoded}")).await,
         ];
         for (i, a) in answers.iter().enumerate() {
-            assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "{encoded} call {i}: {}", a.body);
+            assert_eq!(
+                (a.status, a.problem_type()),
+                (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"),
+                "{encoded} call {i}: {}",
+                a.body
+            );
         }
         let decoded = id.replace("%5C", "\\").replace("%3F", "?").replace("%23", "#");
         assert_eq!(h.etag(&decoded).await, None, "{encoded}: a refused call creates nothing");
     }
     assert_eq!(h.etag("probe-ok").await, None, "a refused key creates nothing");
-    let target = h.lock(0, "probe-t", "", json!({"owner": "x", "durationSeconds": 10, "targetLocation": "north\\europe"})).await;
+    let target =
+        h.lock(0, "probe-t", "", json!({"owner": "x", "durationSeconds": 10, "targetLocation": "north\\europe"})).await;
     assert_eq!((target.status, target.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
     assert_eq!(h.etag("probe-t").await, None);
 }
@@ -642,7 +695,11 @@ async fn an_owner_with_control_characters_is_400() {
     let h = harness().await;
     for owner in ["orchestrator\n", "a\u{0}b", "tab\there", "\u{1b}[31mred"] {
         let a = h.lock(0, "probe-owner", "", json!({"owner": owner, "durationSeconds": 10})).await;
-        assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "{owner:?}");
+        assert_eq!(
+            (a.status, a.problem_type()),
+            (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"),
+            "{owner:?}"
+        );
     }
     assert_eq!(h.etag("probe-owner").await, None);
     assert_eq!(h.pre_lock("probe-owner", 10.0).await.status, StatusCode::CREATED, "a plain owner is still fine");
@@ -670,7 +727,12 @@ async fn undecodable_paths_are_400_problems_on_every_route() {
         h.call(0, Method::DELETE, &format!("/v1/resources/{bad}/lock"), None, Some(KEY)).await,
     ];
     for (i, a) in answers.iter().enumerate() {
-        assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"), "call {i}: {}", a.body);
+        assert_eq!(
+            (a.status, a.problem_type()),
+            (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"),
+            "call {i}: {}",
+            a.body
+        );
     }
     assert_eq!(h.etag("probe-ok").await, None);
 }
@@ -678,7 +740,9 @@ async fn undecodable_paths_are_400_problems_on_every_route() {
 #[tokio::test]
 async fn unknown_routes_are_404_and_wrong_methods_405_problems() {
     let h = harness().await;
-    for path in ["/", "/v1", "/v1/resources/probe-a", "/v1/resources/probe-a/lock/explode", "/v2/resources/probe-a/route"] {
+    for path in
+        ["/", "/v1", "/v1/resources/probe-a", "/v1/resources/probe-a/lock/explode", "/v2/resources/probe-a/route"]
+    {
         let a = h.call(0, Method::GET, path, None, None).await;
         assert_eq!((a.status, a.problem_type()), (StatusCode::NOT_FOUND, "urn:lockprobe:error:not-found"), "{path}");
         assert!(a.body["detail"].as_str().is_some_and(|d| !d.is_empty()), "{path}: {}", a.body);
@@ -691,7 +755,11 @@ async fn unknown_routes_are_404_and_wrong_methods_405_problems() {
         (Method::POST, "/healthz", "GET,HEAD"),
     ] {
         let a = h.call(0, method.clone(), path, None, Some(KEY)).await;
-        assert_eq!((a.status, a.problem_type()), (StatusCode::METHOD_NOT_ALLOWED, "urn:lockprobe:error:method-not-allowed"), "{method} {path}");
+        assert_eq!(
+            (a.status, a.problem_type()),
+            (StatusCode::METHOD_NOT_ALLOWED, "urn:lockprobe:error:method-not-allowed"),
+            "{method} {path}"
+        );
         let allowed = a.headers.get("allow").map(|v| v.to_str().unwrap().replace(' ', ""));
         assert_eq!(allowed.as_deref(), Some(allow), "{method} {path}");
     }
@@ -704,7 +772,10 @@ async fn unknown_routes_are_404_and_wrong_methods_405_problems() {
 async fn settings_and_leases_at_the_ten_year_bound_do_not_panic() {
     use lockprobe::usage::MAX_DURATION;
     let clock = Arc::new(ManualClock::at_epoch());
-    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: MAX_DURATION, ..Default::default() }));
+    let store = Arc::new(MemoryStore::new(
+        clock.clone(),
+        MemoryStoreConfig { replica_lag: MAX_DURATION, ..Default::default() },
+    ));
     let config = ServiceConfig {
         cache_ttls: vec![MAX_DURATION],
         replication_bound: MAX_DURATION,
@@ -720,12 +791,22 @@ async fn settings_and_leases_at_the_ten_year_bound_do_not_panic() {
     let refused = start(over, dyn_store.clone(), clock.clone(), listen.clone(), shutdown.clone()).await.unwrap_err();
     assert!(refused.to_string().contains("--max-prelock"), "a config built in code is bounded too: {refused}");
     let running = start(config, dyn_store, clock.clone(), listen, shutdown.clone()).await.unwrap();
-    let h = Harness { clock, store, urls: vec![format!("http://{}", running.addrs[0])], http: reqwest::Client::new(), shutdown };
+    let h = Harness {
+        clock,
+        store,
+        urls: vec![format!("http://{}", running.addrs[0])],
+        http: reqwest::Client::new(),
+        shutdown,
+    };
     let most = MAX_DURATION.as_secs_f64();
     let pre = h.pre_lock("probe-huge", most).await;
     assert_eq!(pre.status, StatusCode::CREATED, "{}", pre.body);
     let token = pre.body["token"].as_str().unwrap().to_owned();
-    assert_eq!(h.write(0, "probe-huge", "k", json!(1)).await.status, StatusCode::CREATED, "a pre-lock does not block writes");
+    assert_eq!(
+        h.write(0, "probe-huge", "k", json!(1)).await.status,
+        StatusCode::CREATED,
+        "a pre-lock does not block writes"
+    );
     let renewed = h.lock(0, "probe-huge", "/renew", json!({"token": token, "durationSeconds": most})).await;
     assert_eq!(renewed.status, StatusCode::OK, "{}", renewed.body);
     h.clock.advance(MAX_DURATION * 2 + DEFAULT_SKEW_MARGIN);

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::routing::cache::TieredCache;
-use lockprobe::routing::{ClientOptions, LocationDocument, LockError, LockPolicy, PreLockRequest, RoutingClient, RoutingError};
+use lockprobe::routing::{
+    ClientOptions, LocationDocument, LockError, LockPolicy, PreLockRequest, RoutingClient, RoutingError,
+};
 use lockprobe::store::{ChangeCursor, ETag, LocationStore, ReadFrom, StoreError};
 use serde_json::json;
 
@@ -70,7 +72,11 @@ mod suite {
         assert_eq!(store.read("nobody", ReadFrom::Replica).await, Err(StoreError::NotFound));
         let ghost = LocationDocument::new("nobody", "westeurope");
         assert_eq!(store.replace(&ghost, &ETag("\"any\"".into())).await, Err(StoreError::NotFound));
-        assert_eq!(store.read("nobody", ReadFrom::WriteRegion).await, Err(StoreError::NotFound), "replace must not create");
+        assert_eq!(
+            store.read("nobody", ReadFrom::WriteRegion).await,
+            Err(StoreError::NotFound),
+            "replace must not create"
+        );
     }
 
     pub async fn unknown_fields_are_preserved(store: Arc<dyn LocationStore>) {
@@ -99,7 +105,11 @@ mod suite {
     }
 
     /// Reads the change stream from `cursor` until a page comes back empty.
-    async fn drain(store: &dyn LocationStore, mut cursor: ChangeCursor, page: usize) -> (Vec<(String, ETag)>, ChangeCursor) {
+    async fn drain(
+        store: &dyn LocationStore,
+        mut cursor: ChangeCursor,
+        page: usize,
+    ) -> (Vec<(String, ETag)>, ChangeCursor) {
         let mut seen = Vec::new();
         let mut last_commit = None;
         for _ in 0..100 {
@@ -128,7 +138,9 @@ mod suite {
             let got: Vec<&ETag> = delivered.iter().filter(|(d, _)| d == id).map(|(_, e)| e).collect();
             let positions: Vec<usize> = got
                 .iter()
-                .map(|e| history.iter().position(|h| h == *e).unwrap_or_else(|| panic!("{id}: {e:?} was never committed")))
+                .map(|e| {
+                    history.iter().position(|h| h == *e).unwrap_or_else(|| panic!("{id}: {e:?} was never committed"))
+                })
                 .collect();
             assert!(positions.windows(2).all(|w| w[0] < w[1]), "{id}: versions out of order or repeated: {got:?}");
             assert_eq!(got.last(), history.last().as_ref(), "{id}: the latest version must be delivered");
@@ -142,7 +154,8 @@ mod suite {
         fn write(committed: &mut HashMap<String, Vec<ETag>>, id: &str, etag: ETag) {
             committed.entry(id.to_owned()).or_default().push(etag);
         }
-        let docs: Vec<LocationDocument> = ["c", "a", "b"].iter().map(|id| LocationDocument::new(*id, "westeurope")).collect();
+        let docs: Vec<LocationDocument> =
+            ["c", "a", "b"].iter().map(|id| LocationDocument::new(*id, "westeurope")).collect();
         for doc in &docs {
             write(&mut committed, &doc.id, store.create(doc).await.unwrap().etag);
         }
@@ -188,7 +201,10 @@ mod suite {
         }
         assert_eq!(pages, [vec!["a", "b", "c"], vec!["m", "q", "x"], vec!["z"]]);
         assert!(store.scan(Some("zz"), 3).await.unwrap().is_empty());
-        assert_eq!(store.scan(Some("b"), 2).await.unwrap().iter().map(|v| v.doc.id.as_str()).collect::<Vec<_>>(), ["c", "m"]);
+        assert_eq!(
+            store.scan(Some("b"), 2).await.unwrap().iter().map(|v| v.doc.id.as_str()).collect::<Vec<_>>(),
+            ["c", "m"]
+        );
     }
 
     pub async fn concurrent_replaces_from_one_etag_have_one_winner(store: Arc<dyn LocationStore>) {
@@ -308,7 +324,12 @@ async fn cosmos_store() -> Arc<dyn LocationStore> {
 /// in place of the server's stub), a fresh database per test.
 async fn cosmos_change_feed_store() -> Arc<dyn LocationStore> {
     let registry = prometheus::Registry::new();
-    Arc::new(cosmos_server::connect_with(&cosmos_endpoint(), &registry, |args| args.change_stream = lockprobe::app::store::cosmos::ChangeStreamChoice::ChangeFeed).await)
+    Arc::new(
+        cosmos_server::connect_with(&cosmos_endpoint(), &registry, |args| {
+            args.change_stream = lockprobe::app::store::cosmos::ChangeStreamChoice::ChangeFeed
+        })
+        .await,
+    )
 }
 
 conformance_suite!(memory, memory_store());

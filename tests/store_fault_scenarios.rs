@@ -159,7 +159,11 @@ async fn an_ambiguous_pre_lock_is_outcome_unknown_and_its_repeat_returns_the_gra
     let again = f.pre_lock(1, ID, "key-1", 600.0, None).await;
     assert_eq!(again.status, 201, "{:?}", again.body);
     let tok = token(&again);
-    assert_eq!(f.pre_lock(1, ID, "key-1", 600.0, None).await.field("token"), Some(tok.as_str()), "the same token again");
+    assert_eq!(
+        f.pre_lock(1, ID, "key-1", 600.0, None).await.field("token"),
+        Some(tok.as_str()),
+        "the same token again"
+    );
     assert_eq!(f.pre_lock(0, ID, "someone-else", 600.0, None).await.status, 423);
     assert_eq!(f.release(1, ID, "rel", &tok).await.status, 204, "the holder can release: nothing is orphaned");
     assert_eq!(f.pre_lock(0, ID, "key-1", 600.0, None).await.status, 409, "a released key never grants a fresh lock");

@@ -10,6 +10,8 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
+use super::store::{OpenStoreError, StoreArgs};
+use super::tasks::{Background, GRACE};
 use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor, MonitorConfig, MonitorStatus};
 use crate::probe::observer::PrintObserver;
@@ -17,8 +19,6 @@ use crate::probe::runtime::Probe;
 use crate::probe::scheduler::TargetSchedule;
 use crate::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use crate::probe::state::StateFile;
-use super::store::{OpenStoreError, StoreArgs};
-use super::tasks::{Background, GRACE};
 use crate::service::{self, ServiceConfig};
 use crate::store::LocationStore;
 use crate::usage::UsageError;
@@ -56,12 +56,17 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let probe = Probe::new()?;
     // Store metrics (Cosmos request charges) are served with the probe's own.
-    let store = args.store.open(clock.clone(), args.replication_bound, probe.metrics.registry()).await.map_err(OpenStoreError::into_anyhow)?;
+    let store = args
+        .store
+        .open(clock.clone(), args.replication_bound, probe.metrics.registry())
+        .await
+        .map_err(OpenStoreError::into_anyhow)?;
     let background = Background::new();
     let monitor = start_monitor(&args, &store, &clock, &probe, &background)?;
     let probe = Probe { extra_routes: Some(monitor_http::router(monitor.clone())), ..probe };
     let instances = start_service(&args, &api_key, store, clock, &background).await?;
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let listener =
+        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     print_banner(&args, &instances, listener.local_addr()?);
 
     let summary = probe
@@ -87,7 +92,8 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
 /// The flags a demo cannot run with are usage errors, found before anything starts;
 /// returns the schedule.
 fn check(args: &DemoArgs) -> Result<cron::Schedule, UsageError> {
-    let schedule = cron::Schedule::from_str(&args.schedule).map_err(|e| UsageError::new(format!("--schedule: invalid cron expression: {e}")))?;
+    let schedule = cron::Schedule::from_str(&args.schedule)
+        .map_err(|e| UsageError::new(format!("--schedule: invalid cron expression: {e}")))?;
     if args.cycles == Some(0) {
         return Err(UsageError::new("--cycles: must be at least 1"));
     }
@@ -141,7 +147,12 @@ async fn start_service(
 }
 
 /// The demo's one target: its settings and its compressed schedule.
-fn probe_target(args: &DemoArgs, schedule: cron::Schedule, instances: Vec<String>, api_key: String) -> (ProbeSettings, TargetSchedule) {
+fn probe_target(
+    args: &DemoArgs,
+    schedule: cron::Schedule,
+    instances: Vec<String>,
+    api_key: String,
+) -> (ProbeSettings, TargetSchedule) {
     let settings = ProbeSettings {
         expected_convergence: Some(args.cache_ttl + args.replication_bound),
         replication_bound: args.replication_bound,

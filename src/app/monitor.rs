@@ -54,23 +54,36 @@ fn flag_error(e: MonitorConfigError) -> UsageError {
 pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
     // Bad flags are usage errors, reported before the port is taken.
     cmd.section.monitor.validate().map_err(flag_error)?;
-    let listener = tokio::net::TcpListener::bind(cmd.listen).await.with_context(|| format!("binding --listen {}", cmd.listen))?;
+    let listener =
+        tokio::net::TcpListener::bind(cmd.listen).await.with_context(|| format!("binding --listen {}", cmd.listen))?;
     serve(cmd.section, listener, shutdown).await
 }
 
 /// Like [`run`], on a listener the caller bound (`--listen` is ignored), so a test
 /// can bind port 0 and know the port without giving it back first.
-pub async fn run_on(cmd: MonitorCommand, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub async fn run_on(
+    cmd: MonitorCommand,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     cmd.section.monitor.validate().map_err(flag_error)?;
     serve(cmd.section, listener, shutdown).await
 }
 
-async fn serve(section: MonitorSection, listener: tokio::net::TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+async fn serve(
+    section: MonitorSection,
+    listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let registry = Registry::new();
     // `memory` watches an empty in-process store: a smoke test on its own; `serve` and
     // `demo` hand the monitor the store they run on.
-    let store = section.store.open(clock.clone(), std::time::Duration::ZERO, &registry).await.map_err(OpenStoreError::into_anyhow)?;
+    let store = section
+        .store
+        .open(clock.clone(), std::time::Duration::ZERO, &registry)
+        .await
+        .map_err(OpenStoreError::into_anyhow)?;
     let monitor = Arc::new(Monitor::new(store, clock, section.monitor, &registry)?);
     let app = http::router(monitor.clone()).route(exposition::PATH, exposition::route(registry));
     println!("lockprobe monitor: listening on http://{}", listener.local_addr()?);
@@ -140,7 +153,8 @@ impl MonitorSection {
         let base = Self::from_environment()?;
         let kind = match store_kind {
             None => base.store.kind,
-            Some(v) => StoreKind::deserialize(v.clone()).map_err(|_| UsageError::new(format!("[monitor] store: {v} is not memory or cosmos")))?,
+            Some(v) => StoreKind::deserialize(v.clone())
+                .map_err(|_| UsageError::new(format!("[monitor] store: {v} is not memory or cosmos")))?,
         };
         let section = Self {
             store: StoreArgs {
@@ -157,10 +171,9 @@ impl MonitorSection {
     /// from a variable is logged.
     fn from_environment() -> Result<Self, UsageError> {
         let cmd = <Self as clap::Args>::augment_args(clap::Command::new("[monitor]").no_binary_name(true));
-        let matches = cmd
-            .clone()
-            .try_get_matches_from(Vec::<String>::new())
-            .map_err(|e| UsageError::new(format!("[monitor] from the environment: {}", e.render().to_string().trim())))?;
+        let matches = cmd.clone().try_get_matches_from(Vec::<String>::new()).map_err(|e| {
+            UsageError::new(format!("[monitor] from the environment: {}", e.render().to_string().trim()))
+        })?;
         for arg in cmd.get_arguments() {
             if matches.value_source(arg.get_id().as_str()) == Some(clap::parser::ValueSource::EnvVariable) {
                 let key = arg.get_long().unwrap_or_default().replace('-', "_");

@@ -26,15 +26,15 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{Clock, SystemClock};
 use super::monitor::MonitorSection;
+use super::store::OpenStoreError;
+use super::tasks::{Background, GRACE};
+use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor};
 use crate::probe::config::{Config, ConfigError};
 use crate::probe::observer::TracingObserver;
 use crate::probe::runtime::Probe;
 use crate::probe::state::StateFile;
-use super::store::OpenStoreError;
-use super::tasks::{Background, GRACE};
 use crate::usage::UsageError;
 
 /// Flags of `lockprobe serve`.
@@ -75,10 +75,15 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result
     // The monitor runs beside the probe, on the tracker, and stops after it.
     let background = Background::new();
     if let Some(table) = &config.monitor {
-        let section = MonitorSection::from_table(table).map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
+        let section = MonitorSection::from_table(table)
+            .map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let registry = probe.metrics.registry();
-        let store = section.store.open(clock.clone(), std::time::Duration::ZERO, registry).await.map_err(OpenStoreError::into_anyhow)?;
+        let store = section
+            .store
+            .open(clock.clone(), std::time::Duration::ZERO, registry)
+            .await
+            .map_err(OpenStoreError::into_anyhow)?;
         let monitor = Arc::new(Monitor::new(store, clock, section.monitor, registry)?);
         background.spawn("monitor", monitor.clone().run(background.token()));
         probe.extra_routes = Some(monitor_http::router(monitor));
@@ -91,24 +96,17 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result
 
 /// Runs `probe` on the targets of an already loaded `config` until `shutdown` (the
 /// process may have given `probe` more routes to serve).
-async fn serve_config(args: &ServeArgs, config: Config, probe: Probe, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let targets = config
-        .probe_targets()
-        .map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
+async fn serve_config(
+    args: &ServeArgs,
+    config: Config,
+    probe: Probe,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let targets = config.probe_targets().map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
     let state = Arc::new(StateFile::open(&config.state_file)?);
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
+    let listener =
+        tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
     tracing::info!(addr = %listener.local_addr()?, targets = targets.len(), "probe http server listening");
-    probe
-        .run(
-            targets,
-            state,
-            Arc::new(TracingObserver),
-            listener,
-            None,
-            shutdown,
-        )
-        .await?;
+    probe.run(targets, state, Arc::new(TracingObserver), listener, None, shutdown).await?;
     Ok(())
 }

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::service::{start, Fault, ServiceConfig};
+use super::store::{OpenStoreError, StoreArgs};
 use crate::clock::{Clock, SystemClock};
+use crate::service::{start, Fault, ServiceConfig};
 use crate::store::faults::{FaultRule, FaultyStore};
 use crate::store::LocationStore;
-use super::store::{OpenStoreError, StoreArgs};
 use crate::usage::UsageError;
 
 /// Environment variable holding the lock API key (kept out of argv and process lists).
@@ -98,7 +98,11 @@ impl ServiceArgs {
                 if self.listen.port() == 0 {
                     return Ok(self.listen);
                 }
-                let port = self.listen.port().checked_add(i).ok_or_else(|| UsageError::new("--listen port + --instances exceeds 65535"))?;
+                let port = self
+                    .listen
+                    .port()
+                    .checked_add(i)
+                    .ok_or_else(|| UsageError::new("--listen port + --instances exceeds 65535"))?;
                 Ok(SocketAddr::new(self.listen.ip(), port))
             })
             .collect()

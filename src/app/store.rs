@@ -82,7 +82,9 @@ impl StoreArgs {
         registry: &Registry,
     ) -> Result<Arc<dyn LocationStore>, OpenStoreError> {
         match self.validate()? {
-            None => Ok(Arc::new(MemoryStore::new(clock, MemoryStoreConfig { replica_lag, ..MemoryStoreConfig::default() }))),
+            None => {
+                Ok(Arc::new(MemoryStore::new(clock, MemoryStoreConfig { replica_lag, ..MemoryStoreConfig::default() })))
+            }
             Some(config) => Ok(Arc::new(CosmosStore::connect(config, registry).await?)),
         }
     }

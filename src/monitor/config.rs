@@ -39,7 +39,12 @@ pub struct MonitorConfig {
     #[serde(rename = "monitor_poll_interval", with = "crate::usage::duration")]
     pub poll_interval: Duration,
     /// Changes asked for per poll.
-    #[arg(id = "monitor_poll_batch", long = "monitor-poll-batch", env = "LOCKPROBE_MONITOR_POLL_BATCH", default_value_t = 1000)]
+    #[arg(
+        id = "monitor_poll_batch",
+        long = "monitor-poll-batch",
+        env = "LOCKPROBE_MONITOR_POLL_BATCH",
+        default_value_t = 1000
+    )]
     #[serde(rename = "monitor_poll_batch")]
     pub poll_batch: usize,
     /// How often the whole store is scanned for orphans and partial cutovers the stream
@@ -48,7 +53,12 @@ pub struct MonitorConfig {
     #[serde(rename = "monitor_scan_interval", with = "crate::usage::duration")]
     pub scan_interval: Duration,
     /// Documents per scan page.
-    #[arg(id = "monitor_scan_page", long = "monitor-scan-page", env = "LOCKPROBE_MONITOR_SCAN_PAGE", default_value_t = 1000)]
+    #[arg(
+        id = "monitor_scan_page",
+        long = "monitor-scan-page",
+        env = "LOCKPROBE_MONITOR_SCAN_PAGE",
+        default_value_t = 1000
+    )]
     #[serde(rename = "monitor_scan_page")]
     pub scan_page: usize,
     /// How often lapsed leases are looked for between scans.
@@ -76,7 +86,11 @@ pub struct MonitorConfig {
     /// A client that under-declares (effectiveAt - acquiredAt shorter than this) cannot
     /// hide an early escalation.
     #[arg(id = "monitor_declared_delay", long = "monitor-declared-delay", env = "LOCKPROBE_MONITOR_DECLARED_DELAY", value_parser = crate::usage::parse_bounded_duration)]
-    #[serde(rename = "monitor_declared_delay", with = "crate::usage::duration::option", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "monitor_declared_delay",
+        with = "crate::usage::duration::option",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub declared_delay: Option<Duration>,
     /// How many recent anomalies the status API lists (not a flag: embedders set it).
     #[arg(skip = MonitorConfig::RECENT_ANOMALIES)]
@@ -142,10 +156,7 @@ impl MonitorConfig {
                 return Err(MonitorConfigError::NotPositive { field });
             }
         }
-        for (field, n) in [
-            ("poll_batch", self.poll_batch),
-            ("scan_page", self.scan_page),
-        ] {
+        for (field, n) in [("poll_batch", self.poll_batch), ("scan_page", self.scan_page)] {
             if n == 0 {
                 return Err(MonitorConfigError::ZeroCount { field });
             }
@@ -197,7 +208,9 @@ mod tests {
         .unwrap();
         assert_eq!(from_keys, from_flags);
         // Every flag has the key of its name, and back.
-        let keys = toml::Table::try_from(MonitorConfig { declared_delay: Some(Duration::ZERO), ..MonitorConfig::default() }).unwrap();
+        let keys =
+            toml::Table::try_from(MonitorConfig { declared_delay: Some(Duration::ZERO), ..MonitorConfig::default() })
+                .unwrap();
         let flags: Vec<String> = <Cli as clap::CommandFactory>::command()
             .get_arguments()
             .filter_map(|a| a.get_long())
@@ -213,7 +226,10 @@ mod tests {
     #[test]
     fn a_zero_interval_names_its_flag_and_its_key() {
         let err = parse(&["--monitor-sweep-interval", "0s"]).unwrap().validate().unwrap_err();
-        assert_eq!((err.flag(), err.key(), err.reason()), ("--monitor-sweep-interval".into(), "monitor_sweep_interval".into(), "must be positive"));
+        assert_eq!(
+            (err.flag(), err.key(), err.reason()),
+            ("--monitor-sweep-interval".into(), "monitor_sweep_interval".into(), "must be positive")
+        );
         assert!(parse(&["--monitor-poll-interval", "soon"]).is_err());
     }
 
@@ -229,23 +245,9 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_zero_intervals_are_named() {
         MonitorConfig::default().validate().unwrap();
-        let bad = MonitorConfig {
-            scan_interval: Duration::ZERO,
-            ..MonitorConfig::default()
-        };
-        assert_eq!(
-            bad.validate(),
-            Err(MonitorConfigError::NotPositive {
-                field: "scan_interval"
-            })
-        );
-        let bad = MonitorConfig {
-            poll_batch: 0,
-            ..MonitorConfig::default()
-        };
-        assert_eq!(
-            bad.validate().unwrap_err().to_string(),
-            "poll_batch must be at least 1"
-        );
+        let bad = MonitorConfig { scan_interval: Duration::ZERO, ..MonitorConfig::default() };
+        assert_eq!(bad.validate(), Err(MonitorConfigError::NotPositive { field: "scan_interval" }));
+        let bad = MonitorConfig { poll_batch: 0, ..MonitorConfig::default() };
+        assert_eq!(bad.validate().unwrap_err().to_string(), "poll_batch must be at least 1");
     }
 }

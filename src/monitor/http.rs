@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
+use super::{Monitor, MonitorStatus};
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
-use super::{Monitor, MonitorStatus};
 
 /// Where the status document is served.
 pub const STATUS_PATH: &str = "/api/v1/monitor";

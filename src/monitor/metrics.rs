@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use prometheus::{
-    Histogram as PromHistogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    Opts, Registry,
+    Histogram as PromHistogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
 };
 
 use super::tracker::Outcome;
@@ -16,8 +15,8 @@ use crate::routing::document::Phase;
 
 /// Buckets from a second to three days: tests run seconds, production hours.
 const BUCKETS: &[f64] = &[
-    0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
-    14400.0, 21600.0, 43200.0, 86400.0, 172800.0, 259200.0,
+    0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 21600.0,
+    43200.0, 86400.0, 172800.0, 259200.0,
 ];
 
 const PHASES: [Phase; 3] = [Phase::PreLock, Phase::HardDelete, Phase::Write];
@@ -81,7 +80,10 @@ impl MonitorMetrics {
             )?,
             in_flight: IntGauge::new("lockprobe_monitor_in_flight_migrations", "Migrations holding a live lock.")?,
             renewals: IntCounter::new("lockprobe_monitor_renewals_total", "Lease renewals observed.")?,
-            changes: IntCounter::new("lockprobe_monitor_changes_total", "Document versions read from the change stream.")?,
+            changes: IntCounter::new(
+                "lockprobe_monitor_changes_total",
+                "Document versions read from the change stream.",
+            )?,
             store_errors: IntCounterVec::new(
                 Opts::new("lockprobe_monitor_store_errors_total", "Failed store calls, by operation."),
                 &["op"],

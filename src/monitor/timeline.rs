@@ -130,11 +130,7 @@ mod tests {
     #[test]
     fn stays_small() {
         // Three i64, six u32, a phase and flags: the budget a million of them share.
-        assert!(
-            std::mem::size_of::<Timeline>() <= 56,
-            "{}",
-            std::mem::size_of::<Timeline>()
-        );
+        assert!(std::mem::size_of::<Timeline>() <= 56, "{}", std::mem::size_of::<Timeline>());
     }
 
     #[test]

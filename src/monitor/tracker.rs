@@ -126,13 +126,7 @@ fn dur(from_ms: i64, to_ms: i64) -> Duration {
 impl Tracker {
     /// An empty tracker judging escalations by `rules`.
     pub fn new(rules: Rules) -> Self {
-        Self {
-            timelines: HashMap::new(),
-            rules,
-            hasher: Default::default(),
-            orphans: 0,
-            ended: 0,
-        }
+        Self { timelines: HashMap::new(), rules, hasher: Default::default(), orphans: 0, ended: 0 }
     }
 
     /// Migrations in flight (tracked and not lapsed).
@@ -147,12 +141,7 @@ impl Tracker {
 
     /// Ids of orphaned locks, at most `limit`, in no particular order.
     pub fn orphan_ids(&self, limit: usize) -> Vec<String> {
-        self.timelines
-            .iter()
-            .filter(|(_, t)| t.has(LAPSED))
-            .take(limit)
-            .map(|(id, _)| id.to_string())
-            .collect()
+        self.timelines.iter().filter(|(_, t)| t.has(LAPSED)).take(limit).map(|(id, _)| id.to_string()).collect()
     }
 
     /// Reserves room for `n` more timelines (for bulk loads).
@@ -166,20 +155,10 @@ impl Tracker {
     }
 
     /// Applies one observed version of `doc`, seen at `at`, pushing what was learned.
-    pub fn observe(
-        &mut self,
-        doc: &LocationDocument,
-        at: DateTime<Utc>,
-        seen: Seen,
-        out: &mut Vec<Event>,
-    ) {
+    pub fn observe(&mut self, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen, out: &mut Vec<Event>) {
         let at_ms = ms(at);
         let location_hash = self.hash32(&doc.primary.location);
-        let current = doc
-            .primary
-            .lock
-            .as_ref()
-            .map(|l| (l, ms(l.acquired_at), self.hash32(l.token.expose())));
+        let current = doc.primary.lock.as_ref().map(|l| (l, ms(l.acquired_at), self.hash32(l.token.expose())));
         if !self.close_previous(&doc.id, current, location_hash, at_ms, out) {
             return;
         }
@@ -265,14 +244,23 @@ impl Tracker {
     /// raises it, so a version with more renewals than the monitor knew of (a first
     /// sighting knows of none) may be a later renewal, committed after the escalation:
     /// its time would pass a bound off as a measurement.
-    fn escalations(tl: &mut Timeline, lock: &LockInfo, at_ms: i64, seen: Seen, created: bool, rules: &Rules, out: &mut Vec<Event>) {
+    fn escalations(
+        tl: &mut Timeline,
+        lock: &LockInfo,
+        at_ms: i64,
+        seen: Seen,
+        created: bool,
+        rules: &Rules,
+        out: &mut Vec<Event>,
+    ) {
         let renewed_since = lock.renewals > if created { 0 } else { tl.renewals };
         if lock.phase <= tl.phase {
             return;
         }
         let timed = seen == Seen::Stream && !renewed_since;
         // A two-step jump (preLock straight to write) times neither step.
-        let one_step = matches!((tl.phase, lock.phase), (Phase::PreLock, Phase::HardDelete) | (Phase::HardDelete, Phase::Write));
+        let one_step =
+            matches!((tl.phase, lock.phase), (Phase::PreLock, Phase::HardDelete) | (Phase::HardDelete, Phase::Write));
         if timed && one_step {
             if let Some(start) = tl.phase_start_ms(tl.phase) {
                 out.push(Event::PhaseHeld { phase: tl.phase, held: dur(start, at_ms) });
@@ -328,10 +316,8 @@ impl Tracker {
         self.timelines.retain(|_, t| !(t.has(ENDED) && t.last_seen_ms <= cutoff));
         self.ended -= before - self.timelines.len();
         let mut events = Vec::new();
-        for (id, tl) in self
-            .timelines
-            .iter_mut()
-            .filter(|(_, t)| !t.has(LAPSED) && !t.has(ENDED) && t.expires_ms <= cutoff)
+        for (id, tl) in
+            self.timelines.iter_mut().filter(|(_, t)| !t.has(LAPSED) && !t.has(ENDED) && t.expires_ms <= cutoff)
         {
             Self::lapse(tl, &mut events);
             self.orphans += 1;
@@ -347,10 +333,7 @@ impl Tracker {
 
     fn finish(tl: &Timeline, outcome: Outcome, end_ms: i64, out: &mut Vec<Event>) {
         if let Some(start) = tl.phase_start_ms(tl.phase) {
-            out.push(Event::PhaseHeld {
-                phase: tl.phase,
-                held: dur(start, end_ms),
-            });
+            out.push(Event::PhaseHeld { phase: tl.phase, held: dur(start, end_ms) });
         }
         out.push(Event::Ended(outcome));
     }

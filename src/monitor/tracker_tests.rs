@@ -10,9 +10,7 @@ use crate::routing::lifecycle::{self, LockPolicy, PreLockRequest};
 const S: Duration = Duration::from_secs(1);
 
 fn t0() -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
-        .unwrap()
-        .to_utc()
+    DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().to_utc()
 }
 
 fn at(secs: u64) -> DateTime<Utc> {
@@ -29,19 +27,11 @@ fn policy() -> LockPolicy {
 }
 
 fn rules() -> Rules {
-    Rules {
-        escalation_buffer: 5 * S,
-        declared_delay: None,
-        lapse_grace: 5 * S,
-    }
+    Rules { escalation_buffer: 5 * S, declared_delay: None, lapse_grace: 5 * S }
 }
 
 fn req() -> PreLockRequest {
-    PreLockRequest {
-        owner: "t".into(),
-        duration: 300 * S,
-        target_location: Some("northeurope".into()),
-    }
+    PreLockRequest { owner: "t".into(), duration: 300 * S, target_location: Some("northeurope".into()) }
 }
 
 struct Mig {
@@ -57,15 +47,7 @@ fn migration(hd: u64, w: u64, sw: u64) -> Mig {
     let hard = lifecycle::escalate(&pre, &token, Phase::HardDelete, 100 * S, &policy(), at(hd)).unwrap();
     let write = lifecycle::escalate(&hard, &token, Phase::Write, 30 * S, &policy(), at(w)).unwrap();
     let swapped = lifecycle::swap(&write, &token, "northeurope", &policy(), at(sw)).unwrap();
-    Mig {
-        token,
-        docs: vec![
-            (pre, at(0)),
-            (hard, at(hd)),
-            (write, at(w)),
-            (swapped, at(sw)),
-        ],
-    }
+    Mig { token, docs: vec![(pre, at(0)), (hard, at(hd)), (write, at(w)), (swapped, at(sw))] }
 }
 
 fn feed(tracker: &mut Tracker, docs: &[(LocationDocument, DateTime<Utc>)]) -> Vec<Event> {
@@ -98,11 +80,7 @@ fn an_honest_migration_is_timed_phase_by_phase() {
     assert_eq!(held(&events, Phase::PreLock), [15 * S]);
     assert_eq!(held(&events, Phase::HardDelete), [25 * S]);
     assert_eq!(held(&events, Phase::Write), [12 * S]);
-    assert!(events.contains(&Event::Escalation {
-        interval: Some(15 * S),
-        required: 15 * S,
-        early: false
-    }));
+    assert!(events.contains(&Event::Escalation { interval: Some(15 * S), required: 15 * S, early: false }));
     assert_eq!(count(&events, &Event::Ended(Outcome::Swapped)), 1);
     assert_eq!(count(&events, &Event::PartialCutover), 0);
     assert_eq!((tracker.in_flight(), tracker.orphans()), (0, 0));
@@ -113,26 +91,15 @@ fn escalating_inside_the_buffer_is_early() {
     // effectiveAt is at 10 s; the lifecycle allows hardDelete then, but the buffer says 15 s.
     let mig = migration(12, 40, 52);
     let events = feed(&mut Tracker::new(rules()), &mig.docs);
-    assert!(events.contains(&Event::Escalation {
-        interval: Some(12 * S),
-        required: 15 * S,
-        early: true
-    }));
+    assert!(events.contains(&Event::Escalation { interval: Some(12 * S), required: 15 * S, early: true }));
 }
 
 #[test]
 fn a_lock_declaring_less_than_the_service_is_judged_by_the_service() {
     let mig = migration(16, 40, 52);
-    let strict = Rules {
-        declared_delay: Some(20 * S),
-        ..rules()
-    };
+    let strict = Rules { declared_delay: Some(20 * S), ..rules() };
     let events = feed(&mut Tracker::new(strict), &mig.docs);
-    assert!(events.contains(&Event::Escalation {
-        interval: Some(16 * S),
-        required: 25 * S,
-        early: true
-    }));
+    assert!(events.contains(&Event::Escalation { interval: Some(16 * S), required: 25 * S, early: true }));
 }
 
 #[test]
@@ -142,24 +109,15 @@ fn latest_only_delivery_still_sees_the_escalation_and_the_swap() {
     let mut tracker = Tracker::new(rules());
     let events = feed(&mut tracker, &mig.docs[2..]);
     // Bounded by the write version's time (40 s): late enough, so not early, and untimed.
-    assert!(events.contains(&Event::Escalation {
-        interval: None,
-        required: 15 * S,
-        early: false
-    }));
-    assert!(
-        held(&events, Phase::PreLock).is_empty(),
-        "a two-step jump times neither step"
-    );
+    assert!(events.contains(&Event::Escalation { interval: None, required: 15 * S, early: false }));
+    assert!(held(&events, Phase::PreLock).is_empty(), "a two-step jump times neither step");
     assert_eq!(held(&events, Phase::Write), [12 * S]);
     assert_eq!(count(&events, &Event::Ended(Outcome::Swapped)), 1);
 
     // Collapsed pre-lock + early hardDelete is still caught: the bound itself is early.
     let early = migration(11, 40, 52);
     let events = feed(&mut Tracker::new(rules()), &early.docs[1..2]);
-    assert!(events
-        .iter()
-        .any(|e| matches!(e, Event::Escalation { early: true, .. })));
+    assert!(events.iter().any(|e| matches!(e, Event::Escalation { early: true, .. })));
 }
 
 #[test]
@@ -168,10 +126,7 @@ fn swap_collapsed_with_the_next_pre_lock_is_still_a_swap() {
     let swapped = &mig.docs[3].0;
     let next = lifecycle::pre_lock(
         swapped,
-        &PreLockRequest {
-            target_location: Some("westeurope".into()),
-            ..req()
-        },
+        &PreLockRequest { target_location: Some("westeurope".into()), ..req() },
         LockToken::generate(),
         &policy(),
         at(60),
@@ -195,15 +150,7 @@ fn release_and_renewals_are_seen() {
     let renewed = lifecycle::renew(&renewed, &mig.token, 100 * S, &policy(), at(25)).unwrap();
     let released = lifecycle::release(&renewed, &mig.token, at(30)).unwrap();
     let mut tracker = Tracker::new(rules());
-    let events = feed(
-        &mut tracker,
-        &[
-            mig.docs[0].clone(),
-            mig.docs[1].clone(),
-            (renewed, at(25)),
-            (released, at(30)),
-        ],
-    );
+    let events = feed(&mut tracker, &[mig.docs[0].clone(), mig.docs[1].clone(), (renewed, at(25)), (released, at(30))]);
     assert_eq!(count(&events, &Event::Renewed(2)), 1);
     assert_eq!(count(&events, &Event::Ended(Outcome::Released)), 1);
     assert_eq!(held(&events, Phase::HardDelete), [15 * S]);
@@ -227,14 +174,7 @@ fn a_lapsed_lease_becomes_an_orphan_once_and_clears_on_the_next_lock() {
         .collect();
     assert_eq!(
         events,
-        [
-            Event::PhaseHeld {
-                phase: Phase::Write,
-                held: 30 * S
-            },
-            Event::Ended(Outcome::Lapsed),
-            Event::OrphanFound
-        ]
+        [Event::PhaseHeld { phase: Phase::Write, held: 30 * S }, Event::Ended(Outcome::Lapsed), Event::OrphanFound]
     );
     assert_eq!((tracker.in_flight(), tracker.orphans()), (0, 1));
 
@@ -247,14 +187,7 @@ fn a_lapsed_lease_becomes_an_orphan_once_and_clears_on_the_next_lock() {
     assert!(again.is_empty());
 
     // A fresh pre-lock over the expired one clears the orphan without a second outcome.
-    let retry = lifecycle::pre_lock(
-        &mig.docs[2].0,
-        &req(),
-        LockToken::generate(),
-        &policy(),
-        at(90),
-    )
-    .unwrap();
+    let retry = lifecycle::pre_lock(&mig.docs[2].0, &req(), LockToken::generate(), &policy(), at(90)).unwrap();
     tracker.observe(&retry, at(90), Seen::Stream, &mut out);
     assert_eq!(out, [Event::OrphanCleared, Event::Started]);
     assert_eq!((tracker.in_flight(), tracker.orphans()), (1, 0));
@@ -270,10 +203,7 @@ fn a_scan_finds_an_orphan_the_stream_never_showed() {
         out,
         [
             Event::Started,
-            Event::PhaseHeld {
-                phase: Phase::PreLock,
-                held: 310 * S
-            },
+            Event::PhaseHeld { phase: Phase::PreLock, held: 310 * S },
             Event::Ended(Outcome::Lapsed),
             Event::OrphanFound
         ]
@@ -286,14 +216,7 @@ fn new_pre_lock_over_a_lapsed_unseen_lease_counts_a_lapse() {
     let mig = migration(15, 40, 52);
     let mut tracker = Tracker::new(rules());
     let mut out = feed(&mut tracker, &mig.docs[..2]); // hardDelete lease ends at 115 s
-    let retry = lifecycle::pre_lock(
-        &mig.docs[1].0,
-        &req(),
-        LockToken::generate(),
-        &policy(),
-        at(200),
-    )
-    .unwrap();
+    let retry = lifecycle::pre_lock(&mig.docs[1].0, &req(), LockToken::generate(), &policy(), at(200)).unwrap();
     tracker.observe(&retry, at(200), Seen::Stream, &mut out);
     assert_eq!(count(&out, &Event::Ended(Outcome::Lapsed)), 1);
     assert_eq!(held(&out, Phase::HardDelete), [100 * S]);

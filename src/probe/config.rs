@@ -39,10 +39,7 @@ pub enum ConfigError {
 
 impl ConfigError {
     fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Invalid {
-            field: field.into(),
-            message: message.into(),
-        }
+        Self::Invalid { field: field.into(), message: message.into() }
     }
 }
 
@@ -140,12 +137,7 @@ pub struct LeaseConfig {
 impl Default for LeaseConfig {
     fn default() -> Self {
         let l = Leases::default();
-        Self {
-            pre_lock: l.pre_lock,
-            hard_delete: l.hard_delete,
-            write: l.write,
-            short_write: l.short_write,
-        }
+        Self { pre_lock: l.pre_lock, hard_delete: l.hard_delete, write: l.write, short_write: l.short_write }
     }
 }
 
@@ -194,10 +186,8 @@ impl FromStr for Config {
 impl Config {
     /// Reads, parses and validates a configuration file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         text.parse()
     }
 
@@ -210,7 +200,10 @@ impl Config {
         for (i, t) in self.targets.iter().enumerate() {
             t.validate(i)?;
             if !names.insert(t.name.as_str()) {
-                return Err(ConfigError::invalid(format!("targets[{i}].name"), format!("duplicate target {:?}", t.name)));
+                return Err(ConfigError::invalid(
+                    format!("targets[{i}].name"),
+                    format!("duplicate target {:?}", t.name),
+                ));
             }
         }
         Ok(())
@@ -244,7 +237,10 @@ impl TargetConfig {
             return Err(ConfigError::invalid(field("api_key_env"), "must name an environment variable"));
         }
         if self.test_prefix.trim().is_empty() {
-            return Err(ConfigError::invalid(field("test_prefix"), "must not be empty (the probe only locks resources under it)"));
+            return Err(ConfigError::invalid(
+                field("test_prefix"),
+                "must not be empty (the probe only locks resources under it)",
+            ));
         }
         if self.locations.len() != 2 || self.locations[0] == self.locations[1] {
             return Err(ConfigError::invalid(field("locations"), "must list exactly two distinct locations"));
@@ -261,7 +257,10 @@ impl TargetConfig {
         if self.pool_size < needed {
             return Err(ConfigError::invalid(
                 field("pool_size"),
-                format!("must be at least {needed} ({RESOURCES_PER_CYCLE} resources per cycle x concurrency {})", self.concurrency),
+                format!(
+                    "must be at least {needed} ({RESOURCES_PER_CYCLE} resources per cycle x concurrency {})",
+                    self.concurrency
+                ),
             ));
         }
         if let Err(e) = cron::Schedule::from_str(&self.schedule) {
@@ -313,11 +312,7 @@ impl TargetConfig {
 impl Config {
     /// Settings and schedule of every target, reading each lock API key from its variable.
     pub fn probe_targets(&self) -> Result<Vec<(ProbeSettings, TargetSchedule)>, ConfigError> {
-        self.targets
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Ok((t.settings(i)?, t.schedule(i)?)))
-            .collect()
+        self.targets.iter().enumerate().map(|(i, t)| Ok((t.settings(i)?, t.schedule(i)?))).collect()
     }
 }
 
@@ -325,10 +320,7 @@ impl TargetConfig {
     /// The schedule of this target, with its pool `<prefix>0001` ... `<prefix>NNNN`.
     pub fn schedule(&self, index: usize) -> Result<TargetSchedule, ConfigError> {
         let schedule = cron::Schedule::from_str(&self.schedule).map_err(|e| {
-            ConfigError::invalid(
-                format!("targets[{index}].schedule"),
-                format!("invalid cron expression: {e}"),
-            )
+            ConfigError::invalid(format!("targets[{index}].schedule"), format!("invalid cron expression: {e}"))
         })?;
         Ok(TargetSchedule {
             name: self.name.clone(),
@@ -336,9 +328,7 @@ impl TargetConfig {
             jitter: self.jitter,
             concurrency: self.concurrency,
             timeout: self.timeout,
-            pool: (1..=self.pool_size)
-                .map(|i| format!("{}{i:04}", self.test_prefix))
-                .collect(),
+            pool: (1..=self.pool_size).map(|i| format!("{}{i:04}", self.test_prefix)).collect(),
         })
     }
 
@@ -408,10 +398,7 @@ short_write = "30s"
     fn good_config_parses_with_human_durations() {
         let c: Config = GOOD.parse().unwrap();
         assert_eq!(c.targets[0].cache_ttl, Duration::from_secs(3600));
-        assert_eq!(
-            c.targets[0].leases.pre_lock,
-            Duration::from_secs(48 * 3600)
-        );
+        assert_eq!(c.targets[0].leases.pre_lock, Duration::from_secs(48 * 3600));
         assert_eq!(c.targets[0].locations, vec!["westeurope", "northeurope"]);
     }
 
@@ -430,10 +417,7 @@ short_write = "30s"
     #[test]
     fn bad_duration_names_the_key() {
         let e = err_of(&GOOD.replace("\"1h\"", "\"an hour\""));
-        assert!(
-            e.contains("cache_ttl") && e.contains("expected a duration"),
-            "{e}"
-        );
+        assert!(e.contains("cache_ttl") && e.contains("expected a duration"), "{e}");
     }
 
     #[test]
@@ -480,10 +464,7 @@ short_write = "30s"
     #[test]
     fn missing_key_variable_names_field() {
         let c: Config = GOOD
-            .replace(
-                "name = \"demo\"",
-                "name = \"demo\"\napi_key_env = \"LOCKPROBE_TEST_SURELY_UNSET_VAR\"",
-            )
+            .replace("name = \"demo\"", "name = \"demo\"\napi_key_env = \"LOCKPROBE_TEST_SURELY_UNSET_VAR\"")
             .parse()
             .unwrap();
         let e = c.targets[0].settings(0).unwrap_err().to_string();

@@ -12,8 +12,8 @@ use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVe
 use serde::{Deserialize, Serialize};
 
 use super::report::{CycleReport, CycleResult};
-use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
 use super::vocabulary::Phase;
+use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
 
 /// Metric registration failed (a programming error: duplicate or invalid names).
 #[derive(Debug, thiserror::Error)]
@@ -23,17 +23,16 @@ pub struct MetricsError(#[from] prometheus::Error);
 /// Buckets for lock phase durations: seconds-long test phases up to 48 h pre-locks, with
 /// the paper's 19 s production write-lock p99 as an edge.
 const PHASE_BUCKETS: &[f64] = &[
-    0.5, 1.0, 2.5, 5.0, 10.0, 19.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
-    14400.0, 21600.0, 43200.0, 86400.0, 172800.0, 259200.0,
+    0.5, 1.0, 2.5, 5.0, 10.0, 19.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 21600.0, 43200.0,
+    86400.0, 172800.0, 259200.0,
 ];
 /// Buckets for read-through latency: sub-millisecond to a few seconds.
-const READ_THROUGH_BUCKETS: &[f64] = &[
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-];
+const READ_THROUGH_BUCKETS: &[f64] =
+    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
 /// Buckets for a whole probe cycle: seconds in tests, days in production.
 const CYCLE_BUCKETS: &[f64] = &[
-    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0,
-    86400.0, 172800.0, 259200.0,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 172800.0,
+    259200.0,
 ];
 
 /// Recent values per (target, series), for the status API's exact percentiles.
@@ -74,7 +73,13 @@ fn gauge(registry: &Registry, name: &str, help: &str) -> Result<GaugeVec, Metric
     register(registry, GaugeVec::new(Opts::new(name, help), &["target"])?)
 }
 
-fn histogram(registry: &Registry, name: &str, help: &str, buckets: &[f64], labels: &[&str]) -> Result<HistogramVec, MetricsError> {
+fn histogram(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+    labels: &[&str],
+) -> Result<HistogramVec, MetricsError> {
     register(registry, HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels)?)
 }
 
@@ -203,16 +208,11 @@ impl Metrics {
     pub fn record_cycle(&self, r: &CycleReport) {
         let t = r.target.as_str();
         self.runs.with_label_values(&[t, r.result.as_str()]).inc();
-        let wall = (r.finished_at - r.started_at)
-            .to_std()
-            .unwrap_or_default()
-            .as_secs_f64();
+        let wall = (r.finished_at - r.started_at).to_std().unwrap_or_default().as_secs_f64();
         self.duration.with_label_values(&[t]).observe(wall);
         for a in &r.assertions {
             let result = if a.passed { "passed" } else { "failed" };
-            self.assertions
-                .with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), result])
-                .inc();
+            self.assertions.with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), result]).inc();
             if a.is_enforcement_violation() {
                 self.violations
                     .with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), a.observed.as_str()])
@@ -222,9 +222,7 @@ impl Metrics {
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let at = r.finished_at;
         for (phase, secs) in &r.phase_durations {
-            self.phase_duration
-                .with_label_values(&[t, phase.as_str()])
-                .observe(*secs);
+            self.phase_duration.with_label_values(&[t, phase.as_str()]).observe(*secs);
             windows.record(t, &format!("phase:{phase}"), at, *secs);
         }
         for secs in &r.read_through_seconds {
@@ -248,9 +246,7 @@ impl Metrics {
             self.observed.with_label_values(&[t]).set(max);
         }
         if r.result == CycleResult::Passed {
-            self.last_success
-                .with_label_values(&[t])
-                .set(r.finished_at.timestamp_millis() as f64 / 1000.0);
+            self.last_success.with_label_values(&[t]).set(r.finished_at.timestamp_millis() as f64 / 1000.0);
         }
     }
 
@@ -278,9 +274,9 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::report::{Assertion, InstanceConvergence};
     use super::super::vocabulary::{Op, Outcome};
+    use super::*;
     use chrono::Utc;
     use std::time::Duration;
 
@@ -313,16 +309,8 @@ mod tests {
             declared_convergence_seconds: Some(1.5),
             expected_convergence_seconds: Some(1.5),
             observed_convergence: vec![
-                InstanceConvergence {
-                    instance: "a".into(),
-                    observed_seconds: Some(0.9),
-                    bound_seconds: 2.0,
-                },
-                InstanceConvergence {
-                    instance: "b".into(),
-                    observed_seconds: None,
-                    bound_seconds: 2.0,
-                },
+                InstanceConvergence { instance: "a".into(), observed_seconds: Some(0.9), bound_seconds: 2.0 },
+                InstanceConvergence { instance: "b".into(), observed_seconds: None, bound_seconds: 2.0 },
             ],
             notes: Vec::new(),
         }
@@ -350,10 +338,7 @@ mod tests {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }
         // A failed cycle is not a success.
-        assert!(
-            !text.contains("lockprobe_last_success_timestamp_seconds{"),
-            "{text}"
-        );
+        assert!(!text.contains("lockprobe_last_success_timestamp_seconds{"), "{text}");
     }
 
     #[test]
@@ -377,11 +362,7 @@ mod tests {
             .filter(|l| l.starts_with(&format!("{name}_bucket{{")) && l.contains(label))
             .map(|l| {
                 let le = l.split("le=\"").nth(1).unwrap().split('"').next().unwrap();
-                let le = if le == "+Inf" {
-                    f64::INFINITY
-                } else {
-                    le.parse().unwrap()
-                };
+                let le = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap() };
                 (le, l.rsplit(' ').next().unwrap().parse().unwrap())
             })
             .collect()
@@ -402,20 +383,12 @@ mod tests {
         let p = serde_json::to_value(m.percentiles("demo", Utc::now())).unwrap();
         if phase {
             (
-                buckets(
-                    &text,
-                    "lockprobe_lock_phase_duration_seconds",
-                    "phase=\"preLock\"",
-                ),
+                buckets(&text, "lockprobe_lock_phase_duration_seconds", "phase=\"preLock\""),
                 p["lockPhaseDurationSeconds"]["preLock"].clone(),
             )
         } else {
             (
-                buckets(
-                    &text,
-                    "lockprobe_read_through_latency_seconds",
-                    "target=\"demo\"",
-                ),
+                buckets(&text, "lockprobe_read_through_latency_seconds", "target=\"demo\""),
                 p["readThroughLatencySeconds"].clone(),
             )
         }

@@ -71,19 +71,11 @@ impl Assertion {
 
     /// One line for people: `PASS preLock/write @ http://.. expected allow, observed allow (3ms)`.
     pub fn line(&self) -> String {
-        let mut s = format!(
-            "{} [{}] {}",
-            if self.passed { "PASS" } else { "FAIL" },
-            self.check,
-            self.name()
-        );
+        let mut s = format!("{} [{}] {}", if self.passed { "PASS" } else { "FAIL" }, self.check, self.name());
         if let Some(i) = &self.instance {
             s.push_str(&format!(" @ {i}"));
         }
-        s.push_str(&format!(
-            ": expected {}, observed {} ({:.0?})",
-            self.expected, self.observed, self.duration
-        ));
+        s.push_str(&format!(": expected {}, observed {} ({:.0?})", self.expected, self.observed, self.duration));
         if let Some(d) = &self.detail {
             s.push_str(&format!(" - {d}"));
         }
@@ -170,20 +162,14 @@ impl CycleReport {
 
     /// Number of enforcement violations.
     pub fn enforcement_violations(&self) -> usize {
-        self.assertions
-            .iter()
-            .filter(|a| a.is_enforcement_violation())
-            .count()
+        self.assertions.iter().filter(|a| a.is_enforcement_violation()).count()
     }
 
     /// Slowest instance's observed convergence (what alerts compare with the declared
     /// value). An instance that never showed the lock counts with the whole bound it was
     /// watched for: leaving it out would report the fast instances and hide the violation.
     pub fn max_observed_convergence(&self) -> Option<f64> {
-        self.observed_convergence
-            .iter()
-            .map(|c| c.observed_seconds.unwrap_or(c.bound_seconds))
-            .reduce(f64::max)
+        self.observed_convergence.iter().map(|c| c.observed_seconds.unwrap_or(c.bound_seconds)).reduce(f64::max)
     }
 
     /// The JSON report written by `validate --json`.
@@ -311,11 +297,7 @@ mod tests {
             resource: "probe-0001".into(),
             started_at: Utc::now(),
             finished_at: Utc::now(),
-            result: if failed {
-                CycleResult::Failed
-            } else {
-                CycleResult::Passed
-            },
+            result: if failed { CycleResult::Failed } else { CycleResult::Passed },
             error: None,
             assertions,
             phase_durations: vec![(Phase::PreLock, 2.0)],
@@ -337,10 +319,7 @@ mod tests {
         // missing header (a failed assertion, not a violation) where block was due.
         assert!(assertion("cycle", "write", "allow", "423 without Retry-After").is_enforcement_violation());
         assert!(!assertion("cycle", "write", "block", "423 without Retry-After").is_enforcement_violation());
-        assert!(
-            !assertion("cycle", "escalate", "200", "409 invalid-transition")
-                .is_enforcement_violation()
-        );
+        assert!(!assertion("cycle", "escalate", "200", "409 invalid-transition").is_enforcement_violation());
     }
 
     #[test]
@@ -348,21 +327,13 @@ mod tests {
         let r = report(vec![
             assertion("cycle", "read", "allow", "allow"),
             assertion("cycle", "write", "block", "allow"),
-            assertion(
-                "negative/wrong-token",
-                "renew",
-                "409 token-mismatch",
-                "409 token-mismatch",
-            ),
+            assertion("negative/wrong-token", "renew", "409 token-mismatch", "409 token-mismatch"),
         ]);
         let xml = r.to_junit();
         assert_eq!(xml.matches("<testcase ").count(), 3, "{xml}");
         assert_eq!(xml.matches("<testsuite ").count(), 2, "{xml}");
         assert!(xml.contains(r#"failures="1""#), "{xml}");
-        assert!(
-            xml.contains("write/write: expected block, observed allow"),
-            "{xml}"
-        );
+        assert!(xml.contains("write/write: expected block, observed allow"), "{xml}");
         // Parses back as XML.
         let mut reader = quick_xml::Reader::from_str(&xml);
         loop {

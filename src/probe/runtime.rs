@@ -9,16 +9,16 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::metrics::Metrics;
 use super::observer::Observer;
 use super::report::{CycleReport, CycleResult};
 use super::scenario::Scenario;
 use super::scheduler::{run_target, CycleRunner, CycleSink, TargetSchedule, WallClock};
+use super::server::{self, AppState};
 use super::settings::ProbeSettings;
 use super::state::StateFile;
 use super::status::ProbeStatus;
 use super::target::TargetError;
-use super::metrics::Metrics;
-use super::server::{self, AppState};
 
 /// Why the probe could not run.
 #[derive(Debug, thiserror::Error)]
@@ -84,11 +84,7 @@ pub struct Probe {
 impl Probe {
     /// Fresh metrics and status.
     pub fn new() -> Result<Self, super::metrics::MetricsError> {
-        Ok(Self {
-            metrics: Arc::new(Metrics::new()?),
-            status: Arc::new(ProbeStatus::new()),
-            extra_routes: None,
-        })
+        Ok(Self { metrics: Arc::new(Metrics::new()?), status: Arc::new(ProbeStatus::new()), extra_routes: None })
     }
 
     /// Runs every target on its schedule, serving HTTP on `listener`, until `shutdown`
@@ -116,22 +112,15 @@ impl Probe {
         for (settings, schedule) in targets {
             let expected = settings.expected_convergence.map(|d| d.as_secs_f64());
             self.metrics.register_target(&settings.name, expected);
-            self.status
-                .add_target(&settings.name, &settings.instances, expected);
-            scenarios.push((
-                Arc::new(Scenario::new(settings, state.clone(), observer.clone())?),
-                schedule,
-            ));
+            self.status.add_target(&settings.name, &settings.instances, expected);
+            scenarios.push((Arc::new(Scenario::new(settings, state.clone(), observer.clone())?), schedule));
         }
         self.status.set_config_loaded(true);
 
         let server_stop = CancellationToken::new();
         let server = tokio::spawn(server::serve(
             listener,
-            AppState {
-                metrics: self.metrics.clone(),
-                status: self.status.clone(),
-            },
+            AppState { metrics: self.metrics.clone(), status: self.status.clone() },
             self.extra_routes.clone(),
             server_stop.clone(),
         ));
@@ -144,16 +133,8 @@ impl Probe {
                 tracing::info!(target_name = %schedule.name, cleared, "released locks left by a previous run");
             }
             let runner: Arc<dyn CycleRunner> = scenario;
-            schedulers.spawn(
-                run_target(
-                    schedule,
-                    runner,
-                    sink.clone(),
-                    WallClock::system(),
-                    stop.clone(),
-                )
-                .instrument(span),
-            );
+            schedulers
+                .spawn(run_target(schedule, runner, sink.clone(), WallClock::system(), stop.clone()).instrument(span));
         }
         self.status.set_scheduler_running(true);
         tracing::info!("probe running");

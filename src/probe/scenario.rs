@@ -82,18 +82,9 @@ impl Scenario {
         state: Arc<StateFile>,
         observer: Arc<dyn Observer>,
     ) -> Result<Self, TargetError> {
-        let client = TargetClient::new(
-            &settings.instances,
-            &settings.api_key,
-            &settings.test_prefix,
-            settings.request_timeout,
-        )?;
-        Ok(Self {
-            settings,
-            client,
-            state,
-            observer,
-        })
+        let client =
+            TargetClient::new(&settings.instances, &settings.api_key, &settings.test_prefix, settings.request_timeout)?;
+        Ok(Self { settings, client, state, observer })
     }
 
     /// The target's settings.
@@ -110,8 +101,7 @@ impl Scenario {
     /// Releases left-over locks on `resources` only (a cycle's own resources: other
     /// running cycles' entries must not be touched).
     pub(super) async fn recover_resources(&self, resources: &[String]) -> usize {
-        self.recover_where(|r| resources.iter().any(|x| x == r))
-            .await
+        self.recover_where(|r| resources.iter().any(|x| x == r)).await
     }
 
     async fn recover_where(&self, wanted: impl Fn(&str) -> bool) -> usize {
@@ -202,10 +192,7 @@ impl Scenario {
     /// If fewer than [`RESOURCES_PER_CYCLE`] resources are given (a caller bug: the
     /// scheduler and `validate` always hand out that many).
     pub async fn run_cycle(&self, resources: &[String], cancel: CancellationToken) -> CycleReport {
-        assert!(
-            resources.len() >= RESOURCES_PER_CYCLE,
-            "a cycle needs {RESOURCES_PER_CYCLE} resources"
-        );
+        assert!(resources.len() >= RESOURCES_PER_CYCLE, "a cycle needs {RESOURCES_PER_CYCLE} resources");
         let started_at = Utc::now();
         // A release that failed last time (target unreachable) is retried before reuse.
         self.recover_resources(resources).await;
@@ -221,17 +208,14 @@ impl Scenario {
         let outs = if matches!(main_out, Err(Abort::Cancelled) | Err(Abort::Transport(_))) {
             Vec::new()
         } else {
-            futures::future::join_all(checks.iter().map(|(n, c)| c.guarded(&cancel, c.negative(*n))))
-                .await
+            futures::future::join_all(checks.iter().map(|(n, c)| c.guarded(&cancel, c.negative(*n)))).await
         };
 
         let mut error = None;
         for out in std::iter::once(&main_out).chain(outs.iter()) {
             match out {
                 Err(Abort::Transport(m)) => error = Some(format!("target unreachable: {m}")),
-                Err(Abort::Cancelled) => {
-                    error = Some("cycle cancelled (timeout or shutdown)".into())
-                }
+                Err(Abort::Cancelled) => error = Some("cycle cancelled (timeout or shutdown)".into()),
                 _ => {}
             }
         }
@@ -254,10 +238,7 @@ impl Scenario {
             phase_durations: std::mem::take(&mut *lock(&rec.phases)),
             read_through_seconds: std::mem::take(&mut *lock(&rec.read_through)),
             declared_convergence_seconds: *lock(&rec.declared),
-            expected_convergence_seconds: self
-                .settings
-                .expected_convergence
-                .map(|d| d.as_secs_f64()),
+            expected_convergence_seconds: self.settings.expected_convergence.map(|d| d.as_secs_f64()),
             observed_convergence: std::mem::take(&mut *lock(&rec.convergence)),
             notes: std::mem::take(&mut *lock(&rec.notes)),
         };

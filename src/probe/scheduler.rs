@@ -56,10 +56,7 @@ impl WallClock {
 
     /// Starts at `wall` now (tests pick a fixed wall time).
     pub fn starting_at(wall: DateTime<Utc>) -> Self {
-        Self {
-            base_wall: wall,
-            base: Instant::now(),
-        }
+        Self { base_wall: wall, base: Instant::now() }
     }
 
     /// Current wall time.
@@ -102,10 +99,7 @@ impl Pool {
     }
 
     fn give_back(&self, resources: Vec<String>) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(resources);
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend(resources);
     }
 }
 
@@ -143,8 +137,7 @@ pub async fn run_target(
         // Firing times passed while we were not running (suspended host, overloaded
         // runtime) count as missed: they are not made up.
         let now = clock.now();
-        let late =
-            chrono::Duration::from_std(jitter).unwrap_or_default() + chrono::Duration::seconds(1);
+        let late = chrono::Duration::from_std(jitter).unwrap_or_default() + chrono::Duration::seconds(1);
         let skipped = skipped_fires(&target.schedule, fire, now, late);
         if !skipped.is_empty() {
             tracing::warn!(target_name = %target.name, skipped = skipped.len(), "woke up late, schedules missed");
@@ -176,11 +169,7 @@ pub async fn run_target(
                 });
                 let report = runner.run(resources.clone(), cycle_cancel).await;
                 timer.abort();
-                tracing::info!(
-                    result = report.result.as_str(),
-                    failed = report.failed_assertions(),
-                    "cycle finished"
-                );
+                tracing::info!(result = report.result.as_str(), failed = report.failed_assertions(), "cycle finished");
                 sink.cycle(&report);
                 pool.give_back(resources);
                 drop(permit);
@@ -198,10 +187,7 @@ fn skipped_fires(
     now: DateTime<Utc>,
     late: chrono::Duration,
 ) -> Vec<DateTime<Utc>> {
-    schedule
-        .after(&fire)
-        .take_while(|t| *t + late <= now)
-        .collect()
+    schedule.after(&fire).take_while(|t| *t + late <= now).collect()
 }
 
 #[cfg(test)]
@@ -223,10 +209,7 @@ mod tests {
     impl CycleRunner for FakeRunner {
         async fn run(&self, resources: Vec<String>, cancel: CancellationToken) -> CycleReport {
             let started_at = self.clock.now();
-            self.starts
-                .lock()
-                .unwrap()
-                .push((started_at, resources.clone()));
+            self.starts.lock().unwrap().push((started_at, resources.clone()));
             tokio::select! {
                 _ = tokio::time::sleep(self.length) => {}
                 _ = cancel.cancelled() => *self.cancelled.lock().unwrap() += 1,
@@ -271,14 +254,7 @@ mod tests {
     }
 
     /// Runs a schedule every 10 s from 00:00:03 for `for_secs` of paused tokio time.
-    async fn run(
-        length: u64,
-        concurrency: usize,
-        pool: usize,
-        jitter: u64,
-        timeout: u64,
-        for_secs: u64,
-    ) -> Run {
+    async fn run(length: u64, concurrency: usize, pool: usize, jitter: u64, timeout: u64, for_secs: u64) -> Run {
         let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 3).unwrap();
         let clock = WallClock::starting_at(base);
         let runner = Arc::new(FakeRunner {
@@ -297,13 +273,7 @@ mod tests {
             pool: (1..=pool).map(|i| format!("probe-{i:04}")).collect(),
         };
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(run_target(
-            target,
-            runner.clone(),
-            sink.clone(),
-            clock,
-            cancel.clone(),
-        ));
+        let task = tokio::spawn(run_target(target, runner.clone(), sink.clone(), clock, cancel.clone()));
         tokio::time::sleep(Duration::from_secs(for_secs)).await;
         cancel.cancel();
         task.await.unwrap();
@@ -311,13 +281,7 @@ mod tests {
     }
 
     fn offsets(r: &Run) -> Vec<i64> {
-        r.runner
-            .starts
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(t, _)| (*t - r.base).num_seconds())
-            .collect()
+        r.runner.starts.lock().unwrap().iter().map(|(t, _)| (*t - r.base).num_seconds()).collect()
     }
 
     #[tokio::test(start_paused = true)]
@@ -386,9 +350,6 @@ mod tests {
         let now = fire + chrono::Duration::milliseconds(30_500);
         let skipped = skipped_fires(&schedule, fire, now, second);
         assert_eq!(skipped.len(), 2, "{skipped:?}");
-        assert_eq!(
-            skipped_fires(&schedule, fire, now + second, second).len(),
-            3
-        );
+        assert_eq!(skipped_fires(&schedule, fire, now + second, second).len(), 3);
     }
 }

@@ -12,8 +12,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
-use crate::exposition;
 use super::status::{ProbeStatus, StatusDocument};
+use crate::exposition;
 
 /// What the handlers read.
 #[derive(Clone, Debug)]
@@ -47,9 +47,7 @@ pub async fn serve(
         Some(extra) => router(state).merge(extra),
         None => router(state),
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {
@@ -84,16 +82,9 @@ mod tests {
     }
 
     async fn get(app: Router, path: &str) -> (StatusCode, String, String) {
-        let r = app
-            .oneshot(Request::get(path).body(Body::empty()).unwrap())
-            .await
-            .unwrap();
+        let r = app.oneshot(Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
         let status = r.status();
-        let ct = r
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default();
+        let ct = r.headers().get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
         let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
         (status, ct, String::from_utf8(body.to_vec()).unwrap())
     }
@@ -102,15 +93,9 @@ mod tests {
     async fn readiness_follows_config_and_scheduler() {
         let s = state();
         assert_eq!(get(router(s.clone()), "/healthz").await.0, StatusCode::OK);
-        assert_eq!(
-            get(router(s.clone()), "/readyz").await.0,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        assert_eq!(get(router(s.clone()), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
         s.status.set_config_loaded(true);
-        assert_eq!(
-            get(router(s.clone()), "/readyz").await.0,
-            StatusCode::SERVICE_UNAVAILABLE
-        );
+        assert_eq!(get(router(s.clone()), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
         s.status.set_scheduler_running(true);
         assert_eq!(get(router(s), "/readyz").await.0, StatusCode::OK);
     }
@@ -121,10 +106,7 @@ mod tests {
         let (code, ct, body) = get(router(s.clone()), "/metrics").await;
         assert_eq!(code, StatusCode::OK);
         assert!(ct.starts_with("text/plain"), "{ct}");
-        assert!(
-            body.contains(r#"lockprobe_probe_runs_total{result="passed",target="demo"} 0"#),
-            "{body}"
-        );
+        assert!(body.contains(r#"lockprobe_probe_runs_total{result="passed",target="demo"} 0"#), "{body}");
         let (code, ct, body) = get(router(s.clone()), "/api/v1/status").await;
         assert_eq!(code, StatusCode::OK);
         assert!(ct.starts_with("application/json"), "{ct}");

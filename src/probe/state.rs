@@ -95,32 +95,18 @@ impl StateFile {
             Ok(bytes) if bytes.is_empty() => Vec::new(),
             Ok(bytes) => {
                 serde_json::from_slice::<StateDoc>(&bytes)
-                    .map_err(|e| StateError::Corrupt {
-                        path: path.to_path_buf(),
-                        message: e.to_string(),
-                    })?
+                    .map_err(|e| StateError::Corrupt { path: path.to_path_buf(), message: e.to_string() })?
                     .locks
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(source) => {
-                return Err(StateError::Io {
-                    path: path.to_path_buf(),
-                    source,
-                })
-            }
+            Err(source) => return Err(StateError::Io { path: path.to_path_buf(), source }),
         };
-        Ok(Self {
-            path: Some(path.to_path_buf()),
-            locks: Mutex::new(locks),
-        })
+        Ok(Self { path: Some(path.to_path_buf()), locks: Mutex::new(locks) })
     }
 
     /// A state that lives only in memory (nothing survives a kill).
     pub fn in_memory() -> Self {
-        Self {
-            path: None,
-            locks: Mutex::new(Vec::new()),
-        }
+        Self { path: None, locks: Mutex::new(Vec::new()) }
     }
 
     /// Entries currently recorded.
@@ -130,7 +116,12 @@ impl StateFile {
 
     /// Records that the probe is about to pre-lock `resource` of `target`, with the
     /// request it will send (and its idempotency key) when there is one to repeat.
-    pub fn record_intent(&self, target: &str, resource: &str, pre_lock: Option<PreLockIntent>) -> Result<(), StateError> {
+    pub fn record_intent(
+        &self,
+        target: &str,
+        resource: &str,
+        pre_lock: Option<PreLockIntent>,
+    ) -> Result<(), StateError> {
         self.update(|locks| {
             locks.retain(|l| !(l.target == target && l.resource == resource));
             locks.push(HeldLock {
@@ -144,17 +135,10 @@ impl StateFile {
     }
 
     /// Records the token the service issued for `resource` of `target`.
-    pub fn record_token(
-        &self,
-        target: &str,
-        resource: &str,
-        token: &str,
-    ) -> Result<(), StateError> {
+    pub fn record_token(&self, target: &str, resource: &str, token: &str) -> Result<(), StateError> {
         self.update(|locks| {
-            let pre_lock = locks
-                .iter()
-                .find(|l| l.target == target && l.resource == resource)
-                .and_then(|l| l.pre_lock.clone());
+            let pre_lock =
+                locks.iter().find(|l| l.target == target && l.resource == resource).and_then(|l| l.pre_lock.clone());
             locks.retain(|l| !(l.target == target && l.resource == resource));
             locks.push(HeldLock {
                 target: target.to_string(),
@@ -176,22 +160,14 @@ impl StateFile {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut locks);
         if let Some(path) = &self.path {
-            write_atomically(
-                path,
-                &StateDoc {
-                    locks: locks.clone(),
-                },
-            )?;
+            write_atomically(path, &StateDoc { locks: locks.clone() })?;
         }
         Ok(())
     }
 }
 
 fn write_atomically(path: &Path, doc: &StateDoc) -> Result<(), StateError> {
-    let io = |source| StateError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = |source| StateError::Io { path: path.to_path_buf(), source };
     let bytes = serde_json::to_vec_pretty(doc).map_err(|e| io(std::io::Error::other(e)))?;
     let mut tmp_name = path.as_os_str().to_owned();
     tmp_name.push(".tmp");
@@ -220,11 +196,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
         let s = StateFile::open(&path).unwrap();
-        let intent = PreLockIntent { key: "k1".into(), owner: "o".into(), duration_seconds: 60.0, target_location: None };
+        let intent =
+            PreLockIntent { key: "k1".into(), owner: "o".into(), duration_seconds: 60.0, target_location: None };
         s.record_intent("demo", "probe-0001", Some(intent.clone())).unwrap();
         let journaled = StateFile::open(&path).unwrap().entries();
         assert_eq!(journaled[0].token, None);
-        assert_eq!(journaled[0].pre_lock.as_ref().map(|p| p.key.as_str()), Some("k1"), "the key is on disk before the call");
+        assert_eq!(
+            journaled[0].pre_lock.as_ref().map(|p| p.key.as_str()),
+            Some("k1"),
+            "the key is on disk before the call"
+        );
         s.record_token("demo", "probe-0001", "secret").unwrap();
         s.record_intent("demo", "probe-0002", None).unwrap();
         let reopened = StateFile::open(&path).unwrap().entries();
@@ -253,20 +234,17 @@ mod tests {
     #[test]
     fn debug_output_never_shows_the_token() {
         let s = StateFile::in_memory();
-        s.record_token("demo", "probe-0001", "secret-token")
-            .unwrap();
+        s.record_token("demo", "probe-0001", "secret-token").unwrap();
         let shown = format!("{s:?}");
-        assert!(
-            !shown.contains("secret-token") && shown.contains("redacted"),
-            "{shown}"
-        );
+        assert!(!shown.contains("secret-token") && shown.contains("redacted"), "{shown}");
     }
 
     #[test]
     fn a_state_file_of_an_earlier_version_still_opens() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
-        let old = r#"{"locks":[{"target":"demo","resource":"probe-0001","token":null,"recordedAt":"2026-01-01T00:00:00Z"}]}"#;
+        let old =
+            r#"{"locks":[{"target":"demo","resource":"probe-0001","token":null,"recordedAt":"2026-01-01T00:00:00Z"}]}"#;
         std::fs::write(&path, old).unwrap();
         let entries = StateFile::open(&path).unwrap().entries();
         assert_eq!(entries.len(), 1);
@@ -278,9 +256,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
         std::fs::write(&path, "not json").unwrap();
-        assert!(matches!(
-            StateFile::open(&path),
-            Err(StateError::Corrupt { .. })
-        ));
+        assert!(matches!(StateFile::open(&path), Err(StateError::Corrupt { .. })));
     }
 }

@@ -254,11 +254,7 @@ impl ProbeStatus {
 
     /// Cycles recorded for `target`, newest first.
     pub fn cycles(&self, target: &str) -> Vec<CycleReport> {
-        self.with(|t| {
-            t.get(target)
-                .map(|s| s.cycles.iter().cloned().collect())
-                .unwrap_or_default()
-        })
+        self.with(|t| t.get(target).map(|s| s.cycles.iter().cloned().collect()).unwrap_or_default())
     }
 
     /// The `GET /api/v1/status` document, as of now.
@@ -344,10 +340,7 @@ mod tests {
         assert!(t["lastSuccessAt"].is_string());
         assert_eq!(t["convergence"]["declaredSeconds"], 3.0);
         assert!(t["convergence"]["observedSeconds"].is_null());
-        assert_eq!(
-            t["percentiles"]["lockPhaseDurationSeconds"]["preLock"]["count"],
-            1
-        );
+        assert_eq!(t["percentiles"]["lockPhaseDurationSeconds"]["preLock"]["count"], 1);
         let c = &t["lastCycles"][0];
         assert_eq!(c["result"], "passed");
         assert_eq!(c["resource"], "probe-0003");
@@ -361,11 +354,7 @@ mod tests {
     fn keeps_at_most_twenty_cycles_newest_first() {
         let s = ProbeStatus::new();
         for i in 0..25 {
-            let mut r = report(if i == 24 {
-                CycleResult::Failed
-            } else {
-                CycleResult::Passed
-            });
+            let mut r = report(if i == 24 { CycleResult::Failed } else { CycleResult::Passed });
             r.resource = format!("probe-{i}");
             s.record_cycle(&r);
         }

@@ -61,7 +61,9 @@ fn render_target(page: &mut String, target: &TargetDocument, now: DateTime<Utc>)
     );
     let last_success = match target.last_success_at {
         None => "<span class=\"bad\">never</span>".to_string(),
-        Some(at) => format!("<time>{}</time>{}", time(at), ago(now, at).map(|a| format!(" ({a} ago)")).unwrap_or_default()),
+        Some(at) => {
+            format!("<time>{}</time>{}", time(at), ago(now, at).map(|a| format!(" ({a} ago)")).unwrap_or_default())
+        }
     };
     let _ = writeln!(page, "<dt>Last success</dt><dd>{last_success}</dd>");
     let missed_class = if target.missed_schedules > 0 { " class=\"warn\"" } else { "" };
@@ -208,25 +210,13 @@ fn seconds(v: Option<f64>) -> String {
     } else if a < 3600.0 {
         format!("{}m {:02}s", (s / 60.0).floor(), (s % 60.0).floor())
     } else {
-        format!(
-            "{}h {:02}m",
-            (s / 3600.0).floor(),
-            ((s % 3600.0) / 60.0).floor()
-        )
+        format!("{}h {:02}m", (s / 3600.0).floor(), ((s % 3600.0) / 60.0).floor())
     }
 }
 
 /// A fragment id for a target: names are free text, ids must not contain spaces.
 fn anchor(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
 /// HTML-escapes text for element content and double- or single-quoted attributes.
@@ -330,20 +320,17 @@ mod tests {
         assert!(html.contains("<h2>demo</h2>"));
         assert!(html.contains("badge ok\">ready"));
         // Last success with its age relative to generatedAt.
-        assert!(
-            html.contains("2026-11-29T22:39:50Z</time> (10.00 s ago)"),
-            "{html}"
-        );
+        assert!(html.contains("2026-11-29T22:39:50Z</time> (10.00 s ago)"), "{html}");
         // The cycle, its duration and its assertion.
-        assert!(html.contains("<time>2026-11-29T22:39:40Z</time> · 10.00 s · resource <code>probe-0003</code> · 0 failed of 1"));
         assert!(html.contains(
-            "<tr class=\"pass\"><td>hardDelete/delete</td><td>hardDelete</td><td>delete</td>"
+            "<time>2026-11-29T22:39:40Z</time> · 10.00 s · resource <code>probe-0003</code> · 0 failed of 1"
         ));
+        assert!(html.contains("<tr class=\"pass\"><td>hardDelete/delete</td><td>hardDelete</td><td>delete</td>"));
         // Percentiles in human units; an empty summary renders as dashes.
-        assert!(html.contains("<th scope=\"row\">preLock hold</th><td>2</td><td>3.10 s</td><td>3.20 s</td><td>3.30 s</td><td>3.30 s</td>"));
         assert!(html.contains(
-            "<th scope=\"row\">write hold</th><td>0</td><td>—</td><td>—</td><td>—</td><td>—</td>"
+            "<th scope=\"row\">preLock hold</th><td>2</td><td>3.10 s</td><td>3.20 s</td><td>3.30 s</td><td>3.30 s</td>"
         ));
+        assert!(html.contains("<th scope=\"row\">write hold</th><td>0</td><td>—</td><td>—</td><td>—</td><td>—</td>"));
         assert!(html.contains("<th scope=\"row\">read-through latency</th><td>40</td><td>1.0 ms</td><td>2.0 ms</td><td>4.0 ms</td><td>5.0 ms</td>"));
         // Convergence within the declared delay is not flagged.
         assert!(html.contains("<td>3.00 s</td><td>3.00 s</td><td>1.20 s</td>"));
@@ -406,10 +393,7 @@ mod tests {
             "failedAssertions": 1, "notes": []
         }]);
         let html = render(&doc(status));
-        assert!(
-            html.contains("<details class=\"cycle fail\" open>"),
-            "{html}"
-        );
+        assert!(html.contains("<details class=\"cycle fail\" open>"), "{html}");
         assert!(html.contains("<span class=\"badge fail\">failed</span>"));
         assert!(html.contains("3.50 s · resource <code>probe-0004</code> · 1 failed of 2"));
         assert!(html.contains("<tr class=\"fail\"><td>write/write</td><td>write</td><td>write</td><td>http://127.0.0.1:8080</td><td>block</td><td>allow</td><td>3.0 ms</td><td>PUT returned 200, expected 423</td></tr>"));
@@ -426,12 +410,7 @@ mod tests {
         status["targets"][0]["convergence"] =
             json!({ "declaredSeconds": 3.0, "expectedSeconds": null, "observedSeconds": 4.5 });
         let html = render(&doc(status));
-        assert!(
-            html.contains(
-                "<td>3.00 s</td><td>—</td><td class=\"fail\">4.50 s — above declared</td>"
-            ),
-            "{html}"
-        );
+        assert!(html.contains("<td>3.00 s</td><td>—</td><td class=\"fail\">4.50 s — above declared</td>"), "{html}");
     }
 
     #[test]

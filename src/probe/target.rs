@@ -62,10 +62,7 @@ pub fn parse_server_timing(header: &str) -> Option<ServerTiming> {
                 _ => {}
             }
         }
-        return Some(ServerTiming {
-            source: source?,
-            duration: Duration::from_secs_f64(dur? / 1000.0),
-        });
+        return Some(ServerTiming { source: source?, duration: Duration::from_secs_f64(dur? / 1000.0) });
     }
     None
 }
@@ -167,10 +164,7 @@ impl TargetClient {
             .map_err(|e| TargetError::Transport(e.to_string()))?;
         Ok(Self {
             http,
-            instances: instances
-                .iter()
-                .map(|s| s.trim_end_matches('/').to_string())
-                .collect(),
+            instances: instances.iter().map(|s| s.trim_end_matches('/').to_string()).collect(),
             api_key: api_key.to_string(),
             prefix: prefix.to_string(),
         })
@@ -182,10 +176,7 @@ impl TargetClient {
     }
 
     fn url(&self, instance: usize, resource: &str, tail: &str) -> String {
-        format!(
-            "{}/v1/resources/{}{}",
-            self.instances[instance], resource, tail
-        )
+        format!("{}/v1/resources/{}{}", self.instances[instance], resource, tail)
     }
 
     fn item_url(&self, instance: usize, resource: &str, key: &str) -> String {
@@ -196,32 +187,18 @@ impl TargetClient {
         if resource.starts_with(&self.prefix) {
             Ok(())
         } else {
-            Err(TargetError::OutsidePrefix {
-                resource: resource.to_string(),
-                prefix: self.prefix.clone(),
-            })
+            Err(TargetError::OutsidePrefix { resource: resource.to_string(), prefix: self.prefix.clone() })
         }
     }
 
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<Reply, TargetError> {
         let started = Instant::now();
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| TargetError::Transport(error_chain(&e)))?;
+        let resp = req.send().await.map_err(|e| TargetError::Transport(error_chain(&e)))?;
         let status = resp.status().as_u16();
-        let header = |name: &str| {
-            resp.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
+        let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
         let retry_after = header("retry-after");
         let timing = header("server-timing").and_then(|h| parse_server_timing(&h));
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| TargetError::Transport(error_chain(&e)))?;
+        let bytes = resp.bytes().await.map_err(|e| TargetError::Transport(error_chain(&e)))?;
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let problem = if status >= 400 {
             Some(
@@ -233,14 +210,7 @@ impl TargetClient {
         } else {
             None
         };
-        Ok(Reply {
-            status,
-            body,
-            problem,
-            retry_after,
-            timing,
-            elapsed: started.elapsed(),
-        })
+        Ok(Reply { status, body, problem, retry_after, timing, elapsed: started.elapsed() })
     }
 
     fn lock_call(&self, method: reqwest::Method, url: String, key: &CallKey) -> reqwest::RequestBuilder {
@@ -249,7 +219,14 @@ impl TargetClient {
 
     /// A `POST` to the lock API under `/v1/resources/{id}{path}`, refused before sending
     /// when the resource is outside the test prefix.
-    async fn post_lock(&self, instance: usize, resource: &str, path: &str, body: Value, key: CallKey) -> Result<Reply, TargetError> {
+    async fn post_lock(
+        &self,
+        instance: usize,
+        resource: &str,
+        path: &str,
+        body: Value,
+        key: CallKey,
+    ) -> Result<Reply, TargetError> {
         self.guard(resource)?;
         let req = self.lock_call(reqwest::Method::POST, self.url(instance, resource, path), &key).json(&body);
         self.send(req).await
@@ -360,56 +337,30 @@ impl TargetClient {
     ) -> Result<Reply, TargetError> {
         self.guard(resource)?;
         let req = self
-            .lock_call(
-                reqwest::Method::DELETE,
-                self.url(instance, resource, "/lock"),
-                &key,
-            )
+            .lock_call(reqwest::Method::DELETE, self.url(instance, resource, "/lock"), &key)
             .header("Lock-Token", token);
         self.send(req).await
     }
 
     /// `GET /route`: what the routing path of `instance` resolves now.
     pub async fn route(&self, instance: usize, resource: &str) -> Result<Reply, TargetError> {
-        self.send(self.http.get(self.url(instance, resource, "/route")))
-            .await
+        self.send(self.http.get(self.url(instance, resource, "/route"))).await
     }
 
     /// `GET /items/{key}`.
-    pub async fn read(
-        &self,
-        instance: usize,
-        resource: &str,
-        key: &str,
-    ) -> Result<Reply, TargetError> {
-        self.send(self.http.get(self.item_url(instance, resource, key)))
-            .await
+    pub async fn read(&self, instance: usize, resource: &str, key: &str) -> Result<Reply, TargetError> {
+        self.send(self.http.get(self.item_url(instance, resource, key))).await
     }
 
     /// `PUT /items/{key}`.
-    pub async fn write(
-        &self,
-        instance: usize,
-        resource: &str,
-        key: &str,
-        value: &Value,
-    ) -> Result<Reply, TargetError> {
-        let req = self
-            .http
-            .put(self.item_url(instance, resource, key))
-            .json(&json!({ "value": value }));
+    pub async fn write(&self, instance: usize, resource: &str, key: &str, value: &Value) -> Result<Reply, TargetError> {
+        let req = self.http.put(self.item_url(instance, resource, key)).json(&json!({ "value": value }));
         self.send(req).await
     }
 
     /// `DELETE /items/{key}`.
-    pub async fn delete(
-        &self,
-        instance: usize,
-        resource: &str,
-        key: &str,
-    ) -> Result<Reply, TargetError> {
-        self.send(self.http.delete(self.item_url(instance, resource, key)))
-            .await
+    pub async fn delete(&self, instance: usize, resource: &str, key: &str) -> Result<Reply, TargetError> {
+        self.send(self.http.delete(self.item_url(instance, resource, key))).await
     }
 }
 
@@ -459,22 +410,10 @@ mod tests {
     #[tokio::test]
     async fn lock_outside_prefix_is_refused_without_a_request() {
         // Port 9 (discard) is never contacted: the guard fires first.
-        let c = TargetClient::new(
-            &["http://127.0.0.1:9".into()],
-            "k",
-            "probe-",
-            Duration::from_secs(1),
-        )
-        .unwrap();
+        let c = TargetClient::new(&["http://127.0.0.1:9".into()], "k", "probe-", Duration::from_secs(1)).unwrap();
         let key = CallKey::fresh();
-        let e = c
-            .pre_lock(0, "customer-42", "me", Duration::from_secs(1), None, key.clone())
-            .await
-            .unwrap_err();
+        let e = c.pre_lock(0, "customer-42", "me", Duration::from_secs(1), None, key.clone()).await.unwrap_err();
         assert!(matches!(e, TargetError::OutsidePrefix { .. }), "{e}");
-        assert!(matches!(
-            c.release(0, "prod-1", "t", key).await.unwrap_err(),
-            TargetError::OutsidePrefix { .. }
-        ));
+        assert!(matches!(c.release(0, "prod-1", "t", key).await.unwrap_err(), TargetError::OutsidePrefix { .. }));
     }
 }

@@ -60,22 +60,16 @@ impl ValidateOptions {
     /// Checks the flags; errors name the flag.
     pub fn check(&self) -> Result<(), ValidateError> {
         if self.endpoints.is_empty() {
-            return Err(ValidateError::Usage(
-                "--endpoint: at least one endpoint is required".into(),
-            ));
+            return Err(ValidateError::Usage("--endpoint: at least one endpoint is required".into()));
         }
         for e in &self.endpoints {
             check_instance_url(e).map_err(|m| ValidateError::Usage(format!("--endpoint: {m}")))?;
         }
         if self.test_prefix.is_empty() {
-            return Err(ValidateError::Usage(
-                "--test-prefix: must not be empty".into(),
-            ));
+            return Err(ValidateError::Usage("--test-prefix: must not be empty".into()));
         }
         if self.api_key.is_empty() {
-            return Err(ValidateError::Usage(
-                "LOCKPROBE_LOCK_API_KEY: the lock API key must be set".into(),
-            ));
+            return Err(ValidateError::Usage("LOCKPROBE_LOCK_API_KEY: the lock API key must be set".into()));
         }
         Ok(())
     }
@@ -110,23 +104,15 @@ pub async fn run(
     }
     // Fresh resources per run, so concurrent or repeated runs never meet each other's locks.
     let run_id = hex::encode(rand::random::<[u8; 4]>());
-    let resources: Vec<String> = (0..RESOURCES_PER_CYCLE)
-        .map(|i| format!("{}v{run_id}-{i}", opts.test_prefix))
-        .collect();
+    let resources: Vec<String> =
+        (0..RESOURCES_PER_CYCLE).map(|i| format!("{}v{run_id}-{i}", opts.test_prefix)).collect();
     Ok(scenario.run_cycle(&resources, cancel).await)
 }
 
 /// Writes the JUnit XML and JSON reports where asked.
-pub fn write_reports(
-    report: &CycleReport,
-    junit: Option<&Path>,
-    json: Option<&Path>,
-) -> Result<(), ValidateError> {
+pub fn write_reports(report: &CycleReport, junit: Option<&Path>, json: Option<&Path>) -> Result<(), ValidateError> {
     let write = |path: &Path, text: String| {
-        std::fs::write(path, text).map_err(|source| ValidateError::Write {
-            path: path.to_path_buf(),
-            source,
-        })
+        std::fs::write(path, text).map_err(|source| ValidateError::Write { path: path.to_path_buf(), source })
     };
     if let Some(p) = junit {
         write(p, report.to_junit())?;

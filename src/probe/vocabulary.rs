@@ -343,7 +343,8 @@ mod tests {
         for o in Outcome::NAMED {
             assert_eq!(Outcome::from_label(o.as_str()).as_ref(), Some(o));
         }
-        for o in [Outcome::created(), Outcome::lock_held(), Outcome::reply(500, Some("internal")), Outcome::winners(2)] {
+        for o in [Outcome::created(), Outcome::lock_held(), Outcome::reply(500, Some("internal")), Outcome::winners(2)]
+        {
             assert_eq!(Outcome::from_label(o.as_str()), Some(o.clone()));
         }
         assert_eq!(Outcome::lock_held().as_str(), "423 lock-held");

@@ -137,7 +137,11 @@ mod tests {
     const S: i64 = 1_000_000_000;
 
     fn record(location: &str) -> Arc<Versioned> {
-        Arc::new(Versioned { doc: LocationDocument::new("r", location), etag: ETag("e".into()), committed_at: chrono::DateTime::UNIX_EPOCH })
+        Arc::new(Versioned {
+            doc: LocationDocument::new("r", location),
+            etag: ETag("e".into()),
+            committed_at: chrono::DateTime::UNIX_EPOCH,
+        })
     }
 
     fn served(l: &Lookup) -> bool {

@@ -289,16 +289,34 @@ impl RoutingClient {
         self.grant(id, Some(home), req, key).await
     }
 
-    async fn grant(&self, id: &str, home: Option<&str>, req: &PreLockRequest, key: Option<&str>) -> Result<Grant, RoutingError> {
+    async fn grant(
+        &self,
+        id: &str,
+        home: Option<&str>,
+        req: &PreLockRequest,
+        key: Option<&str>,
+    ) -> Result<Grant, RoutingError> {
         let call = LockCall::PreLock { request: req.clone(), token: LockToken::generate() };
         let record = self.call(id, home, &call, key).await?;
         // A replay hands back the token the key's first call was granted.
-        let token = record.doc.primary.lock.as_ref().map(|l| l.token.clone()).ok_or(RoutingError::Lock(LockError::TokenMismatch))?;
+        let token = record
+            .doc
+            .primary
+            .lock
+            .as_ref()
+            .map(|l| l.token.clone())
+            .ok_or(RoutingError::Lock(LockError::TokenMismatch))?;
         Ok(Grant { record, token })
     }
 
     /// Escalates to `phase` with a lease of `duration`.
-    pub async fn escalate(&self, id: &str, token: &LockToken, phase: Phase, duration: Duration) -> Result<Versioned, RoutingError> {
+    pub async fn escalate(
+        &self,
+        id: &str,
+        token: &LockToken,
+        phase: Phase,
+        duration: Duration,
+    ) -> Result<Versioned, RoutingError> {
         self.call(id, None, &LockCall::Escalate { token: token.clone(), phase, duration }, None).await
     }
 
@@ -313,7 +331,13 @@ impl RoutingClient {
     }
 
     /// [`Self::swap`] under the caller's idempotency key.
-    pub async fn swap_with_key(&self, id: &str, token: &LockToken, target: &str, key: Option<&str>) -> Result<Versioned, RoutingError> {
+    pub async fn swap_with_key(
+        &self,
+        id: &str,
+        token: &LockToken,
+        target: &str,
+        key: Option<&str>,
+    ) -> Result<Versioned, RoutingError> {
         self.call(id, None, &LockCall::Swap { token: token.clone(), target: target.to_owned() }, key).await
     }
 
@@ -330,7 +354,13 @@ impl RoutingClient {
     /// age, plus the skew margin between the store's clock and this one), so the copy
     /// sees every write that was accepted. A swap this key already made is reported as
     /// such: nothing is copied again.
-    pub async fn prepare_swap(&self, id: &str, token: &LockToken, target: &str, key: Option<&str>) -> Result<SwapPlan, RoutingError> {
+    pub async fn prepare_swap(
+        &self,
+        id: &str,
+        token: &LockToken,
+        target: &str,
+        key: Option<&str>,
+    ) -> Result<SwapPlan, RoutingError> {
         let call = LockCall::Swap { token: token.clone(), target: target.to_owned() };
         let key = key.map(|k| format!("k:{k}")).unwrap_or_else(|| "w:check".into());
         let record = self.read_settled(id).await?;
@@ -395,7 +425,13 @@ impl RoutingClient {
     /// document still stands at the version the write was conditional on, the write may
     /// yet land and the outcome stays unknown; otherwise it either landed (its record is
     /// there) or never can (its condition is gone), and the decision proceeds.
-    pub async fn call(&self, id: &str, home: Option<&str>, call: &LockCall, key: Option<&str>) -> Result<Versioned, RoutingError> {
+    pub async fn call(
+        &self,
+        id: &str,
+        home: Option<&str>,
+        call: &LockCall,
+        key: Option<&str>,
+    ) -> Result<Versioned, RoutingError> {
         let key = match key {
             Some(k) => format!("k:{k}"),
             None => format!("w:{}", hex::encode(rand::random::<[u8; 8]>())),

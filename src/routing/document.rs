@@ -345,7 +345,9 @@ impl LocationDocument {
             .get("schemaVersion")
             .ok_or_else(|| DocumentError::Malformed(format!("document {id:?} has no schemaVersion")))?
             .as_u64()
-            .ok_or_else(|| DocumentError::Malformed(format!("document {id:?}: schemaVersion is not a positive integer")))?;
+            .ok_or_else(|| {
+                DocumentError::Malformed(format!("document {id:?}: schemaVersion is not a positive integer"))
+            })?;
         if found != SCHEMA_VERSION {
             return Err(DocumentError::UnsupportedSchema { id, found });
         }
@@ -395,7 +397,8 @@ mod tests {
 
     #[test]
     fn missing_or_bad_schema_version_is_malformed() {
-        let missing = json!({"id": "r", "primary": {"location": "x", "lock": null}, "secondary": null, "migrating": false});
+        let missing =
+            json!({"id": "r", "primary": {"location": "x", "lock": null}, "secondary": null, "migrating": false});
         assert!(matches!(LocationDocument::from_json(missing), Err(DocumentError::Malformed(_))));
         let text = json!({"id": "r", "schemaVersion": "1", "primary": {"location": "x"}});
         assert!(matches!(LocationDocument::from_json(text), Err(DocumentError::Malformed(_))));

@@ -62,9 +62,9 @@ pub fn enforce(op: Operation, lock: Option<&LockInfo>, now: DateTime<Utc>, skew:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeDelta;
     use crate::clock::{Clock, ManualClock};
     use crate::routing::document::LockToken;
+    use chrono::TimeDelta;
     use serde_json::Map;
 
     fn lock(phase: Phase, now: DateTime<Utc>, effective_in: i64, expires_in: i64) -> LockInfo {

@@ -86,7 +86,13 @@ mod tests {
         let doc = locked(now);
         let lock = doc.primary.lock.as_ref().unwrap();
         assert_eq!(serve_until(&doc, now, &policy()), lock.effective_at - to_chrono(policy().skew_margin));
-        let broken = LockPolicy { deviations: crate::routing::lifecycle::Deviations { cache_serves_started_locks: true, ..Default::default() }, ..policy() };
+        let broken = LockPolicy {
+            deviations: crate::routing::lifecycle::Deviations {
+                cache_serves_started_locks: true,
+                ..Default::default()
+            },
+            ..policy()
+        };
         assert_eq!(serve_until(&doc, now, &broken), DateTime::<Utc>::MAX_UTC);
     }
 

@@ -171,7 +171,11 @@ pub fn pre_lock(
     // the new one; a new target elsewhere would overwrite it, so wait for it to lapse.
     // (A new migration back to the guarded location locks it anyway, for longer.)
     if let Some(guard) = swap_guard(doc, now) {
-        if req.target_location.as_deref().is_some_and(|t| t != doc.secondary.as_ref().map_or("", |s| s.location.as_str())) {
+        if req
+            .target_location
+            .as_deref()
+            .is_some_and(|t| t != doc.secondary.as_ref().map_or("", |s| s.location.as_str()))
+        {
             return Err(LockError::LockHeld { expires_at: guard.expires_at });
         }
     }
@@ -209,8 +213,7 @@ pub fn pre_lock(
             extra: Map::new(),
         });
     }
-    let effective_after_commit_seconds =
-        (!policy.deviations.legacy_effective_at).then(|| start_after.as_seconds_f64());
+    let effective_after_commit_seconds = (!policy.deviations.legacy_effective_at).then(|| start_after.as_seconds_f64());
     seal(&mut next, PendingEffect { effective_after_commit_seconds, phase_starts: true, ..PendingEffect::empty() });
     Ok(next)
 }
@@ -218,7 +221,11 @@ pub fn pre_lock(
 /// The live lock held by `token`, or the refusal explaining why there is none. The
 /// holder's lease ends at `expiresAt` by the deciding clock (readers keep enforcing for
 /// the skew margin beyond it, so the two never leave a gap).
-pub fn held_lock<'a>(doc: &'a LocationDocument, token: &LockToken, now: DateTime<Utc>) -> Result<&'a LockInfo, LockError> {
+pub fn held_lock<'a>(
+    doc: &'a LocationDocument,
+    token: &LockToken,
+    now: DateTime<Utc>,
+) -> Result<&'a LockInfo, LockError> {
     match &doc.primary.lock {
         Some(lock) if lock.token.matches(token) => {
             if lock.is_live(now) {
@@ -272,7 +279,8 @@ pub fn escalate(
 ) -> Result<LocationDocument, LockError> {
     positive("durationSeconds", duration)?;
     let lock = held_lock(doc, token, now)?;
-    let allowed = matches!((lock.phase, phase), (Phase::PreLock, Phase::HardDelete) | (Phase::HardDelete, Phase::Write));
+    let allowed =
+        matches!((lock.phase, phase), (Phase::PreLock, Phase::HardDelete) | (Phase::HardDelete, Phase::Write));
     if !allowed {
         return Err(LockError::InvalidTransition(format!("cannot escalate from {} to {}", lock.phase, phase)));
     }
@@ -581,7 +589,12 @@ impl LockCall {
     }
 
     /// The transition this call makes, on a settled document.
-    pub fn transition(&self, doc: &LocationDocument, policy: &LockPolicy, now: DateTime<Utc>) -> Result<LocationDocument, LockError> {
+    pub fn transition(
+        &self,
+        doc: &LocationDocument,
+        policy: &LockPolicy,
+        now: DateTime<Utc>,
+    ) -> Result<LocationDocument, LockError> {
         match self {
             LockCall::PreLock { request, token } => pre_lock(doc, request, token.clone(), policy, now),
             LockCall::Escalate { token, phase, duration } => escalate(doc, token, *phase, *duration, policy, now),
@@ -654,7 +667,12 @@ pub fn decide(
 }
 
 /// The answer to a repeated call whose first instance took effect.
-fn replay(doc: &LocationDocument, call: &LockCall, record: &OperationRecord, now: DateTime<Utc>) -> Result<(), LockError> {
+fn replay(
+    doc: &LocationDocument,
+    call: &LockCall,
+    record: &OperationRecord,
+    now: DateTime<Utc>,
+) -> Result<(), LockError> {
     match call {
         LockCall::PreLock { .. } => match &doc.primary.lock {
             Some(lock) if lock.token.digest() == record.lock => {

@@ -12,7 +12,12 @@ const PRE: Duration = Duration::from_secs(3600);
 const MAX: Duration = Duration::from_secs(7200);
 
 fn policy() -> LockPolicy {
-    LockPolicy { convergence_delay: DELAY, max_pre_lock: MAX, skew_margin: Duration::ZERO, deviations: Deviations::default() }
+    LockPolicy {
+        convergence_delay: DELAY,
+        max_pre_lock: MAX,
+        skew_margin: Duration::ZERO,
+        deviations: Deviations::default(),
+    }
 }
 
 fn t0() -> DateTime<Utc> {
@@ -89,7 +94,10 @@ fn pre_lock_replaces_an_expired_lock_with_a_new_token() {
 fn pre_lock_refuses_zero_and_over_maximum_durations() {
     let doc = LocationDocument::new("r", "westeurope");
     for d in [Duration::ZERO, MAX + Duration::from_secs(1)] {
-        assert!(matches!(pre_lock(&doc, &req(d), LockToken::generate(), &policy(), t0()), Err(LockError::InvalidRequest(_))));
+        assert!(matches!(
+            pre_lock(&doc, &req(d), LockToken::generate(), &policy(), t0()),
+            Err(LockError::InvalidRequest(_))
+        ));
     }
 }
 
@@ -112,7 +120,8 @@ fn escalation_path_keeps_the_token_and_caps_by_the_parent_lease() {
 fn escalation_before_effective_at_is_refused() {
     let now = t0();
     let (doc, token) = locked(now);
-    let err = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), now + secs(59)).unwrap_err();
+    let err =
+        escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), now + secs(59)).unwrap_err();
     assert!(matches!(err, LockError::InvalidTransition(_)), "{err:?}");
 }
 
@@ -122,11 +131,17 @@ fn out_of_order_escalations_are_refused() {
     let (doc, token) = locked(now);
     let at = now + secs(61);
     for phase in [Phase::Write, Phase::PreLock] {
-        assert!(matches!(escalate(&doc, &token, phase, Duration::from_secs(5), &policy(), at), Err(LockError::InvalidTransition(_))));
+        assert!(matches!(
+            escalate(&doc, &token, phase, Duration::from_secs(5), &policy(), at),
+            Err(LockError::InvalidTransition(_))
+        ));
     }
     let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), at).unwrap();
     for phase in [Phase::HardDelete, Phase::PreLock] {
-        assert!(matches!(escalate(&hd, &token, phase, Duration::from_secs(5), &policy(), at), Err(LockError::InvalidTransition(_))));
+        assert!(matches!(
+            escalate(&hd, &token, phase, Duration::from_secs(5), &policy(), at),
+            Err(LockError::InvalidTransition(_))
+        ));
     }
 }
 
@@ -156,7 +171,10 @@ fn an_expired_token_can_do_nothing() {
     assert_eq!(swap(&w, &token, "northeurope", &policy(), lapsed), expired);
     assert_eq!(renew(&w, &token, DELAY, &policy(), lapsed), expired);
     assert_eq!(release(&w, &token, lapsed), expired);
-    assert_eq!(escalate(&hd, &token, Phase::Write, DELAY, &policy(), now + secs(90)), Err(LockError::LeaseExpired { expired_at: now + secs(90) }));
+    assert_eq!(
+        escalate(&hd, &token, Phase::Write, DELAY, &policy(), now + secs(90)),
+        Err(LockError::LeaseExpired { expired_at: now + secs(90) })
+    );
 }
 
 #[test]
@@ -266,8 +284,10 @@ fn a_pre_lock_starts_no_earlier_than_its_commit_plus_delay_and_margin() {
 #[test]
 fn the_legacy_effective_at_counts_from_the_decision_whatever_the_commit() {
     let now = t0();
-    let legacy = LockPolicy { deviations: Deviations { legacy_effective_at: true, ..Deviations::default() }, ..margined() };
-    let doc = pre_lock(&LocationDocument::new("r", "westeurope"), &req(PRE), LockToken::generate(), &legacy, now).unwrap();
+    let legacy =
+        LockPolicy { deviations: Deviations { legacy_effective_at: true, ..Deviations::default() }, ..margined() };
+    let doc =
+        pre_lock(&LocationDocument::new("r", "westeurope"), &req(PRE), LockToken::generate(), &legacy, now).unwrap();
     let settled = settle(doc, now + secs(3));
     assert_eq!(lock(&settled).effective_at, now + secs(60));
 }
@@ -364,7 +384,10 @@ fn a_malformed_request_is_refused_before_the_lock_state_is_judged() {
         assert!(matches!(err, LockError::InvalidRequest(_)), "{err:?}");
     }
     let wrong = LockToken::generate();
-    assert!(matches!(escalate(&doc, &wrong, Phase::HardDelete, Duration::ZERO, &policy(), now), Err(LockError::InvalidRequest(_))));
+    assert!(matches!(
+        escalate(&doc, &wrong, Phase::HardDelete, Duration::ZERO, &policy(), now),
+        Err(LockError::InvalidRequest(_))
+    ));
     assert!(matches!(renew(&doc, &wrong, Duration::ZERO, &policy(), now), Err(LockError::InvalidRequest(_))));
     assert!(matches!(swap(&doc, &wrong, "", &policy(), now), Err(LockError::InvalidRequest(_))));
 }
@@ -381,7 +404,11 @@ fn a_new_token_waits_until_the_old_lease_has_ended_by_every_clock() {
 
 #[test]
 fn durations_past_the_representable_time_are_refused_not_a_panic() {
-    let huge = LockPolicy { max_pre_lock: Duration::from_secs(u64::MAX / 4), convergence_delay: Duration::from_secs(u64::MAX / 4), ..policy() };
+    let huge = LockPolicy {
+        max_pre_lock: Duration::from_secs(u64::MAX / 4),
+        convergence_delay: Duration::from_secs(u64::MAX / 4),
+        ..policy()
+    };
     let err = pre_lock(&LocationDocument::new("r", "w"), &req(PRE), LockToken::generate(), &huge, t0()).unwrap_err();
     assert!(matches!(err, LockError::InvalidRequest(_)), "{err:?}");
 }
@@ -403,7 +430,10 @@ fn written(decided: Decided) -> LocationDocument {
 fn a_repeated_pre_lock_returns_the_first_token_and_never_a_fresh_lock() {
     let now = t0();
     let first = LockToken::generate();
-    let doc = settle(written(decide(&LocationDocument::new("r", "w"), &pre_lock_call(&first), "k:a", &margined(), now).unwrap()), now);
+    let doc = settle(
+        written(decide(&LocationDocument::new("r", "w"), &pre_lock_call(&first), "k:a", &margined(), now).unwrap()),
+        now,
+    );
     assert!(took_effect(&doc, "k:a"));
     // The repeat brings its own fresh token; the answer is the first one's lock.
     let again = pre_lock_call(&LockToken::generate());
@@ -415,14 +445,18 @@ fn a_repeated_pre_lock_returns_the_first_token_and_never_a_fresh_lock() {
     assert_eq!(decide(&released, &again, "k:a", &margined(), now), Err(LockError::TokenMismatch));
     // Lapsed: 410.
     let lapsed_at = lock(&doc).expires_at;
-    assert_eq!(decide(&doc, &again, "k:a", &margined(), lapsed_at), Err(LockError::LeaseExpired { expired_at: lapsed_at }));
+    assert_eq!(
+        decide(&doc, &again, "k:a", &margined(), lapsed_at),
+        Err(LockError::LeaseExpired { expired_at: lapsed_at })
+    );
 }
 
 #[test]
 fn the_same_key_for_another_request_is_refused() {
     let now = t0();
     let token = LockToken::generate();
-    let doc = written(decide(&LocationDocument::new("r", "w"), &pre_lock_call(&token), "k:a", &margined(), now).unwrap());
+    let doc =
+        written(decide(&LocationDocument::new("r", "w"), &pre_lock_call(&token), "k:a", &margined(), now).unwrap());
     let other = LockCall::PreLock { request: req(Duration::from_secs(10)), token: LockToken::generate() };
     assert_eq!(decide(&doc, &other, "k:a", &margined(), now), Err(LockError::KeyReused));
     let renew_call = LockCall::Renew { token, duration: DELAY };
@@ -437,11 +471,27 @@ fn repeated_escalate_swap_and_release_succeed_again_without_writing() {
     let up = LockCall::Escalate { token: token.clone(), phase: Phase::HardDelete, duration: DELAY };
     let hd = settle(written(decide(&doc, &up, "k:e", &margined(), at).unwrap()), at);
     assert_eq!(decide(&hd, &up, "k:e", &margined(), at), Ok(Decided::Replayed), "not 409 invalid-transition");
-    let w = settle(written(decide(&hd, &LockCall::Escalate { token: token.clone(), phase: Phase::Write, duration: DELAY }, "k:w", &margined(), at).unwrap()), at);
+    let w = settle(
+        written(
+            decide(
+                &hd,
+                &LockCall::Escalate { token: token.clone(), phase: Phase::Write, duration: DELAY },
+                "k:w",
+                &margined(),
+                at,
+            )
+            .unwrap(),
+        ),
+        at,
+    );
     let over = LockCall::Swap { token: token.clone(), target: "northeurope".into() };
     let swapped = settle(written(decide(&w, &over, "k:s", &margined(), at).unwrap()), at);
     assert_eq!(decide(&swapped, &over, "k:s", &margined(), at), Ok(Decided::Replayed));
-    assert_eq!(decide(&swapped, &up, "k:e", &margined(), at), Err(LockError::TokenMismatch), "the escalation's lock is gone");
+    assert_eq!(
+        decide(&swapped, &up, "k:e", &margined(), at),
+        Err(LockError::TokenMismatch),
+        "the escalation's lock is gone"
+    );
 }
 
 #[test]

@@ -66,15 +66,18 @@ pub async fn route(State(instance): State<Arc<Instance>>, PathParams(id): PathPa
         Err(e) => return unresolved(e),
     };
     let now = instance.routing.clock().now();
-    let lock = resolved.record.doc.live_lock(now).map(|l| {
-        json!({ "phase": l.phase, "effectiveAt": l.effective_at, "expiresAt": l.expires_at, "owner": l.owner })
-    });
+    let lock = resolved.record.doc.live_lock(now).map(
+        |l| json!({ "phase": l.phase, "effectiveAt": l.effective_at, "expiresAt": l.expires_at, "owner": l.owner }),
+    );
     let body = json!({ "location": resolved.location(), "lock": lock, "source": resolved.source.as_str() });
     timed(resolved.source, resolved.store_time, Json(body))
 }
 
 /// `GET /v1/resources/{id}/items/{key}`: reads are never blocked.
-pub async fn read_item(State(instance): State<Arc<Instance>>, PathParams((id, key)): PathParams<(String, String)>) -> Response {
+pub async fn read_item(
+    State(instance): State<Arc<Instance>>,
+    PathParams((id, key)): PathParams<(String, String)>,
+) -> Response {
     if let Err(e) = input::check_name("resource id", &id).and_then(|_| input::check_name("item key", &key)) {
         return e.into_response();
     }
@@ -119,7 +122,10 @@ pub async fn write_item(
 }
 
 /// `DELETE /v1/resources/{id}/items/{key}`: 204 deleted, 202 tombstoned, 423 blocked.
-pub async fn delete_item(State(instance): State<Arc<Instance>>, PathParams((id, key)): PathParams<(String, String)>) -> Response {
+pub async fn delete_item(
+    State(instance): State<Arc<Instance>>,
+    PathParams((id, key)): PathParams<(String, String)>,
+) -> Response {
     if let Err(e) = input::check_name("resource id", &id).and_then(|_| input::check_name("item key", &key)) {
         return e.into_response();
     }

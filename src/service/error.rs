@@ -57,7 +57,11 @@ impl ApiError {
 
     /// 403 `not-test-resource`.
     pub fn not_test_resource(prefix: &str) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "not-test-resource", format!("the lock API only accepts resource ids starting with {prefix:?}"))
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "not-test-resource",
+            format!("the lock API only accepts resource ids starting with {prefix:?}"),
+        )
     }
 
     /// 404 `not-found`.
@@ -67,17 +71,26 @@ impl ApiError {
 
     /// 500 `internal`: a fault of this service; `cause` is logged, never shown.
     pub fn internal(cause: impl std::fmt::Display) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the service failed to handle this request").caused_by(cause)
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the service failed to handle this request")
+            .caused_by(cause)
     }
 
     /// 405 `method-not-allowed`; the router adds the `Allow` header.
     pub fn method_not_allowed() -> Self {
-        Self::new(StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "this route does not take this method; the Allow header lists those it takes")
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method-not-allowed",
+            "this route does not take this method; the Allow header lists those it takes",
+        )
     }
 
     /// 413 `payload-too-large`.
     pub fn too_large(limit: usize) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", format!("request bodies are limited to {limit} bytes"))
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload-too-large",
+            format!("request bodies are limited to {limit} bytes"),
+        )
     }
 
     /// 423 `lock-held` with `Retry-After`.

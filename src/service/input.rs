@@ -80,10 +80,15 @@ pub fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
         return Err(ApiError::bad_request(format!("{field} must not be empty")));
     }
     if value.len() > MAX_ID_BYTES {
-        return Err(ApiError::bad_request(format!("{field} is {} bytes; at most {MAX_ID_BYTES} are allowed", value.len())));
+        return Err(ApiError::bad_request(format!(
+            "{field} is {} bytes; at most {MAX_ID_BYTES} are allowed",
+            value.len()
+        )));
     }
     if value.contains(FORBIDDEN_IN_NAMES) || value.chars().any(char::is_control) {
-        return Err(ApiError::bad_request(format!("{field} must not contain '/', '\\', '?', '#' or control characters")));
+        return Err(ApiError::bad_request(format!(
+            "{field} must not contain '/', '\\', '?', '#' or control characters"
+        )));
     }
     Ok(())
 }
@@ -135,12 +140,18 @@ mod tests {
         async fn two(PathParams((a, b)): PathParams<(String, String)>) -> String {
             a + &b
         }
-        let router = axum::Router::new().route("/one/{id}", axum::routing::get(one)).route("/mismatch/{id}", axum::routing::get(two));
+        let router = axum::Router::new()
+            .route("/one/{id}", axum::routing::get(one))
+            .route("/mismatch/{id}", axum::routing::get(two));
         let (status, content_type, body) = answer_of(router.clone(), "/one/%FF").await;
         assert_eq!((status.as_u16(), content_type.as_str()), (400, "application/problem+json"));
         assert_eq!(body["type"], "urn:lockprobe:error:bad-request");
         let (status, content_type, body) = answer_of(router, "/mismatch/x").await;
-        assert_eq!((status.as_u16(), content_type.as_str()), (500, "application/problem+json"), "a route that does not fit its handler is our fault");
+        assert_eq!(
+            (status.as_u16(), content_type.as_str()),
+            (500, "application/problem+json"),
+            "a route that does not fit its handler is our fault"
+        );
         assert_eq!(body["type"], "urn:lockprobe:error:internal");
     }
 

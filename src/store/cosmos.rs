@@ -33,8 +33,8 @@ use azure_data_cosmos::feed::FeedScope;
 use azure_data_cosmos::models::{ChangeFeedItem, ContainerProperties};
 use azure_data_cosmos::options::{
     AvailabilityStrategy, BinaryEncodingOptions, ChangeFeedOptions, ChangeFeedStartFrom, ConnectionPoolOptions,
-    ContentResponseOnWrite, EndToEndOperationLatencyPolicy, ExcludedRegions, ItemWriteOptions, MaxItemCountHint, OperationOptions, Precondition,
-    QueryOptions, ReadConsistencyStrategy, Region, ServerCertificateValidation,
+    ContentResponseOnWrite, EndToEndOperationLatencyPolicy, ExcludedRegions, ItemWriteOptions, MaxItemCountHint,
+    OperationOptions, Precondition, QueryOptions, ReadConsistencyStrategy, Region, ServerCertificateValidation,
 };
 use azure_data_cosmos::{
     AccountEndpoint, AccountReference, CosmosClient, CosmosError, CosmosRuntime, Query, RoutingStrategy,
@@ -48,7 +48,9 @@ pub use config::{is_local_emulator, ChangeStreamMode, CosmosAuth, CosmosConfig};
 pub use metrics::{CosmosMetrics, Op};
 
 use self::poll::{Candidate, PollCursor};
-use super::{Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned};
+use super::{
+    Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned,
+};
 use crate::routing::document::LocationDocument;
 
 /// Fields Cosmos DB adds to every document. They are not part of the location
@@ -346,7 +348,8 @@ fn candidate(json: Value) -> Result<Candidate<Change>, StoreError> {
         return Err(StoreError::Unavailable("cosmos returned a non-object document".into()));
     };
     let etag = take_string(map, "_etag").ok_or_else(|| StoreError::Unavailable("document without _etag".into()))?;
-    let ts = map.get("_ts").and_then(Value::as_i64).ok_or_else(|| StoreError::Unavailable("document without _ts".into()))?;
+    let ts =
+        map.get("_ts").and_then(Value::as_i64).ok_or_else(|| StoreError::Unavailable("document without _ts".into()))?;
     let id = take_string(map, "id").unwrap_or_default();
     let committed_at = end_of_second(ts);
     let doc = LocationDocument::from_json(strip_system_fields(json))?;
@@ -387,11 +390,15 @@ fn write_options() -> ItemWriteOptions {
 }
 
 /// The version and commit time of a write's answer (its body is the stored document).
-async fn committed(response: azure_data_cosmos::models::ItemResponse, what: &str) -> Result<(Committed, f64), CallError> {
+async fn committed(
+    response: azure_data_cosmos::models::ItemResponse,
+    what: &str,
+) -> Result<(Committed, f64), CallError> {
     let charge = response.diagnostics().total_request_charge().value();
     let etag = response.headers().etag().map(|e| ETag(e.to_string()));
     let body: Value = response.into_model()?;
-    let missing = |field: &str| CallError::Store(StoreError::Unavailable(format!("{what} answered without {field}")), charge);
+    let missing =
+        |field: &str| CallError::Store(StoreError::Unavailable(format!("{what} answered without {field}")), charge);
     let etag = etag.ok_or_else(|| missing("an etag"))?;
     let committed_at = commit_time(&body).map_err(|_| missing("the stored document's _ts"))?;
     Ok((Committed { etag, committed_at }, charge))
@@ -469,7 +476,11 @@ fn client_plan(config: &CosmosConfig, role: Role) -> (Vec<Region>, OperationOpti
     (regions, options)
 }
 
-async fn build_client(config: &CosmosConfig, runtime: &CosmosRuntime, role: Role) -> Result<CosmosClient, CosmosStoreError> {
+async fn build_client(
+    config: &CosmosConfig,
+    runtime: &CosmosRuntime,
+    role: Role,
+) -> Result<CosmosClient, CosmosStoreError> {
     let endpoint: AccountEndpoint = config
         .endpoint
         .as_str()
@@ -642,11 +653,21 @@ mod tests {
 
     #[test]
     fn a_write_is_known_refused_only_when_cosmos_judged_it_or_it_never_left() {
-        for (code, sub) in [(400, None), (403, None), (429, Some(3200)), (413, None), (503, Some(20010)), (503, Some(20012))] {
+        for (code, sub) in
+            [(400, None), (403, None), (429, Some(3200)), (413, None), (503, Some(20010)), (503, Some(20012))]
+        {
             assert!(write_was_refused(code, sub), "{code}/{sub:?}");
         }
         // A timeout, a transport failure after sending, a server error: maybe applied.
-        for (code, sub) in [(408, None), (408, Some(20008)), (500, None), (503, None), (503, Some(20003)), (503, Some(20011)), (503, Some(20014))] {
+        for (code, sub) in [
+            (408, None),
+            (408, Some(20008)),
+            (500, None),
+            (503, None),
+            (503, Some(20003)),
+            (503, Some(20011)),
+            (503, Some(20014)),
+        ] {
             assert!(!write_was_refused(code, sub), "{code}/{sub:?}");
         }
     }
@@ -666,7 +687,11 @@ mod tests {
         });
         let c = candidate(stored).unwrap();
         assert_eq!((c.id.as_str(), c.etag.as_str(), c.ts), ("r1", "e7", 1_767_225_600));
-        assert_eq!(c.item.doc.committed_at.to_rfc3339(), "2026-01-01T00:00:00.999999999+00:00", "the end of the second _ts names");
+        assert_eq!(
+            c.item.doc.committed_at.to_rfc3339(),
+            "2026-01-01T00:00:00.999999999+00:00",
+            "the end of the second _ts names"
+        );
         assert_eq!(c.item.doc.etag, ETag("e7".into()));
     }
 }

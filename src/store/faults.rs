@@ -417,7 +417,9 @@ impl FaultStats {
 
     /// Every (call kind, fault kind, count) cell, zeros included, for report tables.
     pub fn injected_cells(&self) -> impl Iterator<Item = (OpKind, FaultKind, u64)> + '_ {
-        OpKind::ALL.into_iter().flat_map(move |op| FaultKind::ALL.into_iter().map(move |f| (op, f, self.injected(op, f))))
+        OpKind::ALL
+            .into_iter()
+            .flat_map(move |op| FaultKind::ALL.into_iter().map(move |f| (op, f, self.injected(op, f))))
     }
 
     /// Faults of kind `fault` injected into calls made in `step` (see [`in_step`]).
@@ -524,7 +526,13 @@ impl FaultyStore {
         if log.len() == INJECTION_LOG {
             log.pop_front();
         }
-        log.push_back(Injection { at: self.clock.now(), op: kind, id: id.map(str::to_owned), fault: action.kind(), step });
+        log.push_back(Injection {
+            at: self.clock.now(),
+            op: kind,
+            id: id.map(str::to_owned),
+            fault: action.kind(),
+            step,
+        });
         Some(action)
     }
 
@@ -558,7 +566,10 @@ impl FaultyStore {
             FaultAction::Fail => Err(StoreError::Unavailable("injected fault: fail (nothing forwarded)".into())),
             FaultAction::LateCommit { commit_after, timeout } if timeout < commit_after => {
                 sleep(timeout).await;
-                Err(StoreError::Unavailable(format!("injected fault: late-commit, no answer within {}", Compact(timeout))))
+                Err(StoreError::Unavailable(format!(
+                    "injected fault: late-commit, no answer within {}",
+                    Compact(timeout)
+                )))
             }
             FaultAction::LateCommit { commit_after, .. } => {
                 sleep(commit_after).await;
@@ -569,7 +580,12 @@ impl FaultyStore {
         }
     }
 
-    async fn write(&self, kind: OpKind, doc: &LocationDocument, if_match: Option<&ETag>) -> Result<Committed, StoreError> {
+    async fn write(
+        &self,
+        kind: OpKind,
+        doc: &LocationDocument,
+        if_match: Option<&ETag>,
+    ) -> Result<Committed, StoreError> {
         match self.draw(kind, Some(&doc.id)) {
             Some(FaultAction::LateCommit { commit_after, timeout }) => {
                 self.late_commit(doc, if_match, commit_after, timeout).await
@@ -607,7 +623,9 @@ impl FaultyStore {
                 Compact(commit_after)
             )));
         }
-        rx.await.unwrap_or_else(|_| Err(StoreError::OutcomeUnknown("injected fault: late-commit task ended unanswered".into())))
+        rx.await.unwrap_or_else(|_| {
+            Err(StoreError::OutcomeUnknown("injected fault: late-commit task ended unanswered".into()))
+        })
     }
 
     /// A replica read that lags `extra` beyond the inner replica (module documentation).
@@ -785,8 +803,9 @@ const ACTIONS: &str = "delay=D, late-ack=D, late-commit=D,timeout=D, ambiguous, 
 fn parse_rule(spec: &str) -> Result<FaultRule, String> {
     let mut words = spec.split_whitespace();
     let head = words.next().ok_or("empty; expected <calls>:<action>[@P] [xN] [id=ID], e.g. replace:fail@0.1")?;
-    let (calls, action) =
-        head.split_once(':').ok_or_else(|| format!("{head:?} has no ':'; expected <calls>:<action>, e.g. replace:fail"))?;
+    let (calls, action) = head
+        .split_once(':')
+        .ok_or_else(|| format!("{head:?} has no ':'; expected <calls>:<action>, e.g. replace:fail"))?;
     let ops = parse_calls(calls)?;
     let (action, probability) = match action.split_once('@') {
         Some((action, p)) => (action, Some(parse_probability(p)?)),
@@ -804,7 +823,8 @@ fn parse_rule(spec: &str) -> Result<FaultRule, String> {
                 return Err(format!("{word:?}: id given twice"));
             }
         } else if let Some(n) = word.strip_prefix('x') {
-            let n: u32 = n.parse().ok().filter(|n| *n >= 1).ok_or_else(|| format!("{word:?}: expected xN with N >= 1"))?;
+            let n: u32 =
+                n.parse().ok().filter(|n| *n >= 1).ok_or_else(|| format!("{word:?}: expected xN with N >= 1"))?;
             if count.replace(n).is_some() {
                 return Err(format!("{word:?}: count given twice"));
             }

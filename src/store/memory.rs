@@ -214,7 +214,8 @@ impl State {
         history.versions.push_back(StoredVersion { json: json.clone(), etag: etag.clone(), committed_at: now });
         if let Ok(doc) = LocationDocument::from_json(json) {
             self.next_seq += 1;
-            self.log.push_back((self.next_seq, Change { doc: Versioned { doc, etag: etag.clone(), committed_at: now } }));
+            self.log
+                .push_back((self.next_seq, Change { doc: Versioned { doc, etag: etag.clone(), committed_at: now } }));
             while self.log.len() > log_capacity {
                 self.log.pop_front();
             }
@@ -239,7 +240,11 @@ impl State {
 }
 
 fn to_versioned(v: &StoredVersion) -> Result<Versioned, StoreError> {
-    Ok(Versioned { doc: LocationDocument::from_json(v.json.clone())?, etag: v.etag.clone(), committed_at: v.committed_at })
+    Ok(Versioned {
+        doc: LocationDocument::from_json(v.json.clone())?,
+        etag: v.etag.clone(),
+        committed_at: v.committed_at,
+    })
 }
 
 #[async_trait]
@@ -294,7 +299,10 @@ impl LocationStore for MemoryStore {
         let after: u64 = if cursor.0.is_empty() {
             0
         } else {
-            cursor.0.parse().map_err(|_| StoreError::Unavailable(format!("not a memory-store cursor: {:?}", cursor.0)))?
+            cursor
+                .0
+                .parse()
+                .map_err(|_| StoreError::Unavailable(format!("not a memory-store cursor: {:?}", cursor.0)))?
         };
         let state = self.lock_state();
         let changes: Vec<Change> =
@@ -310,11 +318,7 @@ impl LocationStore for MemoryStore {
             Some(a) => state.docs.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
             None => state.docs.range::<str, _>(..),
         };
-        range
-            .filter_map(|(_, h)| h.versions.back())
-            .take(limit)
-            .map(to_versioned)
-            .collect()
+        range.filter_map(|(_, h)| h.versions.back()).take(limit).map(to_versioned).collect()
     }
 }
 

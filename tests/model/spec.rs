@@ -806,7 +806,8 @@ impl LockModel {
         if lifecycle::took_effect(&settled.doc, &key) {
             self.answer(s, o, step, Answer::Ok(settled));
         } else {
-            let expired_at = next.doc.pending.as_ref().and_then(|p| p.void_if_committed_after).unwrap_or(at(committed as i16));
+            let expired_at =
+                next.doc.pending.as_ref().and_then(|p| p.void_if_committed_after).unwrap_or(at(committed as i16));
             self.answer(s, o, step, Answer::Err(LockError::LeaseExpired { expired_at }));
         }
     }
@@ -1003,18 +1004,31 @@ impl LockModel {
 
     /// The real `RoutingClient::resolve` over one cache entry, the write region's current
     /// version and a replica's version, at `local`: which way it went and what it read.
-    fn resolve(&self, entry: Option<Entry>, current: &Version, replica: &Version, local: DateTime<Utc>) -> (Source, u16) {
+    fn resolve(
+        &self,
+        entry: Option<Entry>,
+        current: &Version,
+        replica: &Version,
+        local: DateTime<Utc>,
+    ) -> (Source, u16) {
         let id = |v: &Version| (v.raw.fp, v.etag, v.committed);
         let key = (entry.clone(), id(current), id(replica), local);
         if let Some(r) = self.resolve_memo.lock().unwrap().get(&key) {
             return *r;
         }
-        let versioned =
-            |v: &Version| Versioned { doc: (*v.settled.doc).clone(), etag: etag(v.etag), committed_at: at(v.committed as i16) };
+        let versioned = |v: &Version| Versioned {
+            doc: (*v.settled.doc).clone(),
+            etag: etag(v.etag),
+            committed_at: at(v.committed as i16),
+        };
         let store = Arc::new(Snapshot { write_region: versioned(current), replica: versioned(replica) });
         let cache = TieredCache::try_new(&[secs(timing::TTL)]).expect("one tier");
         if let Some(e) = &entry {
-            let record = Arc::new(Versioned { doc: (*e.doc.doc).clone(), etag: etag(e.etag), committed_at: at(e.committed as i16) });
+            let record = Arc::new(Versioned {
+                doc: (*e.doc.doc).clone(),
+                etag: etag(e.etag),
+                committed_at: at(e.committed as i16),
+            });
             cache.put(ID, record, lockprobe::clock::unix_nanos(e.fetched), lockprobe::clock::unix_nanos(e.serve_until));
         }
         let clock = Arc::new(ManualClock::new(local));
@@ -1059,7 +1073,13 @@ impl LockModel {
         let o = w.from;
         let step = s.orchs[o as usize].call.as_ref().map(|(step, _)| *step);
         if !matches {
-            say!(self, s, "t={} store refuses o{o}'s write: 412 (If-Match e{:?}, current e{current_etag})", s.now, w.if_match.unwrap_or(0));
+            say!(
+                self,
+                s,
+                "t={} store refuses o{o}'s write: 412 (If-Match e{:?}, current e{current_etag})",
+                s.now,
+                w.if_match.unwrap_or(0)
+            );
             if !w.abandoned {
                 let Some((step, Client::Waiting { .. })) = s.orchs[o as usize].call.clone() else { unreachable!() };
                 s.orchs[o as usize].call = Some((step, Client::Ready { unresolved: None }));
@@ -1072,7 +1092,13 @@ impl LockModel {
         if let Some(last) = s.versions.last_mut() {
             last.superseded = Some(s.now);
         }
-        s.versions.push(Version { raw: w.doc.clone(), settled: settled.clone(), etag, committed: s.now, superseded: None });
+        s.versions.push(Version {
+            raw: w.doc.clone(),
+            settled: settled.clone(),
+            etag,
+            committed: s.now,
+            superseded: None,
+        });
         say!(self, s, "t={} store commits o{o}'s write as e{etag}: {:?}", s.now, settled);
         if w.abandoned {
             add!(self, s, " (its client gave up)");
@@ -1085,7 +1111,8 @@ impl LockModel {
             Ack::Now => self.judge(s, o, step, &next, etag, s.now, sent),
             Ack::Late => {
                 s.delayed_used += 1;
-                s.orchs[o as usize].call = Some((step, Client::Acked { condition, next, etag, committed: s.now, sent }));
+                s.orchs[o as usize].call =
+                    Some((step, Client::Acked { condition, next, etag, committed: s.now, sent }));
                 add!(self, s, "; acknowledgement delayed");
             }
             Ack::Lost => {
@@ -1206,9 +1233,9 @@ impl Model for LockModel {
         // Users.
         let replicas = self.replica_versions(s).len() as u8;
         for i in (0..b.instances).filter(|_| !self.users_done(s)) {
-            let fresh = s.caches[i as usize].as_ref().is_some_and(|e| {
-                self.local(s, i) < e.fetched + TimeDelta::seconds(timing::TTL as i64)
-            });
+            let fresh = s.caches[i as usize]
+                .as_ref()
+                .is_some_and(|e| self.local(s, i) < e.fetched + TimeDelta::seconds(timing::TTL as i64));
             // A fresh cache entry means no replica read: one choice is enough.
             let choices = if fresh { 1 } else { replicas };
             // A read served from the cache changes nothing but the request count.
@@ -1243,14 +1270,23 @@ impl Model for LockModel {
                 s.versions.retain(|v| v.superseded.is_none_or(|t| t as i16 >= oldest));
                 for i in 0..s.caches.len() {
                     let local = self.local(&s, i as u8);
-                    if s.caches[i].as_ref().is_some_and(|e| local >= e.fetched + TimeDelta::seconds(timing::TTL as i64)) {
+                    if s.caches[i].as_ref().is_some_and(|e| local >= e.fetched + TimeDelta::seconds(timing::TTL as i64))
+                    {
                         s.caches[i] = None;
                     }
                 }
                 say!(self, s, "t={}: tick", s.now);
             }
             Action::Call(o, step) => {
-                say!(self, s, "t={} o{o} (inst{}) {} [{}]", s.now, self.instance_of(o), step_name(step), call_key(o, &s.orchs[o as usize], step));
+                say!(
+                    self,
+                    s,
+                    "t={} o{o} (inst{}) {} [{}]",
+                    s.now,
+                    self.instance_of(o),
+                    step_name(step),
+                    call_key(o, &s.orchs[o as usize], step)
+                );
                 if let Step::Swap(_) = step {
                     s.orchs[o as usize].swap = None;
                 }
@@ -1265,12 +1301,19 @@ impl Model for LockModel {
                 self.prepare(&mut s, o);
             }
             Action::Copy(o) => {
-                let Some(SwapStage::Prepared { source, target, before, .. }) = s.orchs[o as usize].swap.clone() else { unreachable!() };
+                let Some(SwapStage::Prepared { source, target, before, .. }) = s.orchs[o as usize].swap.clone() else {
+                    unreachable!()
+                };
                 if s.data[target as usize] != before {
                     // `copy_resource_if` refuses: the handler decides again (a new prepare).
                     s.orchs[o as usize].swap = None;
                     s.orchs[o as usize].retry = Some(Step::Swap(target));
-                    say!(self, s, "t={} o{o}'s swap handler: the target changed since it looked; deciding again", s.now);
+                    say!(
+                        self,
+                        s,
+                        "t={} o{o}'s swap handler: the target changed since it looked; deciding again",
+                        s.now
+                    );
                     return Some(s);
                 }
                 s.data[target as usize] = s.data[source as usize];
@@ -1287,7 +1330,10 @@ impl Model for LockModel {
             }
             Action::Commit(n, ack) => self.commit(&mut s, n, ack),
             Action::Deliver(o) => {
-                let Some((step, Client::Acked { next, etag, committed, sent, .. })) = s.orchs[o as usize].call.clone() else { unreachable!() };
+                let Some((step, Client::Acked { next, etag, committed, sent, .. })) = s.orchs[o as usize].call.clone()
+                else {
+                    unreachable!()
+                };
                 say!(self, s, "t={} late acknowledgement reaches o{o}", s.now);
                 self.judge(&mut s, o, step, &next, etag, committed, sent);
             }
@@ -1325,7 +1371,9 @@ impl Model for LockModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("at most one orchestrator holds a live lock", |m: &LockModel, s: &State| m.holders(s).len() <= 1),
+            Property::always("at most one orchestrator holds a live lock", |m: &LockModel, s: &State| {
+                m.holders(s).len() <= 1
+            }),
             Property::always("a holder's lock is in the document", |m: &LockModel, s: &State| m.holders_in_document(s)),
             Property::always("no write accepted under an effective write lock", |_: &LockModel, s: &State| {
                 s.violations & violation::WRITE_UNDER_LOCK == 0
@@ -1333,13 +1381,16 @@ impl Model for LockModel {
             Property::always("no physical delete accepted under an effective lock", |_: &LockModel, s: &State| {
                 s.violations & violation::DELETE_UNDER_LOCK == 0
             }),
-            Property::always("the cutover is atomic (no write routed to a stale location)", |_: &LockModel, s: &State| {
-                s.violations & violation::STALE_ROUTE == 0
-            }),
+            Property::always(
+                "the cutover is atomic (no write routed to a stale location)",
+                |_: &LockModel, s: &State| s.violations & violation::STALE_ROUTE == 0,
+            ),
             Property::always("no acknowledged write lost", |m: &LockModel, s: &State| !m.write_lost(s)),
             Property::always("no tombstone or deleted item resurrected", |m: &LockModel, s: &State| !m.resurrected(s)),
             Property::sometimes("a swap completes", |_: &LockModel, s: &State| s.swapped),
-            Property::sometimes("a retry settles an ambiguous pre-lock", |_: &LockModel, s: &State| s.ambiguous_prelock_settled),
+            Property::sometimes("a retry settles an ambiguous pre-lock", |_: &LockModel, s: &State| {
+                s.ambiguous_prelock_settled
+            }),
         ]
     }
 }
@@ -1352,9 +1403,7 @@ impl LockModel {
         s.orchs
             .iter()
             .enumerate()
-            .filter(|(_, o)| {
-                o.held.as_ref().is_some_and(|h| now < h.expires) && !o.handing_over
-            })
+            .filter(|(_, o)| o.held.as_ref().is_some_and(|h| now < h.expires) && !o.handing_over)
             .map(|(i, _)| i as u8)
             .collect()
     }
@@ -1370,7 +1419,12 @@ impl LockModel {
         let current = self.current(s).settled.clone();
         self.holders(s).into_iter().all(|o| {
             let held = s.orchs[o as usize].held.as_ref().expect("a holder holds");
-            current.doc.primary.lock.as_ref().is_some_and(|l| l.token.matches(&held.token) && l.expires_at >= held.expires)
+            current
+                .doc
+                .primary
+                .lock
+                .as_ref()
+                .is_some_and(|l| l.token.matches(&held.token) && l.expires_at >= held.expires)
         })
     }
 
@@ -1442,13 +1496,11 @@ pub fn render_path(model: &LockModel, path: &stateright::Path<State, Action>) ->
     }
     let mut out = String::new();
     let first = &states[0];
-    let _ = writeln!(out, "  clocks: {}", first
-        .skew
-        .iter()
-        .enumerate()
-        .map(|(i, k)| format!("inst{i} {:+}", k))
-        .collect::<Vec<_>>()
-        .join(", "));
+    let _ = writeln!(
+        out,
+        "  clocks: {}",
+        first.skew.iter().enumerate().map(|(i, k)| format!("inst{i} {:+}", k)).collect::<Vec<_>>().join(", ")
+    );
     for (n, s) in states.iter().enumerate().skip(1) {
         let _ = writeln!(out, "  {n:>2}. {}", s.note.0);
     }
@@ -1493,11 +1545,8 @@ pub fn check(model: LockModel, threads: usize, stop_at_first: bool, progress: bo
     if stop_at_first {
         builder = builder.finish_when(HasDiscoveries::AnyFailures);
     }
-    let checker = if progress {
-        builder.spawn_bfs().join_and_report(&mut Progress)
-    } else {
-        builder.spawn_bfs().join()
-    };
+    let checker =
+        if progress { builder.spawn_bfs().join_and_report(&mut Progress) } else { builder.spawn_bfs().join() };
     let elapsed = started.elapsed();
     let model = checker.model();
     let discoveries = checker.discoveries();

@@ -169,8 +169,7 @@ pub fn test_args(endpoint: &str, database: &str) -> CosmosArgs {
 
 /// Validates `args` the way `lockprobe` does, with a dummy key (the server checks none).
 pub fn config_from(args: &CosmosArgs) -> CosmosConfig {
-    args.to_config(|name| (name == KEY_ENV).then(|| "bG9ja3Byb2Jl".to_owned()))
-        .expect("test cosmos settings are valid")
+    args.to_config(|name| (name == KEY_ENV).then(|| "bG9ja3Byb2Jl".to_owned())).expect("test cosmos settings are valid")
 }
 
 /// Connects a store to a fresh database on `endpoint` (change stream: `auto`, which is
@@ -358,7 +357,8 @@ impl CosmosRegions {
     pub fn start(regions: &[&str], lag: Duration) -> Self {
         let names = regions.join(",");
         let lag = format!("{}ms", lag.as_millis());
-        let (mut process, line) = Launcher::spawn(&["--host", "127.0.0.1", "--regions", &names, "--replication-lag", &lag]);
+        let (mut process, line) =
+            Launcher::spawn(&["--host", "127.0.0.1", "--regions", &names, "--replication-lag", &lag]);
         let Some(ready) = line.strip_prefix("READY ").and_then(|json| serde_json::from_str::<Ready>(json).ok()) else {
             process.failed(&line)
         };
@@ -424,7 +424,10 @@ impl CosmosRegions {
 
     /// Fails over to region `to`.
     pub async fn failover_to(&self, mode: Failover, to: &str) -> FailoverRecord {
-        let to: String = to.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
+        let to: String = to
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect();
         let body = self.control(reqwest::Method::POST, &format!("failover?mode={}&to={to}", mode.as_str())).await;
         serde_json::from_value::<FailoverAnswer>(body).expect("failover answer parses").failover
     }
@@ -482,11 +485,8 @@ impl CosmosRegions {
         }
         let response = request.send().await.unwrap_or_else(|e| panic!("{url}: {e}"));
         let status = response.status().as_u16();
-        let sub_status = response
-            .headers()
-            .get("x-ms-substatus")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
+        let sub_status =
+            response.headers().get("x-ms-substatus").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
         let text = response.text().await.unwrap_or_default();
         RawResponse { status, sub_status, body: serde_json::from_str(&text).unwrap_or(serde_json::Value::Null) }
     }
@@ -500,20 +500,42 @@ impl CosmosRegions {
 
     /// Reads document `id` (partition key `/id`) from region `region`.
     pub async fn read_document(&self, region: &str, database: &str, container: &str, id: &str) -> RawResponse {
-        self.raw(region, reqwest::Method::GET, &format!("dbs/{database}/colls/{container}/docs/{id}"), Some(id), None).await
+        self.raw(region, reqwest::Method::GET, &format!("dbs/{database}/colls/{container}/docs/{id}"), Some(id), None)
+            .await
     }
 
     /// Creates document `doc` (partition key `/id`) through region `region`.
-    pub async fn create_document(&self, region: &str, database: &str, container: &str, doc: &serde_json::Value) -> RawResponse {
+    pub async fn create_document(
+        &self,
+        region: &str,
+        database: &str,
+        container: &str,
+        doc: &serde_json::Value,
+    ) -> RawResponse {
         let id = doc["id"].as_str().expect("a document has a string id");
-        self.raw(region, reqwest::Method::POST, &format!("dbs/{database}/colls/{container}/docs"), Some(id), Some(doc)).await
+        self.raw(region, reqwest::Method::POST, &format!("dbs/{database}/colls/{container}/docs"), Some(id), Some(doc))
+            .await
     }
 
     /// Upserts document `doc` (partition key `/id`) through region `region`.
-    pub async fn upsert_document(&self, region: &str, database: &str, container: &str, doc: &serde_json::Value) -> RawResponse {
+    pub async fn upsert_document(
+        &self,
+        region: &str,
+        database: &str,
+        container: &str,
+        doc: &serde_json::Value,
+    ) -> RawResponse {
         let id = doc["id"].as_str().expect("a document has a string id");
         let path = format!("dbs/{database}/colls/{container}/docs");
-        self.raw_with(region, reqwest::Method::POST, &path, Some(id), Some(doc), &[("x-ms-documentdb-is-upsert", "true")]).await
+        self.raw_with(
+            region,
+            reqwest::Method::POST,
+            &path,
+            Some(id),
+            Some(doc),
+            &[("x-ms-documentdb-is-upsert", "true")],
+        )
+        .await
     }
 
     /// Runs a cross-partition query in region `region`; the rows are in

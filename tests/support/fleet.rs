@@ -19,11 +19,11 @@ use axum::http::{header, Method, Request};
 use axum::Router;
 use chrono::{DateTime, TimeDelta, Utc};
 use lockprobe::clock::{Clock, SkewedClock, TokioClock};
+use lockprobe::routing::LocationDocument;
 use lockprobe::service::items::ItemStores;
 use lockprobe::service::{self, Fault, ServiceConfig};
 use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
-use lockprobe::routing::LocationDocument;
 use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -218,8 +218,16 @@ impl Fleet {
     }
 
     /// One request to instance `i`.
-    pub async fn request(&self, i: usize, method: Method, path: &str, body: Option<Value>, headers: &[(&str, &str)]) -> Answer {
-        let mut req = Request::builder().method(method).uri(path).header(header::AUTHORIZATION, format!("Bearer {KEY}"));
+    pub async fn request(
+        &self,
+        i: usize,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let mut req =
+            Request::builder().method(method).uri(path).header(header::AUTHORIZATION, format!("Bearer {KEY}"));
         for (name, value) in headers {
             req = req.header(*name, *value);
         }
@@ -229,7 +237,8 @@ impl Fleet {
         };
         let resp = self.routers[i].clone().oneshot(req).await.unwrap();
         let status = resp.status().as_u16();
-        let retry_after = resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        let retry_after =
+            resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
         Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), retry_after }
     }
@@ -240,25 +249,41 @@ impl Fleet {
         if let Some(t) = target {
             body["targetLocation"] = Value::from(t);
         }
-        self.request(i, Method::POST, &format!("/v1/resources/{id}/lock"), Some(body), &[("Idempotency-Key", key)]).await
+        self.request(i, Method::POST, &format!("/v1/resources/{id}/lock"), Some(body), &[("Idempotency-Key", key)])
+            .await
     }
 
     /// `POST /lock/escalate`.
     pub async fn escalate(&self, i: usize, id: &str, key: &str, token: &str, phase: &str, lease_secs: f64) -> Answer {
         let body = serde_json::json!({"token": token, "phase": phase, "durationSeconds": lease_secs});
-        self.request(i, Method::POST, &format!("/v1/resources/{id}/lock/escalate"), Some(body), &[("Idempotency-Key", key)]).await
+        self.request(
+            i,
+            Method::POST,
+            &format!("/v1/resources/{id}/lock/escalate"),
+            Some(body),
+            &[("Idempotency-Key", key)],
+        )
+        .await
     }
 
     /// `POST /lock/renew`.
     pub async fn renew(&self, i: usize, id: &str, key: &str, token: &str, lease_secs: f64) -> Answer {
         let body = serde_json::json!({"token": token, "durationSeconds": lease_secs});
-        self.request(i, Method::POST, &format!("/v1/resources/{id}/lock/renew"), Some(body), &[("Idempotency-Key", key)]).await
+        self.request(
+            i,
+            Method::POST,
+            &format!("/v1/resources/{id}/lock/renew"),
+            Some(body),
+            &[("Idempotency-Key", key)],
+        )
+        .await
     }
 
     /// `POST /lock/swap`.
     pub async fn swap(&self, i: usize, id: &str, key: &str, token: &str, target: &str) -> Answer {
         let body = serde_json::json!({"token": token, "targetLocation": target});
-        self.request(i, Method::POST, &format!("/v1/resources/{id}/lock/swap"), Some(body), &[("Idempotency-Key", key)]).await
+        self.request(i, Method::POST, &format!("/v1/resources/{id}/lock/swap"), Some(body), &[("Idempotency-Key", key)])
+            .await
     }
 
     /// `DELETE /lock`.

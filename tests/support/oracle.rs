@@ -212,11 +212,17 @@ fn data(e: &Evidence<'_>, out: &mut Vec<Violation>) {
             (Op::Delete, Final::Absent | Final::Tombstone) => {}
             (Op::Write, seen) => out.push(Violation {
                 kind: "lost-write",
-                detail: format!("{resource}/{key}: write acknowledged ({}) at {} by instance {}, read back as {seen:?}", op.status, op.at, op.instance),
+                detail: format!(
+                    "{resource}/{key}: write acknowledged ({}) at {} by instance {}, read back as {seen:?}",
+                    op.status, op.at, op.instance
+                ),
             }),
             (_, seen) => out.push(Violation {
                 kind: "resurrected",
-                detail: format!("{resource}/{key}: delete acknowledged ({}) at {}, read back as {seen:?}", op.status, op.at),
+                detail: format!(
+                    "{resource}/{key}: delete acknowledged ({}) at {}, read back as {seen:?}",
+                    op.status, op.at
+                ),
             }),
         }
     }
@@ -266,7 +272,10 @@ fn orphans(e: &Evidence<'_>, out: &mut Vec<Violation>) {
         if seen.insert(token.clone()) && !e.known_tokens.contains(&token) {
             out.push(Violation {
                 kind: "orphan",
-                detail: format!("{}: a lock committed at {} whose token no orchestrator learned", c.version.doc.id, c.version.committed_at),
+                detail: format!(
+                    "{}: a lock committed at {} whose token no orchestrator learned",
+                    c.version.doc.id, c.version.committed_at
+                ),
             });
         }
     }

@@ -30,11 +30,7 @@ impl Drop for TestService {
 
 /// Starts the service with `faults`, one cache tier of `cache_ttl` and a store whose
 /// replicas lag by `replication_bound`.
-pub async fn start_service(
-    faults: Vec<Fault>,
-    cache_ttl: Duration,
-    replication_bound: Duration,
-) -> TestService {
+pub async fn start_service(faults: Vec<Fault>, cache_ttl: Duration, replication_bound: Duration) -> TestService {
     start_service_with_store_faults(faults, cache_ttl, replication_bound, &[]).await
 }
 
@@ -50,10 +46,7 @@ pub async fn start_service_with_store_faults(
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let memory: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
         clock.clone(),
-        MemoryStoreConfig {
-            replica_lag: replication_bound,
-            ..MemoryStoreConfig::default()
-        },
+        MemoryStoreConfig { replica_lag: replication_bound, ..MemoryStoreConfig::default() },
     ));
     let faulty = FaultyStore::new(memory, clock.clone(), 0);
     for rule in store_faults {
@@ -69,14 +62,8 @@ pub async fn start_service_with_store_faults(
     };
     let stop = CancellationToken::new();
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
-    let running = start(config, store, clock, vec![any, any], stop.clone())
-        .await
-        .expect("service starts");
-    let urls = running
-        .addrs
-        .iter()
-        .map(|a| format!("http://{a}"))
-        .collect();
+    let running = start(config, store, clock, vec![any, any], stop.clone()).await.expect("service starts");
+    let urls = running.addrs.iter().map(|a| format!("http://{a}")).collect();
     // The service tasks stop when `stop` fires; nothing needs to wait for them here.
     std::mem::forget(running);
     TestService { urls, key, stop }

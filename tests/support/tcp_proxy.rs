@@ -75,7 +75,12 @@ impl TcpProxy {
     }
 }
 
-async fn serve(listener: TcpListener, upstream: SocketAddr, mode: Arc<Mutex<Mode>>, connections: Arc<Mutex<Vec<AbortHandle>>>) {
+async fn serve(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    mode: Arc<Mutex<Mode>>,
+    connections: Arc<Mutex<Vec<AbortHandle>>>,
+) {
     while let Ok((mut inbound, _)) = listener.accept().await {
         let task = match *mode.lock().expect("proxy mutex") {
             Mode::Refuse => continue, // `inbound` drops here: closed

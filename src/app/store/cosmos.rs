@@ -38,7 +38,12 @@ pub struct CosmosArgs {
     /// With `--cosmos-auth entra`: `managed-identity` (system-assigned, or user-assigned
     /// with --cosmos-entra-client-id) or `workload-identity` (Kubernetes workload
     /// identity: AZURE_TENANT_ID, AZURE_CLIENT_ID, AZURE_FEDERATED_TOKEN_FILE).
-    #[arg(long = "cosmos-entra-credential", env = "LOCKPROBE_COSMOS_ENTRA_CREDENTIAL", value_enum, default_value = "managed-identity")]
+    #[arg(
+        long = "cosmos-entra-credential",
+        env = "LOCKPROBE_COSMOS_ENTRA_CREDENTIAL",
+        value_enum,
+        default_value = "managed-identity"
+    )]
     #[serde(rename = "cosmos_entra_credential")]
     pub entra_credential: EntraCredentialKind,
 
@@ -207,13 +212,21 @@ fn required(value: &Option<String>, (flag, env): (&'static str, &'static str)) -
 
 /// The Entra ID token credential `--cosmos-entra-credential` names. Building it does no
 /// I/O; tokens are fetched on the first store call.
-fn entra_credential(args: &CosmosArgs) -> Result<std::sync::Arc<dyn azure_core::credentials::TokenCredential>, CosmosConfigError> {
-    use azure_identity::{ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId, WorkloadIdentityCredential};
+fn entra_credential(
+    args: &CosmosArgs,
+) -> Result<std::sync::Arc<dyn azure_core::credentials::TokenCredential>, CosmosConfigError> {
+    use azure_identity::{
+        ManagedIdentityCredential, ManagedIdentityCredentialOptions, UserAssignedId, WorkloadIdentityCredential,
+    };
     const FLAG: &str = "--cosmos-entra-credential";
     match args.entra_credential {
         EntraCredentialKind::ManagedIdentity => {
             let options = ManagedIdentityCredentialOptions {
-                user_assigned_id: args.entra_client_id.clone().filter(|id| !id.is_empty()).map(UserAssignedId::ClientId),
+                user_assigned_id: args
+                    .entra_client_id
+                    .clone()
+                    .filter(|id| !id.is_empty())
+                    .map(UserAssignedId::ClientId),
                 ..Default::default()
             };
             let credential = ManagedIdentityCredential::new(Some(options))
@@ -288,9 +301,13 @@ impl CosmosArgs {
             ChangeStreamChoice::Auto | ChangeStreamChoice::ChangeFeed => ChangeStreamMode::ChangeFeed,
             ChangeStreamChoice::Poll => ChangeStreamMode::Poll,
         };
-        let (poll_interval, poll_overlap, request_timeout) = (args.poll_interval, args.poll_overlap, args.request_timeout);
+        let (poll_interval, poll_overlap, request_timeout) =
+            (args.poll_interval, args.poll_overlap, args.request_timeout);
         if poll_interval.is_zero() {
-            return Err(CosmosConfigError::Invalid { flag: "--cosmos-poll-interval", reason: "must be positive".into() });
+            return Err(CosmosConfigError::Invalid {
+                flag: "--cosmos-poll-interval",
+                reason: "must be positive".into(),
+            });
         }
         if request_timeout < Duration::from_secs(1) {
             return Err(CosmosConfigError::Invalid {
@@ -381,7 +398,9 @@ mod tests {
         let message = err.to_string();
         assert!(message.contains("MY_COSMOS_KEY") && message.contains("base64"), "{message}");
         assert!(!message.contains("not a key!"), "the key must not be echoed: {message}");
-        assert!(looks_like_base64("C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="));
+        assert!(looks_like_base64(
+            "C2y6yDjf5/R+ob0N8A7Cgv30VRDJIWEHLM+4QDU5DE2nQ9nDuVTqobD4b8mGGyPMbIZnqyMsEcaGQy67XIw/Jw=="
+        ));
     }
 
     #[test]
@@ -427,9 +446,11 @@ mod tests {
             #[command(flatten)]
             cosmos: CosmosArgs,
         }
-        let err = <Cli as clap::Parser>::try_parse_from(["lockprobe", "--cosmos-request-timeout", "500000years"]).unwrap_err();
+        let err = <Cli as clap::Parser>::try_parse_from(["lockprobe", "--cosmos-request-timeout", "500000years"])
+            .unwrap_err();
         assert!(err.to_string().contains("--cosmos-request-timeout") && err.to_string().contains("10years"), "{err}");
-        let err = <Cli as clap::Parser>::try_parse_from(["lockprobe", "--cosmos-entra-credential", "password"]).unwrap_err();
+        let err =
+            <Cli as clap::Parser>::try_parse_from(["lockprobe", "--cosmos-entra-credential", "password"]).unwrap_err();
         assert!(err.to_string().contains("--cosmos-entra-credential") && err.to_string().contains("password"), "{err}");
     }
 
@@ -442,7 +463,15 @@ mod tests {
         assert_eq!(keys.endpoint.as_deref(), Some("https://a.documents.azure.com/"));
         assert_eq!((keys.change_stream, keys.poll_interval), (ChangeStreamChoice::Poll, Duration::from_millis(100)));
         assert_eq!(keys.request_timeout, Duration::from_secs(10), "a missing key takes the flag's default");
-        let all = CosmosArgs { endpoint: Some("e".into()), key_env: Some("k".into()), entra_client_id: Some("c".into()), database: Some("d".into()), container: Some("c".into()), write_region: Some("w".into()), ..CosmosArgs::default() };
+        let all = CosmosArgs {
+            endpoint: Some("e".into()),
+            key_env: Some("k".into()),
+            entra_client_id: Some("c".into()),
+            database: Some("d".into()),
+            container: Some("c".into()),
+            write_region: Some("w".into()),
+            ..CosmosArgs::default()
+        };
         let mut keys: Vec<String> = toml::Table::try_from(all).unwrap().keys().cloned().collect();
         keys.sort();
         #[derive(clap::Parser)]
@@ -450,8 +479,11 @@ mod tests {
             #[command(flatten)]
             cosmos: CosmosArgs,
         }
-        let mut flags: Vec<String> =
-            <Cli as clap::CommandFactory>::command().get_arguments().filter_map(|a| a.get_long()).map(|l| l.replace('-', "_")).collect();
+        let mut flags: Vec<String> = <Cli as clap::CommandFactory>::command()
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .map(|l| l.replace('-', "_"))
+            .collect();
         flags.sort();
         assert_eq!(keys, flags);
     }

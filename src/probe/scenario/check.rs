@@ -374,11 +374,7 @@ impl<'a> Check<'a> {
 
     pub(super) fn hold(&self, token: &str) {
         *lock(&self.token) = Some(token.to_string());
-        if let Err(e) = self
-            .sc
-            .state
-            .record_token(self.target(), &self.resource, token)
-        {
+        if let Err(e) = self.sc.state.record_token(self.target(), &self.resource, token) {
             tracing::warn!(error = %e, "cannot record lock token in state file");
         }
     }
@@ -423,10 +419,7 @@ impl<'a> Check<'a> {
     /// The convergence delay a lock view declares; `None` when it is missing or not a
     /// usable number of seconds.
     pub(super) fn declared(&self, r: &Reply) -> Option<Duration> {
-        r.body
-            .get("convergenceDelaySeconds")
-            .and_then(Value::as_f64)
-            .and_then(|d| Duration::try_from_secs_f64(d).ok())
+        r.body.get("convergenceDelaySeconds").and_then(Value::as_f64).and_then(|d| Duration::try_from_secs_f64(d).ok())
     }
 
     /// How long to wait, from the pre-lock's answer `r`, before escalating: until the

@@ -72,19 +72,13 @@ impl Check<'_> {
         let r = self.must_pre_lock().await?;
         // The main walk judges the declaration; here it only paces a test resource.
         let wait = self.escalation_wait(&r, self.declared(&r).unwrap_or_default());
-        self.step(&format!(
-            "waiting {:.3}s for the pre-lock to take effect",
-            wait.as_secs_f64()
-        ));
+        self.step(&format!("waiting {:.3}s for the pre-lock to take effect", wait.as_secs_f64()));
         tokio::time::sleep(wait).await;
         Ok(())
     }
 
     pub(super) async fn second_pre_lock(&self) -> Result<(), Abort> {
-        self.step(&format!(
-            "a second pre-lock on {} must be refused",
-            self.resource
-        ));
+        self.step(&format!("a second pre-lock on {} must be refused", self.resource));
         self.must_pre_lock().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
@@ -98,10 +92,7 @@ impl Check<'_> {
     }
 
     pub(super) async fn wrong_token(&self) -> Result<(), Abort> {
-        self.step(&format!(
-            "a wrong token on {} must be refused",
-            self.resource
-        ));
+        self.step(&format!("a wrong token on {} must be refused", self.resource));
         self.must_pre_lock().await?;
         let wrong = hex::encode(rand::random::<[u8; 16]>());
         let c = &self.sc.client;
@@ -118,10 +109,7 @@ impl Check<'_> {
     }
 
     pub(super) async fn escalate_early(&self) -> Result<(), Abort> {
-        self.step(&format!(
-            "escalating {} before effectiveAt must be refused",
-            self.resource
-        ));
+        self.step(&format!("escalating {} before effectiveAt must be refused", self.resource));
         self.must_pre_lock().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
@@ -134,10 +122,7 @@ impl Check<'_> {
     }
 
     pub(super) async fn write_before_hard_delete(&self) -> Result<(), Abort> {
-        self.step(&format!(
-            "escalating {} to write before hardDelete must be refused",
-            self.resource
-        ));
+        self.step(&format!("escalating {} to write before hardDelete must be refused", self.resource));
         self.pre_lock_and_wait().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
@@ -150,20 +135,14 @@ impl Check<'_> {
     }
 
     pub(super) async fn write_lease_lapse(&self) -> Result<(), Abort> {
-        self.step(&format!(
-            "a short write lease on {} must lapse by itself",
-            self.resource
-        ));
+        self.step(&format!("a short write lease on {} must lapse by itself", self.resource));
         self.pre_lock_and_wait().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
         self.escalate_to(Phase::HardDelete, s.leases.hard_delete).await?;
         self.escalate_to(Phase::Write, s.leases.short_write).await?;
         let lapse = s.leases.short_write + s.buffer.max(Duration::from_millis(200));
-        self.step(&format!(
-            "waiting {:.3}s for the write lease to lapse",
-            lapse.as_secs_f64()
-        ));
+        self.step(&format!("waiting {:.3}s for the write lease to lapse", lapse.as_secs_f64()));
         tokio::time::sleep(lapse).await;
         self.after_any_skew_margin(0, "after-lapse").await;
         self.user_op(Phase::Write, UserOp::Write, 0, "after-lapse", Outcome::Allow).await?;
@@ -202,7 +181,10 @@ impl Check<'_> {
         }
         let wait = r.retry_after.as_deref().and_then(|s| s.trim().parse().ok()).map(Duration::from_secs);
         if let Some(wait) = wait.filter(|w| *w <= SKEW_MARGIN_WAIT) {
-            self.step(&format!("the lease is still enforced within the service's skew margin; waiting {}s", wait.as_secs()));
+            self.step(&format!(
+                "the lease is still enforced within the service's skew margin; waiting {}s",
+                wait.as_secs()
+            ));
             tokio::time::sleep(wait).await;
         }
     }
@@ -210,10 +192,7 @@ impl Check<'_> {
     pub(super) async fn concurrent_pre_locks(&self) -> Result<(), Abort> {
         let s = &self.sc.settings;
         let n = s.concurrent_pre_locks;
-        self.step(&format!(
-            "{n} concurrent pre-locks on {} must give exactly one winner",
-            self.resource
-        ));
+        self.step(&format!("{n} concurrent pre-locks on {} must give exactly one winner", self.resource));
         if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource, None) {
             tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
         }
@@ -222,10 +201,7 @@ impl Check<'_> {
             let owner = format!("{}#{k}", s.owner);
             let inst = k % self.instances();
             async move {
-                self.sc
-                    .client
-                    .pre_lock(inst, &self.resource, &owner, s.leases.pre_lock, None, CallKey::fresh())
-                    .await
+                self.sc.client.pre_lock(inst, &self.resource, &owner, s.leases.pre_lock, None, CallKey::fresh()).await
             }
         }))
         .await;
@@ -235,9 +211,7 @@ impl Check<'_> {
         for r in replies {
             match r {
                 // Any granted lock is a winner, whatever its status: it must be released.
-                Ok(r) if granted(&r).is_some() => {
-                    winners.push(granted(&r).unwrap_or_default().to_string())
-                }
+                Ok(r) if granted(&r).is_some() => winners.push(granted(&r).unwrap_or_default().to_string()),
                 Ok(r) if r.outcome() == Outcome::lock_held() => losers_ok += 1,
                 Ok(r) => others.push(r.outcome().to_string()),
                 Err(e) => others.push(e.to_string()),

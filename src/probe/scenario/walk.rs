@@ -40,7 +40,11 @@ impl Check<'_> {
                 self.read_back(Phase::Seed, j, key).await?;
             }
         }
-        let route = self.expect(Phase::Seed, Op::Route, Outcome::ok()).on(0).call(self.sc.client.route(0, &self.resource)).await?;
+        let route = self
+            .expect(Phase::Seed, Op::Route, Outcome::ok())
+            .on(0)
+            .call(self.sc.client.route(0, &self.resource))
+            .await?;
         let current = route.str_field("location").unwrap_or_default();
         let to = if current == s.locations[0] { &s.locations[1] } else { &s.locations[0] };
         self.step(&format!("pre-lock {} (at {current:?}, migrating to {to:?})", self.resource));
@@ -68,7 +72,11 @@ impl Check<'_> {
         // must not run first and add their own latency to it.
         let unrestricted = self.on_every_instance(
             Phase::PreLock,
-            [(UserOp::Read, "keep", Outcome::Allow), (UserOp::Write, "pl", Outcome::Allow), (UserOp::Delete, "pl", Outcome::Allow)],
+            [
+                (UserOp::Read, "keep", Outcome::Allow),
+                (UserOp::Write, "pl", Outcome::Allow),
+                (UserOp::Delete, "pl", Outcome::Allow),
+            ],
         );
         futures::future::try_join(self.converge(t0, wait), unrestricted).await?;
         tokio::time::sleep_until((t0 + wait).into()).await;
@@ -107,7 +115,11 @@ impl Check<'_> {
         let since = self.escalate_after(Phase::PreLock, pre_locked, Phase::HardDelete, lease).await?;
         self.on_every_instance(
             Phase::HardDelete,
-            [(UserOp::Read, "keep", Outcome::Allow), (UserOp::Write, "keep", Outcome::Allow), (UserOp::Delete, "del", Outcome::Tombstone)],
+            [
+                (UserOp::Read, "keep", Outcome::Allow),
+                (UserOp::Write, "keep", Outcome::Allow),
+                (UserOp::Delete, "del", Outcome::Tombstone),
+            ],
         )
         .await?;
         for i in 0..n {
@@ -126,7 +138,11 @@ impl Check<'_> {
         let since = self.escalate_after(Phase::HardDelete, hard_deleted, Phase::Write, lease).await?;
         self.on_every_instance(
             Phase::Write,
-            [(UserOp::Read, "keep", Outcome::Allow), (UserOp::Write, "wl", Outcome::Block), (UserOp::Delete, "wl", Outcome::Block)],
+            [
+                (UserOp::Read, "keep", Outcome::Allow),
+                (UserOp::Write, "wl", Outcome::Block),
+                (UserOp::Delete, "wl", Outcome::Block),
+            ],
         )
         .await?;
         Ok(since)
@@ -142,7 +158,10 @@ impl Check<'_> {
         self.step(&format!("swapping {res} to {to:?}"));
         let token = self.token();
         let send = |k| c.swap(0, res, &token, to, k);
-        let r = self.expect(Phase::Swap, Op::Swap, Outcome::ok()).must_lock_op(c.until_known(&CallKey::fresh(), send)).await?;
+        let r = self
+            .expect(Phase::Swap, Op::Swap, Outcome::ok())
+            .must_lock_op(c.until_known(&CallKey::fresh(), send))
+            .await?;
         lock(&self.rec.phases).push((Phase::Write, write_locked.elapsed().as_secs_f64()));
         self.dropped();
         self.expect(Phase::Swap, Op::SwapView, Outcome::MovedUnlocked)
@@ -155,7 +174,11 @@ impl Check<'_> {
         }
         self.on_every_instance(
             Phase::Swap,
-            [(UserOp::Read, "keep", Outcome::Allow), (UserOp::Write, "post", Outcome::Allow), (UserOp::Delete, "post", Outcome::Allow)],
+            [
+                (UserOp::Read, "keep", Outcome::Allow),
+                (UserOp::Write, "post", Outcome::Allow),
+                (UserOp::Delete, "post", Outcome::Allow),
+            ],
         )
         .await?;
 
@@ -203,8 +226,7 @@ impl Check<'_> {
             Some(Item::Tombstone) => Outcome::Tombstone,
             _ => Outcome::Absent,
         };
-        self.read_back_expecting(phase, instance, key, expected)
-            .await
+        self.read_back_expecting(phase, instance, key, expected).await
     }
 
     /// Reads `key` on `instance`; `expected` is what the lock phase demands, which may
@@ -259,7 +281,10 @@ impl Check<'_> {
                 bound_seconds: wait.as_secs_f64(),
             });
             let (obs, detail) = match observed {
-                Some(d) => (Outcome::LockVisible, format!("visible after {:.3}s (bound {:.3}s)", d.as_secs_f64(), wait.as_secs_f64())),
+                Some(d) => (
+                    Outcome::LockVisible,
+                    format!("visible after {:.3}s (bound {:.3}s)", d.as_secs_f64(), wait.as_secs_f64()),
+                ),
                 None => (
                     Outcome::NotVisible,
                     format!(

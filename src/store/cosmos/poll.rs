@@ -68,10 +68,16 @@ impl PollCursor {
 
     /// Picks up to `limit` undelivered versions from `rows` (query rows in any order),
     /// returns them in (`_ts`, id) order and advances the cursor past them.
-    pub fn advance<T>(&self, mut rows: Vec<Candidate<T>>, limit: usize, overlap_secs: i64) -> (Vec<Candidate<T>>, PollCursor) {
+    pub fn advance<T>(
+        &self,
+        mut rows: Vec<Candidate<T>>,
+        limit: usize,
+        overlap_secs: i64,
+    ) -> (Vec<Candidate<T>>, PollCursor) {
         // A set, not a scan of `seen` per row: a busy container writes thousands of
         // versions within one overlap window, and every poll re-reads all of them.
-        let delivered: HashSet<(&str, &str)> = self.seen.iter().map(|(id, etag, _)| (id.as_str(), etag.as_str())).collect();
+        let delivered: HashSet<(&str, &str)> =
+            self.seen.iter().map(|(id, etag, _)| (id.as_str(), etag.as_str())).collect();
         rows.retain(|r| !delivered.contains(&(r.id.as_str(), r.etag.as_str())));
         rows.sort_by(|a, b| (a.ts, &a.id).cmp(&(b.ts, &b.id)));
         rows.truncate(limit);

@@ -35,7 +35,10 @@ mod rules {
             ("create,replace:fail@1", FaultRule::new(OpSet::WRITES, FaultAction::Fail)),
             (
                 "scan,read_changes:delay=10y",
-                FaultRule::new(OpSet::only(OpKind::Scan).with(OpKind::ReadChanges), FaultAction::Delay(MAX_FAULT_DURATION)),
+                FaultRule::new(
+                    OpSet::only(OpKind::Scan).with(OpKind::ReadChanges),
+                    FaultAction::Delay(MAX_FAULT_DURATION),
+                ),
             ),
             ("  create:fail   id=a   x2 ", FaultRule::new(OpKind::Create, FaultAction::Fail).times(2).for_id("a")),
         ];
