@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs what the tests need (Prometheus and
-# promtool, Chromium, the local Cosmos DB-compatible server), then runs every test.
+# promtool, Chromium, the local Cosmos DB-compatible server), checks formatting and lints
+# (rustfmt.toml; clippy with warnings as errors), then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
 bash scripts/setup-cosmos.sh
+cargo fmt --check
+cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked
