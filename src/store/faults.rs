@@ -56,12 +56,16 @@
 //! action  = delay=D | late-ack=D | late-commit=D,timeout=D | ambiguous | fail | replica-lag=D
 //! option  = xN        the next N matching calls (N >= 1), instead of "@P"
 //!         | id=ID     only calls on this document id (no whitespace in ID)
+//!         | step=S    only calls made inside lifecycle step S (see below)
 //! ```
 //!
 //! `P` is a probability in 0..=1; with neither `@P` nor `xN` every matching call is hit.
 //! `D` is a humantime duration (`500ms`, `3s`, `2m`), at most ten years. `replica-lag`
 //! acts on `read_replica` only and needs it among the calls; `id=` needs a call that has
-//! a document id (not `read_changes` or `scan` alone). Examples:
+//! a document id (not `read_changes` or `scan` alone). `step=` names the caller's step as
+//! [`in_step`] marks it: the reference service marks each lock call's store calls with
+//! [`LOCK_STEPS`] (`preLock`, `escalate`, `renew`, `swap`, `release`), so
+//! `replace:delay=2s step=renew` slows the commit of renewals and nothing else. Examples:
 //!
 //! ```text
 //! replace:late-commit=3s,timeout=2s    create:ambiguous@0.1       read_replica:replica-lag=5s
@@ -287,6 +291,8 @@ pub struct FaultRule {
     pub ops: OpSet,
     /// Only calls on this document id, when set (never change-stream reads or scans).
     pub id: Option<String>,
+    /// Only calls made inside this step (see [`in_step`]), when set.
+    pub step: Option<String>,
     /// What it does to a call it hits.
     pub action: FaultAction,
     /// Which matching calls it hits.
@@ -296,7 +302,7 @@ pub struct FaultRule {
 impl FaultRule {
     /// `action` on every call in `ops`, whatever the document.
     pub fn new(ops: impl Into<OpSet>, action: FaultAction) -> Self {
-        Self { ops: ops.into(), id: None, action, trigger: Trigger::Probability(1.0) }
+        Self { ops: ops.into(), id: None, step: None, action, trigger: Trigger::Probability(1.0) }
     }
 
     /// Only the next `n` matching calls.
@@ -314,12 +320,18 @@ impl FaultRule {
         Self { id: Some(id.into()), ..self }
     }
 
+    /// Only calls made inside step `step` (see [`in_step`]).
+    pub fn in_step(self, step: impl Into<String>) -> Self {
+        Self { step: Some(step.into()), ..self }
+    }
+
     /// Whether the rule applies to a call of `kind` on document `id` (`None`: a call
     /// without one), before its trigger is consulted.
     pub fn matches(&self, kind: OpKind, id: Option<&str>) -> bool {
         self.ops.contains(kind)
             && (kind == OpKind::ReadReplica || !matches!(self.action, FaultAction::ReplicaLag(_)))
             && self.id.as_deref().is_none_or(|want| id == Some(want))
+            && self.step.as_deref().is_none_or(|want| current_step() == want)
     }
 }
 
@@ -333,6 +345,9 @@ impl fmt::Display for FaultRule {
         }
         if let Some(id) = &self.id {
             write!(f, " id={id}")?;
+        }
+        if let Some(step) = &self.step {
+            write!(f, " step={step}")?;
         }
         Ok(())
     }
@@ -397,6 +412,15 @@ tokio::task_local! {
 /// which faults hit which step. Calls outside any step count under `other`.
 pub async fn in_step<F: Future>(step: &'static str, fut: F) -> F::Output {
     STEP.scope(step, fut).await
+}
+
+/// The lifecycle steps the reference service marks its lock calls with (see
+/// [`in_step`]); the names a `step=` option may give.
+pub const LOCK_STEPS: [&str; 5] = ["preLock", "escalate", "renew", "swap", "release"];
+
+/// The step of the current call, `other` outside any.
+fn current_step() -> &'static str {
+    STEP.try_with(|s| *s).unwrap_or("other")
 }
 
 impl FaultStats {
@@ -521,7 +545,7 @@ impl FaultyStore {
             rules.remove(hit);
         }
         stats.injected[op_index(kind)][action.kind().index()] += 1;
-        let step = STEP.try_with(|s| *s).unwrap_or("other");
+        let step = current_step();
         *stats.by_step.entry((step, action.kind())).or_default() += 1;
         if log.len() == INJECTION_LOG {
             log.pop_front();
@@ -813,7 +837,7 @@ fn parse_rule(spec: &str) -> Result<FaultRule, String> {
     };
     let action = parse_action(action)?;
 
-    let (mut count, mut id) = (None, None);
+    let (mut count, mut id, mut step) = (None, None, None);
     for word in words {
         if let Some(value) = word.strip_prefix("id=") {
             if value.is_empty() {
@@ -822,6 +846,13 @@ fn parse_rule(spec: &str) -> Result<FaultRule, String> {
             if id.replace(value.to_owned()).is_some() {
                 return Err(format!("{word:?}: id given twice"));
             }
+        } else if let Some(value) = word.strip_prefix("step=") {
+            if !LOCK_STEPS.contains(&value) {
+                return Err(format!("{word:?}: unknown step; expected one of {}", LOCK_STEPS.join(", ")));
+            }
+            if step.replace(value.to_owned()).is_some() {
+                return Err(format!("{word:?}: step given twice"));
+            }
         } else if let Some(n) = word.strip_prefix('x') {
             let n: u32 =
                 n.parse().ok().filter(|n| *n >= 1).ok_or_else(|| format!("{word:?}: expected xN with N >= 1"))?;
@@ -829,7 +860,7 @@ fn parse_rule(spec: &str) -> Result<FaultRule, String> {
                 return Err(format!("{word:?}: count given twice"));
             }
         } else {
-            return Err(format!("unknown option {word:?}; expected xN or id=ID"));
+            return Err(format!("unknown option {word:?}; expected xN, id=ID or step=STEP"));
         }
     }
     let trigger = match (probability, count) {
@@ -844,7 +875,7 @@ fn parse_rule(spec: &str) -> Result<FaultRule, String> {
     if id.is_some() && ops.iter().all(|k| matches!(k, OpKind::ReadChanges | OpKind::Scan)) {
         return Err(format!("id= never matches {calls:?}: those calls have no document id"));
     }
-    Ok(FaultRule { ops, id, action, trigger })
+    Ok(FaultRule { ops, id, step, action, trigger })
 }
 
 fn parse_calls(text: &str) -> Result<OpSet, String> {

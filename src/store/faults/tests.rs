@@ -134,6 +134,29 @@ mod rules {
         let hit: Vec<_> = OpKind::ALL.into_iter().filter(|k| lag.matches(*k, Some("r1"))).collect();
         assert_eq!(hit, [OpKind::ReadReplica]);
     }
+
+    #[tokio::test]
+    async fn a_step_rule_matches_only_calls_inside_that_step() {
+        let rule = parse("replace:delay=2s step=renew");
+        assert_eq!(rule, FaultRule::new(OpKind::Replace, FaultAction::Delay(ms(2000))).in_step("renew"));
+        assert_eq!(rule.to_string(), "replace:delay=2s step=renew", "displays as it parses");
+        assert!(!rule.matches(OpKind::Replace, Some("r1")), "outside any step");
+        assert!(!in_step("preLock", async { rule.matches(OpKind::Replace, Some("r1")) }).await);
+        assert!(in_step("renew", async { rule.matches(OpKind::Replace, Some("r1")) }).await);
+        assert!(!in_step("renew", async { rule.matches(OpKind::Create, Some("r1")) }).await, "nor other calls");
+    }
+
+    #[test]
+    fn a_step_must_be_a_lock_step_named_once() {
+        for (spec, says) in [
+            ("replace:fail step=renewal", "unknown step"),
+            ("replace:fail step=", "unknown step"),
+            ("replace:fail step=renew step=swap", "step given twice"),
+        ] {
+            let e = spec.parse::<FaultRule>().expect_err(spec).to_string();
+            assert!(e.contains(says), "{spec}: {e}");
+        }
+    }
 }
 
 /// The wrapper over a memory store, all on tokio's paused clock.
