@@ -20,6 +20,7 @@ use super::input::{self, JsonBody, PathParams};
 use super::{Fault, Instance};
 use crate::clock::span;
 use crate::routing::{LocationDocument, LockCall, LockError, LockToken, Phase, PreLockRequest, RoutingError, SwapPlan};
+use crate::store::faults::in_step;
 
 /// Body of `POST /lock`.
 #[derive(Debug, Deserialize)]
@@ -155,7 +156,8 @@ pub async fn pre_lock(
     }
     let req = PreLockRequest { owner: body.owner, duration, target_location: body.target_location };
     let home = &instance.config.home_location;
-    let grant = instance.routing.pre_lock_with_key(&id, home, &req, key.as_deref()).await.map_err(|e| match e {
+    let granting = instance.routing.pre_lock_with_key(&id, home, &req, key.as_deref());
+    let grant = in_step("preLock", granting).await.map_err(|e| match e {
         // The loser learns when the holder's lease ends at the latest.
         RoutingError::Lock(LockError::LockHeld { expires_at }) => {
             ApiError::locked(e.to_string(), span(instance.routing.clock().now(), expires_at))
@@ -180,7 +182,7 @@ pub async fn escalate(
     let phase: Phase = body.phase.parse().map_err(ApiError::bad_request)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     let call = LockCall::Escalate { token: token.clone(), phase, duration };
-    let record = instance.routing.call(&id, None, &call, key.as_deref()).await?;
+    let record = in_step("escalate", instance.routing.call(&id, None, &call, key.as_deref())).await?;
     tracing::info!(resource = %id, instance = instance.index, %phase, "lock escalated");
     Ok(Json(lock_view(&record.doc, &token)))
 }
@@ -198,7 +200,7 @@ pub async fn renew(
     let token = token("token", body.token)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     let call = LockCall::Renew { token: token.clone(), duration };
-    let record = instance.routing.call(&id, None, &call, key.as_deref()).await?;
+    let record = in_step("renew", instance.routing.call(&id, None, &call, key.as_deref())).await?;
     tracing::info!(resource = %id, instance = instance.index, "lock renewed");
     Ok(Json(lock_view(&record.doc, &token)))
 }
@@ -224,7 +226,7 @@ pub async fn swap(
         // lock may finish while this one reads and waits, and writes may then land at the
         // new location that a copy made from this one's (older) look must not overwrite.
         let target_before = instance.items.version(&to, &id);
-        let held = match routing.prepare_swap(&id, &token, &to, key.as_deref()).await? {
+        let held = match in_step("swap", routing.prepare_swap(&id, &token, &to, key.as_deref())).await? {
             SwapPlan::AlreadySwapped(record) => return Ok(Json(route_view(&record.doc))),
             SwapPlan::Copy(held) => held,
         };
@@ -234,7 +236,7 @@ pub async fn swap(
             tracing::info!(resource = %id, instance = instance.index, "target changed while the swap read and waited; deciding again");
             continue;
         };
-        let record = routing.swap_with_key(&id, &token, &to, key.as_deref()).await?;
+        let record = in_step("swap", routing.swap_with_key(&id, &token, &to, key.as_deref())).await?;
         tracing::info!(resource = %id, instance = instance.index, %from, to = %to, copied, "swapped");
         return Ok(Json(route_view(&record.doc)));
     }
@@ -262,7 +264,7 @@ pub async fn release(
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| ApiError::bad_request("the Lock-Token header is required"))?;
     let token = token("Lock-Token", LockToken::from_presented(raw))?;
-    instance.routing.call(&id, None, &LockCall::Release { token }, key.as_deref()).await?;
+    in_step("release", instance.routing.call(&id, None, &LockCall::Release { token }, key.as_deref())).await?;
     tracing::info!(resource = %id, instance = instance.index, "lock released");
     Ok(StatusCode::NO_CONTENT)
 }
