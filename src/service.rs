@@ -29,7 +29,7 @@ use axum::Router;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, SkewedClock};
 use crate::exposition;
 use crate::routing::cache::TieredCache;
 use crate::routing::client::DEFAULT_MAX_DECISION_AGE;
@@ -85,6 +85,9 @@ pub struct ServiceConfig {
     pub max_decision_age: Duration,
     /// Deliberate faults (tests of the probe only).
     pub faults: Vec<Fault>,
+    /// Instances whose clock is off by a set amount (rehearsing clock skew; a skew
+    /// within `skew_margin` must change nothing a client can see).
+    pub clock_skews: Vec<ClockSkew>,
     /// Store metrics (e.g. Cosmos request charges), served at `GET /metrics` when set.
     pub metrics: Option<prometheus::Registry>,
 }
@@ -105,6 +108,7 @@ impl ServiceConfig {
             skew_margin: DEFAULT_SKEW_MARGIN,
             max_decision_age: DEFAULT_MAX_DECISION_AGE,
             faults: Vec::new(),
+            clock_skews: Vec::new(),
             metrics: None,
         }
     }
@@ -140,6 +144,9 @@ impl ServiceConfig {
             ("--max-decision-age", self.max_decision_age),
         ];
         durations.extend(self.cache_ttls.iter().map(|ttl| ("--cache-ttl", *ttl)));
+        durations.extend(
+            self.clock_skews.iter().map(|s| ("--clock-skew", s.offset.abs().to_std().unwrap_or(Duration::MAX))),
+        );
         for (name, duration) in durations {
             anyhow::ensure!(
                 duration <= MAX_DURATION,
@@ -149,6 +156,45 @@ impl ServiceConfig {
             );
         }
         Ok(())
+    }
+}
+
+/// One instance's clock set off from the others: `INSTANCE=OFFSET`, e.g. `1=+2s` (ahead)
+/// or `0=-1500ms` (behind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSkew {
+    /// The instance (0-based).
+    pub instance: usize,
+    /// How far its clock runs ahead (negative: behind).
+    pub offset: chrono::TimeDelta,
+}
+
+impl std::str::FromStr for ClockSkew {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let expected = "expected INSTANCE=OFFSET, e.g. 1=+2s or 0=-500ms";
+        let (index, offset) = text.split_once('=').ok_or_else(|| format!("{text:?}: {expected}"))?;
+        let instance = index.trim().parse().map_err(|_| format!("{index:?} is not an instance number; {expected}"))?;
+        let offset = offset.trim();
+        let (behind, magnitude) = match offset.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, offset.strip_prefix('+').unwrap_or(offset)),
+        };
+        let magnitude = humantime::parse_duration(magnitude).map_err(|e| format!("{offset:?}: {e}; {expected}"))?;
+        if magnitude > MAX_DURATION {
+            return Err(format!("{offset:?} is over the limit of {}", humantime::format_duration(MAX_DURATION)));
+        }
+        let magnitude = chrono::TimeDelta::from_std(magnitude).map_err(|e| format!("{offset:?}: {e}"))?;
+        Ok(Self { instance, offset: if behind { -magnitude } else { magnitude } })
+    }
+}
+
+impl std::fmt::Display for ClockSkew {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sign = if self.offset < chrono::TimeDelta::zero() { '-' } else { '+' };
+        let magnitude = self.offset.abs().to_std().unwrap_or_default();
+        write!(f, "{}={sign}{}", self.instance, humantime::format_duration(magnitude))
     }
 }
 
@@ -243,6 +289,12 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> anyhow::Result<RunningService> {
     config.validate()?;
+    if let Some(skew) = config.clock_skews.iter().find(|s| s.instance >= listen.len()) {
+        anyhow::bail!("--clock-skew {skew}: there are only {} instances", listen.len());
+    }
+    for skew in &config.clock_skews {
+        tracing::warn!(%skew, "CLOCK SKEW ON: this instance's clock is deliberately off");
+    }
     for fault in &config.faults {
         tracing::warn!(?fault, "FAULT INJECTION ON: this service deliberately violates the lock contract");
     }
@@ -251,7 +303,11 @@ pub async fn start(
     let mut addrs = Vec::new();
     let mut tasks = Vec::new();
     for (index, addr) in listen.into_iter().enumerate() {
-        let state = instance(index, config.clone(), store.clone(), clock.clone(), items.clone())?;
+        let clock = match config.clock_skews.iter().rev().find(|s| s.instance == index) {
+            Some(skew) => Arc::new(SkewedClock::new(clock.clone(), skew.offset)) as Arc<dyn Clock>,
+            None => clock.clone(),
+        };
+        let state = instance(index, config.clone(), store.clone(), clock, items.clone())?;
         let listener =
             tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding instance {index} to {addr}"))?;
         let bound = listener.local_addr()?;

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::store::{OpenStoreError, StoreArgs};
 use crate::clock::{Clock, SystemClock};
-use crate::service::{start, Fault, ServiceConfig};
+use crate::service::{start, ClockSkew, Fault, ServiceConfig};
 use crate::store::faults::{FaultRule, FaultyStore};
 use crate::store::LocationStore;
 use crate::usage::UsageError;
@@ -55,6 +55,10 @@ pub struct ServiceArgs {
     /// Deliberately break the contract, to test a probe (repeatable).
     #[arg(long = "fault", value_enum)]
     pub faults: Vec<Fault>,
+    /// Set one instance's clock off by OFFSET (`INSTANCE=OFFSET`, e.g. `1=+2s`, `0=-500ms`;
+    /// repeatable), to rehearse clock skew against --skew-margin.
+    #[arg(long = "clock-skew", value_name = "INSTANCE=OFFSET")]
+    pub clock_skews: Vec<ClockSkew>,
     /// Inject a routing-store fault, to rehearse a failure (repeatable), e.g.
     /// `replace:late-commit=3s,timeout=2s`, `writes:ambiguous@0.1`, `reads:delay=500ms x3`,
     /// `read_replica:replica-lag=5s`; the grammar is in `docs/faults.md`.
@@ -85,8 +89,12 @@ impl ServiceArgs {
             skew_margin: self.skew_margin,
             max_decision_age: self.max_decision_age,
             faults: self.faults.clone(),
+            clock_skews: self.clock_skews.clone(),
             ..ServiceConfig::new(api_key)
         };
+        if let Some(skew) = self.clock_skews.iter().find(|s| s.instance >= usize::from(self.instances)) {
+            return Err(UsageError::new(format!("--clock-skew {skew}: --instances is {}", self.instances)));
+        }
         config.validate().map_err(|e| UsageError::new(e.to_string()))?;
         Ok(config)
     }
