@@ -134,6 +134,7 @@ fn scenario(url: &str, state: Arc<StateFile>) -> Scenario {
         poll_interval: Duration::from_millis(20),
         concurrent_pre_locks: 4,
         owner: "test".into(),
+        eager: false,
     };
     Scenario::new(settings, state, Arc::new(TracingObserver)).unwrap()
 }

@@ -38,6 +38,7 @@ fn target(svc: &TestService, concurrency: usize) -> (ProbeSettings, TargetSchedu
         poll_interval: Duration::from_millis(50),
         concurrent_pre_locks: 3,
         owner: "serve-test".into(),
+        eager: false,
     };
     let schedule = TargetSchedule {
         name: "serve-test".into(),

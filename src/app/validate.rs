@@ -40,6 +40,11 @@ pub struct ValidateArgs {
     /// Record held locks here so a killed run's locks are released by the next run.
     #[arg(long, env = "LOCKPROBE_STATE_FILE")]
     pub state_file: Option<PathBuf>,
+    /// Also escalate at the first instant the service allows and assert enforcement on
+    /// every instance at once, and renew a short write lease just before it ends while
+    /// every instance writes (the service's own gate, not the orchestrator's patience).
+    #[arg(long)]
+    pub eager: bool,
 }
 
 /// `lockprobe validate`: returns the exit code (0 passed, 1 failed or interrupted by
@@ -52,6 +57,7 @@ pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Res
         test_prefix: args.test_prefix.clone(),
         api_key: std::env::var(API_KEY_ENV).unwrap_or_default(),
         state_file: args.state_file.clone(),
+        eager: args.eager,
     };
     let report = match validate::run(&opts, Arc::new(PrintObserver), shutdown).await {
         Ok(r) => r,

@@ -359,6 +359,9 @@ impl TargetConfig {
             poll_interval: self.poll_interval,
             concurrent_pre_locks: self.concurrent_pre_locks,
             owner: format!("lockprobe/{}", self.name),
+            // `serve` runs the walk and the negative checks; the eager checks are
+            // `validate --eager`'s and the release gate's.
+            eager: false,
         })
     }
 }

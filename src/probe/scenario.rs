@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use check::Check;
+use eager::Eager;
 use negative::Negative;
 
 use super::observer::Observer;
@@ -205,10 +206,20 @@ impl Scenario {
             .zip(&resources[1..])
             .map(|(n, resource)| (n, Check::new(self, &rec, n.name(), resource)))
             .collect();
+        let eager_resources = resources.get(RESOURCES_PER_CYCLE..).unwrap_or_default();
+        let eager: Vec<(Eager, Check<'_>)> = if self.settings.eager {
+            Eager::ALL.into_iter().zip(eager_resources).map(|(e, r)| (e, Check::new(self, &rec, e.name(), r))).collect()
+        } else {
+            Vec::new()
+        };
         let outs = if matches!(main_out, Err(Abort::Cancelled) | Err(Abort::Transport(_))) {
             Vec::new()
         } else {
-            futures::future::join_all(checks.iter().map(|(n, c)| c.guarded(&cancel, c.negative(*n)))).await
+            let negatives = futures::future::join_all(checks.iter().map(|(n, c)| c.guarded(&cancel, c.negative(*n))));
+            let eagers = futures::future::join_all(eager.iter().map(|(e, c)| c.guarded(&cancel, c.eager(*e))));
+            let (mut outs, eager_outs) = tokio::join!(negatives, eagers);
+            outs.extend(eager_outs);
+            outs
         };
 
         let mut error = None;
@@ -258,6 +269,7 @@ impl Scenario {
 }
 
 mod check;
+mod eager;
 mod negative;
 mod walk;
 

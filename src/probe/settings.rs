@@ -6,6 +6,9 @@ use std::time::Duration;
 /// Test resources one cycle uses: the main cycle plus one per negative check.
 pub const RESOURCES_PER_CYCLE: usize = 7;
 
+/// Test resources the eager checks add to a cycle when they are on.
+pub const EAGER_RESOURCES: usize = 2;
+
 /// Lease lengths the probe requests for each lock phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leases {
@@ -59,6 +62,9 @@ pub struct ProbeSettings {
     pub concurrent_pre_locks: usize,
     /// Owner string sent with every pre-lock.
     pub owner: String,
+    /// Also run the eager checks (escalate the moment the service allows, then assert
+    /// enforcement on every instance at once), on [`EAGER_RESOURCES`] more resources.
+    pub eager: bool,
 }
 
 impl Leases {
@@ -74,6 +80,11 @@ impl Leases {
 }
 
 impl ProbeSettings {
+    /// Test resources one cycle of these settings uses.
+    pub fn resources_per_cycle(&self) -> usize {
+        RESOURCES_PER_CYCLE + if self.eager { EAGER_RESOURCES } else { 0 }
+    }
+
     /// The settings of a seconds-scale run against `instances` (what `validate` uses;
     /// `demo` changes what it knows better): short leases, four racing pre-locks, the
     /// route polled every 50 ms, no expectation of the convergence delay and no known
@@ -93,6 +104,7 @@ impl ProbeSettings {
             poll_interval: Duration::from_millis(50),
             concurrent_pre_locks: 4,
             owner: format!("lockprobe {name}"),
+            eager: false,
         }
     }
 }

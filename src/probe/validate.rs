@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::observer::Observer;
 use super::report::CycleReport;
 use super::scenario::Scenario;
-use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
+use super::settings::ProbeSettings;
 use super::state::{StateError, StateFile};
 use super::target::{check_instance_url, TargetError};
 
@@ -32,6 +32,8 @@ pub struct ValidateOptions {
     pub api_key: String,
     /// Optional state file, so a killed run's locks are released by the next one.
     pub state_file: Option<PathBuf>,
+    /// Also run the eager checks (`--eager`).
+    pub eager: bool,
 }
 
 /// Why `validate` could not run (as opposed to: ran and found failures).
@@ -79,6 +81,7 @@ impl ValidateOptions {
         ProbeSettings {
             expected_convergence: self.expect_convergence,
             buffer: self.buffer,
+            eager: self.eager,
             ..ProbeSettings::short_run(VALIDATE_TARGET, self.endpoints.clone(), self.api_key.clone(), &self.test_prefix)
         }
     }
@@ -104,8 +107,8 @@ pub async fn run(
     }
     // Fresh resources per run, so concurrent or repeated runs never meet each other's locks.
     let run_id = hex::encode(rand::random::<[u8; 4]>());
-    let resources: Vec<String> =
-        (0..RESOURCES_PER_CYCLE).map(|i| format!("{}v{run_id}-{i}", opts.test_prefix)).collect();
+    let count = opts.settings().resources_per_cycle();
+    let resources: Vec<String> = (0..count).map(|i| format!("{}v{run_id}-{i}", opts.test_prefix)).collect();
     Ok(scenario.run_cycle(&resources, cancel).await)
 }
 

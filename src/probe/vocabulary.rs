@@ -269,6 +269,9 @@ outcomes! {
     RefusedOutsidePrefix => "refused-outside-prefix",
     /// Something other than the refusal expected.
     OtherOutcome => "other outcome",
+    /// A renewal near the lease's end either took (200) or the service says the lease
+    /// lapsed first (410): both are honest; what the writes around it got decides.
+    RenewedOrLapsed => "renewed-or-lapsed",
 }
 
 impl Outcome {

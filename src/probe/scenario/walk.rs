@@ -194,7 +194,7 @@ impl Check<'_> {
 
     /// Reads `key` on `instance` after the swap: what was written is there with its value,
     /// what was deleted or tombstoned has not come back.
-    async fn item_after_swap(&self, instance: usize, key: &str, item: &Item) -> Result<(), Abort> {
+    pub(super) async fn item_after_swap(&self, instance: usize, key: &str, item: &Item) -> Result<(), Abort> {
         let expected = match item {
             Item::Present(_) => Outcome::Present,
             Item::Tombstone | Item::Absent => Outcome::NotResurrected,
