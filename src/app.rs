@@ -6,6 +6,8 @@
 //!   with a `[monitor]` table, the convergence monitor, in one process.
 //! - [`demo`]: `lockprobe demo`: store, reference service, probe and monitor in one process.
 //! - [`validate`]: `lockprobe validate`: one probe cycle as a pre-release gate.
+//! - [`gate`]: `lockprobe gate`: the release gate, a candidate service under every
+//!   store-fault profile, probed with the eager checks.
 //! - [`service`]: `lockprobe service`: the reference service.
 //! - [`monitor`]: `lockprobe monitor`: the convergence monitor alone.
 //! - [`store`]: `--store memory|cosmos` and the `--cosmos-*` flags, and opening the store
@@ -13,6 +15,7 @@
 //! - [`tasks`]: how `serve` and `demo` run their background parts and stop them.
 
 pub mod demo;
+pub mod gate;
 pub mod monitor;
 pub mod serve;
 pub mod service;

@@ -24,11 +24,12 @@
 //!      library.
 //!    - [`monitor`]: the convergence monitor; reads the store's change stream and settles
 //!      what it reads with the routing lifecycle's rules.
-//!    - [`probe`]: the black-box probe (contract client, cycles, scheduler, reports, its
+//!    - [`probe`]: the black-box probe (contract client, cycles with eager checks,
+//!      scheduler, reports and the release gate's JUnit, its
 //!      `serve` configuration, metrics, HTTP server and status page). It speaks HTTP to
 //!      the service it judges and uses only [`clock`], [`usage`], [`percentiles`] and
 //!      [`exposition`].
-//! 5. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`,
+//! 5. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,
 //!    `service`, `monitor`), the store selection they share and their shutdown;
 //!    `main.rs` only parses the command line and calls into it.
 

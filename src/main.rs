@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use lockprobe::app::{demo, monitor, serve, service, validate};
+use lockprobe::app::{demo, gate, monitor, serve, service, validate};
 use lockprobe::usage::{exit_code, EXIT_USAGE};
 
 #[derive(Debug, Parser)]
@@ -29,6 +29,9 @@ enum Command {
     Demo(Box<demo::DemoArgs>),
     /// One full probe cycle plus every negative check against a service (key in LOCKPROBE_LOCK_API_KEY).
     Validate(validate::ValidateArgs),
+    /// The release gate: run a candidate service under every store-fault profile, probe
+    /// each with the eager checks, write one JUnit report; exit 1 on any failure.
+    Gate(Box<gate::GateArgs>),
     /// Run every configured target on its schedule, with metrics and status over HTTP.
     Serve(serve::ServeArgs),
     /// Watch every migration in a routing store: lock timelines, early escalations,
@@ -51,7 +54,7 @@ fn main() -> ExitCode {
     };
     // validate and demo print their own progress on stdout; info logs would interleave.
     let default_filter = match cli.command {
-        Command::Validate(_) | Command::Demo(_) => "warn",
+        Command::Validate(_) | Command::Demo(_) | Command::Gate(_) => "warn",
         _ => "info",
     };
     tracing_subscriber::fmt()
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
             Command::Service(args) => service::run(*args, shutdown).await.map(|()| 0),
             Command::Demo(args) => demo::run(*args, shutdown).await,
             Command::Validate(args) => validate::run(args, shutdown).await,
+            Command::Gate(args) => gate::run(*args, shutdown).await,
             Command::Serve(args) => serve::run(args, shutdown).await.map(|()| 0),
             Command::Monitor(cmd) => monitor::run(*cmd, shutdown).await.map(|()| 0),
             Command::CheckConfig { file } => serve::check_config(&file).map(|()| 0),

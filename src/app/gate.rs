@@ -1,0 +1,403 @@
+//! `lockprobe gate`: the release gate. Runs a candidate service once per store-fault
+//! profile, probes each with the full cycle plus the eager checks, and writes one JUnit
+//! report with a testsuite per profile. Exit 1 when a profile within the scheme's
+//! assumptions shows any failure (an enforcement violation, a lost write, a resurrected
+//! tombstone, a lock left behind, a cycle that could not finish); a profile beyond them
+//! is reported, not failed.
+//!
+//! Faults reach the candidate through the reference service's own fault layer
+//! (`--store-fault`, `--clock-skew`): the candidate is a `lockprobe` binary built from
+//! the candidate library (or anything that takes `lockprobe service`'s flags).
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+use crate::probe::gate_junit::{self, ProfileRun};
+use crate::probe::observer::TracingObserver;
+use crate::probe::report::{CycleReport, CycleResult};
+use crate::probe::validate::{self, ValidateError, ValidateOptions};
+use crate::usage::UsageError;
+
+/// The fault profiles, in the order they run by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// No fault: the baseline every other profile is read against.
+    Baseline,
+    /// Pre-locks commit 3 s late, renewals 1.5 s late (past the end of a lease renewed
+    /// just before it).
+    SlowCommit,
+    /// Lock writes land at once, their answers come 1-2 s later.
+    LateAck,
+    /// Half the lock writes time out at 500 ms and commit at 2 s anyway
+    /// (`outcome-unknown`); the probe repeats them under their keys.
+    Ambiguous,
+    /// Replicas lag by a 2 s declared replication bound (twice the others').
+    ReplicaLag,
+    /// Instance 1's clock runs 2 s ahead, within a 2.5 s skew margin.
+    ClockAhead,
+    /// Instance 1's clock runs 2 s behind, within a 2.5 s skew margin.
+    ClockBehind,
+    /// Instance 1's clock runs 2 s ahead, beyond a 500 ms skew margin: breaks an
+    /// assumption, so what breaks is reported, not failed.
+    ClockBeyondMargin,
+}
+
+impl Profile {
+    /// Every profile, in run order.
+    pub const ALL: [Profile; 8] = [
+        Profile::Baseline,
+        Profile::SlowCommit,
+        Profile::LateAck,
+        Profile::Ambiguous,
+        Profile::ReplicaLag,
+        Profile::ClockAhead,
+        Profile::ClockBehind,
+        Profile::ClockBeyondMargin,
+    ];
+
+    /// The profile's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Baseline => "baseline",
+            Profile::SlowCommit => "slow-commit",
+            Profile::LateAck => "late-ack",
+            Profile::Ambiguous => "ambiguous",
+            Profile::ReplicaLag => "replica-lag",
+            Profile::ClockAhead => "clock-ahead",
+            Profile::ClockBehind => "clock-behind",
+            Profile::ClockBeyondMargin => "clock-beyond-margin",
+        }
+    }
+
+    /// Whether the profile breaks one of the scheme's assumptions.
+    pub fn beyond_assumptions(self) -> bool {
+        self == Profile::ClockBeyondMargin
+    }
+
+    /// The `lockprobe service` flags that make the fault (replacing the gate's defaults
+    /// where they name the same setting).
+    pub fn service_args(self) -> Vec<String> {
+        let args: &[&str] = match self {
+            Profile::Baseline => &[],
+            Profile::SlowCommit => {
+                &["--store-fault", "replace:delay=3s step=preLock", "--store-fault", "replace:delay=1500ms step=renew"]
+            }
+            Profile::LateAck => &[
+                "--store-fault",
+                "replace:late-ack=2s step=preLock",
+                "--store-fault",
+                "replace:late-ack=1500ms step=renew",
+                "--store-fault",
+                "replace:late-ack=1s step=swap",
+            ],
+            Profile::Ambiguous => {
+                &["--store-fault", "replace:late-commit=2s,timeout=500ms@0.5", "--store-fault-seed", "7"]
+            }
+            Profile::ReplicaLag => &["--replication-bound", "2s"],
+            Profile::ClockAhead => &["--clock-skew", "1=+2s", "--skew-margin", "2500ms"],
+            Profile::ClockBehind => &["--clock-skew", "1=-2s", "--skew-margin", "2500ms"],
+            Profile::ClockBeyondMargin => &["--clock-skew", "1=+2s", "--skew-margin", "500ms"],
+        };
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// What the profile does, for the report.
+    pub fn description(self) -> String {
+        let args = self.service_args();
+        if args.is_empty() {
+            "no fault".to_owned()
+        } else {
+            args.join(" ")
+        }
+    }
+}
+
+/// Flags of `lockprobe gate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GateArgs {
+    /// The candidate: a `lockprobe` binary built from the library under test (default:
+    /// this one). It is run as `CANDIDATE service ...` once per profile.
+    #[arg(long)]
+    pub candidate: Option<PathBuf>,
+    /// Run only these profiles (repeatable; default: all of them, in order).
+    #[arg(long = "profile", value_enum)]
+    pub profiles: Vec<Profile>,
+    /// Service instances per profile (at least 2: the skew profiles skew instance 1).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(2..=8))]
+    pub instances: u16,
+    /// Cache TTL of the candidate's instances.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    pub cache_ttl: Duration,
+    /// The probe's wait on top of the declared convergence delay in the main walk.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    pub buffer: Duration,
+    /// How long one profile may take, start to end, before it counts as an error.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "3m")]
+    pub profile_timeout: Duration,
+    /// Write the JUnit XML report here (a testsuite per profile).
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// Write each profile's JSON cycle report into this directory (`<profile>.json`).
+    #[arg(long)]
+    pub json_dir: Option<PathBuf>,
+    /// Extra flags for every `CANDIDATE service` run, after `--` (e.g. `--fault
+    /// legacy-effective-at` to see the gate bite).
+    #[arg(last = true)]
+    pub service_args: Vec<String>,
+}
+
+/// The test prefix of the candidate and of every resource the gate's probe locks.
+const TEST_PREFIX: &str = "gate-";
+
+/// How long a candidate has to print where its instances listen.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `lockprobe gate`: returns the exit code (0 every profile within the assumptions
+/// passed, 1 otherwise).
+pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
+    let candidate = candidate(&args)?;
+    let profiles = if args.profiles.is_empty() { Profile::ALL.to_vec() } else { args.profiles.clone() };
+    if let Some(dir) = &args.json_dir {
+        std::fs::create_dir_all(dir).map_err(|e| UsageError::new(format!("--json-dir {}: {e}", dir.display())))?;
+    }
+    let started = Instant::now();
+    let mut results: Vec<(Profile, Vec<String>, Result<CycleReport, String>)> = Vec::new();
+    for profile in profiles {
+        if shutdown.is_cancelled() {
+            break;
+        }
+        println!("gate: profile {} ({})", profile.name(), profile.description());
+        let (instances, report) = run_profile(&args, &candidate, profile, shutdown.clone()).await;
+        if let (Some(dir), Ok(report)) = (&args.json_dir, &report) {
+            let path = dir.join(format!("{}.json", profile.name()));
+            let text = serde_json::to_string_pretty(&report.to_json()).unwrap_or_default();
+            std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        }
+        results.push((profile, instances, report));
+    }
+    let descriptions: Vec<String> = results.iter().map(|(p, _, _)| p.description()).collect();
+    let runs: Vec<ProfileRun<'_>> = results
+        .iter()
+        .zip(&descriptions)
+        .map(|((profile, instances, report), description)| ProfileRun {
+            profile: profile.name(),
+            description,
+            beyond_assumptions: profile.beyond_assumptions(),
+            instances,
+            report: report.as_ref().map_err(Clone::clone),
+        })
+        .collect();
+    if let Some(path) = &args.junit {
+        std::fs::write(path, gate_junit::to_junit(&runs))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    let failed = summarize(&runs);
+    println!("gate: {} profiles in {:.0}s", runs.len(), started.elapsed().as_secs_f64());
+    if shutdown.is_cancelled() {
+        println!("gate: INTERRUPTED");
+        return Ok(1);
+    }
+    if failed == 0 {
+        println!("gate: PASSED");
+        Ok(0)
+    } else {
+        println!("gate: FAILED ({failed} of {} profiles)", runs.len());
+        Ok(1)
+    }
+}
+
+/// The candidate binary, checked before anything runs.
+fn candidate(args: &GateArgs) -> Result<PathBuf, UsageError> {
+    let path = match &args.candidate {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| UsageError::new(format!("--candidate: cannot find this binary: {e}")))?,
+    };
+    if !path.is_file() {
+        return Err(UsageError::new(format!("--candidate {}: no such file", path.display())));
+    }
+    Ok(path)
+}
+
+/// One line per profile, and every failure of a failing one (profile, check, phase,
+/// operation and instance are all in the line). Returns how many profiles fail the gate.
+fn summarize(runs: &[ProfileRun<'_>]) -> usize {
+    let mut failed = 0;
+    for run in runs {
+        let fails = run.fails_gate();
+        failed += usize::from(fails);
+        match &run.report {
+            Err(why) => println!("  {:<20} ERROR  {why}", run.profile),
+            Ok(r) => {
+                let bad: Vec<_> = r.assertions.iter().filter(|a| !a.passed).collect();
+                let verdict = match (fails, run.beyond_assumptions, bad.is_empty() && r.error.is_none()) {
+                    (true, _, _) => "FAILED",
+                    (false, true, false) => "REPORTED (beyond the scheme's assumptions)",
+                    (false, true, true) => "nothing broke (beyond the assumptions; not a proof)",
+                    (false, false, _) => "passed",
+                };
+                println!(
+                    "  {:<20} {verdict}: {} assertions, {} failed, {} enforcement violations",
+                    run.profile,
+                    r.assertions.len(),
+                    bad.len(),
+                    r.enforcement_violations()
+                );
+                for a in bad {
+                    println!("    [{}] {}", run.profile, a.line());
+                }
+                if let Some(e) = &r.error {
+                    println!("    [{}] error: {e}", run.profile);
+                }
+            }
+        }
+    }
+    failed
+}
+
+/// Starts the candidate under `profile`, probes it, stops it. Returns the instances'
+/// URLs and the cycle's report, or why there is none.
+async fn run_profile(
+    args: &GateArgs,
+    candidate: &PathBuf,
+    profile: Profile,
+    shutdown: CancellationToken,
+) -> (Vec<String>, Result<CycleReport, String>) {
+    let key = hex::encode(rand::random::<[u8; 16]>());
+    let mut child = match start_candidate(args, candidate, profile, &key) {
+        Ok(c) => c,
+        Err(e) => return (Vec::new(), Err(e)),
+    };
+    let instances = match listening_urls(&mut child, usize::from(args.instances)).await {
+        Ok(urls) => urls,
+        Err(e) => {
+            let _ = child.kill().await;
+            return (Vec::new(), Err(e));
+        }
+    };
+    let opts = ValidateOptions {
+        endpoints: instances.clone(),
+        expect_convergence: None,
+        buffer: args.buffer,
+        test_prefix: TEST_PREFIX.to_owned(),
+        api_key: key,
+        state_file: None,
+        eager: true,
+    };
+    let cancel = shutdown.child_token();
+    let deadline = {
+        let cancel = cancel.clone();
+        let timeout = args.profile_timeout;
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            cancel.cancel();
+        })
+    };
+    let report = match validate::run(&opts, Arc::new(TracingObserver), cancel).await {
+        Ok(r) => Ok(r),
+        Err(ValidateError::Usage(m)) => Err(format!("the gate's probe settings were refused: {m}")),
+        Err(e) => Err(e.to_string()),
+    };
+    deadline.abort();
+    let _ = child.kill().await;
+    if let Ok(r) = &report {
+        if r.result == CycleResult::Error && r.error.as_deref().is_some_and(|e| e.contains("cancelled")) {
+            tracing::warn!(profile = profile.name(), "the profile ran out of --profile-timeout");
+        }
+    }
+    (instances, report)
+}
+
+/// `CANDIDATE service` with the gate's settings, the profile's faults and the extra
+/// flags, on free ports, its key in the environment (never in argv).
+fn start_candidate(args: &GateArgs, candidate: &PathBuf, profile: Profile, key: &str) -> Result<Child, String> {
+    let ttl = humantime::format_duration(args.cache_ttl).to_string();
+    let mut command = Command::new(candidate);
+    command
+        .arg("service")
+        .args(["--listen", "127.0.0.1:0", "--test-prefix", TEST_PREFIX, "--cache-ttl", &ttl])
+        .args(["--instances", &args.instances.to_string()])
+        .args(profile.service_args())
+        .args(&args.service_args)
+        .env(crate::app::service::API_KEY_ENV, key)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    command.spawn().map_err(|e| format!("cannot start {} service: {e}", candidate.display()))
+}
+
+/// Reads the candidate's `instance i listening on http://...` lines until all
+/// `instances` are up.
+async fn listening_urls(child: &mut Child, instances: usize) -> Result<Vec<String>, String> {
+    let stdout = child.stdout.take().ok_or("the candidate's output is not readable")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut urls = vec![String::new(); instances];
+    let mut found = 0;
+    let read = async {
+        while found < instances {
+            let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? else {
+                return Err("the candidate exited before all its instances listened".to_owned());
+            };
+            let Some((index, url)) = parse_listening(&line) else { continue };
+            if index < instances && urls[index].is_empty() {
+                urls[index] = url;
+                found += 1;
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(START_TIMEOUT, read).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(format!("the candidate did not listen within {}s", START_TIMEOUT.as_secs())),
+    }
+    // Keep draining its output so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(urls)
+}
+
+/// `lockprobe service: instance 1 listening on http://127.0.0.1:4321` → `(1, url)`.
+fn parse_listening(line: &str) -> Option<(usize, String)> {
+    let rest = line.split_once("instance ")?.1;
+    let (index, rest) = rest.split_once(" listening on ")?;
+    Some((index.trim().parse().ok()?, rest.trim().to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_service_announces_where_each_instance_listens() {
+        assert_eq!(
+            parse_listening("lockprobe service: instance 1 listening on http://127.0.0.1:4321"),
+            Some((1, "http://127.0.0.1:4321".to_owned()))
+        );
+        assert_eq!(parse_listening("lockprobe service: declared convergence delay 2s"), None);
+    }
+
+    #[test]
+    fn every_profile_parses_as_service_flags_and_only_one_is_beyond_the_assumptions() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            service: crate::app::service::ServiceArgs,
+        }
+        for profile in Profile::ALL {
+            let argv = ["service"].into_iter().map(String::from).chain(profile.service_args());
+            if let Err(e) = Cli::try_parse_from(argv) {
+                panic!("{}: {e}", profile.name());
+            }
+        }
+        assert_eq!(Profile::ALL.iter().filter(|p| p.beyond_assumptions()).count(), 1);
+    }
+}

@@ -1,0 +1,194 @@
+//! The release gate's JUnit report: one `<testsuite>` per fault profile, one
+//! `<testcase>` per assertion of the probe's run under that profile.
+//!
+//! Test case names are stable across runs and machines, so CI keeps their history: the
+//! check goes in the classname, the name says phase, operation and expectation, and the
+//! instance is its index (never its URL, which changes with every port). An assertion
+//! made twice under the same name gets ` #2`, ` #3`, ... in the order the run made them.
+//! A profile beyond the scheme's assumptions reports what broke as `<skipped>`, with the
+//! reason, rather than failing the gate or passing silently.
+
+use std::collections::HashMap;
+
+use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, Event};
+use quick_xml::Writer;
+
+use super::report::{Assertion, CycleReport, CycleResult};
+
+/// The probe's run under one fault profile, as the gate reports it.
+pub struct ProfileRun<'a> {
+    /// The profile's name (the suite's name).
+    pub profile: &'a str,
+    /// What the profile does to the service, for the reader.
+    pub description: &'a str,
+    /// Whether the profile breaks one of the scheme's assumptions: what breaks is
+    /// reported, not failed.
+    pub beyond_assumptions: bool,
+    /// The instances' base URLs, to turn an assertion's instance into its index.
+    pub instances: &'a [String],
+    /// The run's report; `Err` when the run could not happen (the candidate did not
+    /// start), with why.
+    pub report: Result<&'a CycleReport, String>,
+}
+
+impl ProfileRun<'_> {
+    /// Whether this run fails the gate.
+    pub fn fails_gate(&self) -> bool {
+        match &self.report {
+            Err(_) => true,
+            Ok(_) if self.beyond_assumptions => false,
+            Ok(r) => r.result != CycleResult::Passed,
+        }
+    }
+}
+
+/// The whole gate report.
+pub fn to_junit(runs: &[ProfileRun<'_>]) -> String {
+    let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
+    // Writing into a Vec cannot fail; the results are ignored for that reason only.
+    let _ = w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)));
+    let counts: Vec<Counts> = runs.iter().map(Counts::of).collect();
+    let total = counts.iter().fold(Counts::default(), |a, b| a.plus(b));
+    let mut root = BytesStart::new("testsuites");
+    root.push_attribute(("name", "lockprobe gate"));
+    total.push_attributes(&mut root);
+    let _ = w.write_event(Event::Start(root));
+    for (run, counts) in runs.iter().zip(&counts) {
+        write_suite(&mut w, run, counts);
+    }
+    let _ = w.write_event(Event::End(BytesEnd::new("testsuites")));
+    String::from_utf8(w.into_inner()).unwrap_or_default()
+}
+
+/// Test, failure, error and skipped counts of one suite (or of all).
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    tests: usize,
+    failures: usize,
+    errors: usize,
+    skipped: usize,
+    time: f64,
+}
+
+impl Counts {
+    fn of(run: &ProfileRun<'_>) -> Self {
+        let Ok(report) = &run.report else {
+            return Self { tests: 1, errors: 1, ..Self::default() };
+        };
+        let failed = report.failed_assertions();
+        let error = usize::from(report.error.is_some());
+        let time = (report.finished_at - report.started_at).to_std().unwrap_or_default().as_secs_f64();
+        let (failures, skipped) = if run.beyond_assumptions { (0, failed + error) } else { (failed, 0) };
+        let errors = if run.beyond_assumptions { 0 } else { error };
+        Self { tests: report.assertions.len() + error, failures, errors, skipped, time }
+    }
+
+    fn plus(self, o: &Counts) -> Self {
+        Self {
+            tests: self.tests + o.tests,
+            failures: self.failures + o.failures,
+            errors: self.errors + o.errors,
+            skipped: self.skipped + o.skipped,
+            time: self.time + o.time,
+        }
+    }
+
+    fn push_attributes(&self, e: &mut BytesStart<'_>) {
+        e.push_attribute(("tests", self.tests.to_string().as_str()));
+        e.push_attribute(("failures", self.failures.to_string().as_str()));
+        e.push_attribute(("errors", self.errors.to_string().as_str()));
+        e.push_attribute(("skipped", self.skipped.to_string().as_str()));
+        e.push_attribute(("time", format!("{:.3}", self.time).as_str()));
+    }
+}
+
+fn write_suite(w: &mut Writer<Vec<u8>>, run: &ProfileRun<'_>, counts: &Counts) {
+    let mut suite = BytesStart::new("testsuite");
+    suite.push_attribute(("name", run.profile));
+    counts.push_attributes(&mut suite);
+    if let Ok(r) = &run.report {
+        suite.push_attribute(("timestamp", r.started_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true).as_str()));
+    }
+    let _ = w.write_event(Event::Start(suite));
+    let _ = w.write_event(Event::Start(BytesStart::new("properties")));
+    for (name, value) in [
+        ("description", run.description.to_owned()),
+        ("beyondAssumptions", run.beyond_assumptions.to_string()),
+        ("instances", run.instances.len().to_string()),
+    ] {
+        let mut p = BytesStart::new("property");
+        p.push_attribute(("name", name));
+        p.push_attribute(("value", value.as_str()));
+        let _ = w.write_event(Event::Empty(p));
+    }
+    let _ = w.write_event(Event::End(BytesEnd::new("properties")));
+    let classname = |check: &str| format!("lockprobe.gate.{}.{}", run.profile, check.replace('/', "."));
+    match &run.report {
+        Err(why) => error_case(w, &classname("run"), "service started and probed", why, false),
+        Ok(report) => {
+            let mut seen: HashMap<(String, String), usize> = HashMap::new();
+            for a in &report.assertions {
+                let name = case_name(a, run.instances);
+                let n = seen.entry((a.check.clone(), name.clone())).or_default();
+                *n += 1;
+                let name = if *n == 1 { name } else { format!("{name} #{n}") };
+                assertion_case(w, &classname(&a.check), &name, a, run.beyond_assumptions);
+            }
+            if let Some(err) = &report.error {
+                error_case(w, &classname("cycle"), "cycle completed", err, run.beyond_assumptions);
+            }
+        }
+    }
+    let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
+}
+
+/// `hardDelete/delete expects tombstone on instance 1`: no URL, no running number.
+fn case_name(a: &Assertion, instances: &[String]) -> String {
+    let mut name = format!("{} expects {}", a.name(), a.expected);
+    if let Some(url) = &a.instance {
+        match instances.iter().position(|i| i.trim_end_matches('/') == url.trim_end_matches('/')) {
+            Some(i) => name.push_str(&format!(" on instance {i}")),
+            None => name.push_str(" on an unlisted instance"),
+        }
+    }
+    name
+}
+
+fn assertion_case(w: &mut Writer<Vec<u8>>, classname: &str, name: &str, a: &Assertion, beyond: bool) {
+    let mut case = BytesStart::new("testcase");
+    case.push_attribute(("name", name));
+    case.push_attribute(("classname", classname));
+    case.push_attribute(("time", format!("{:.3}", a.duration.as_secs_f64()).as_str()));
+    if a.passed {
+        let _ = w.write_event(Event::Empty(case));
+        return;
+    }
+    let _ = w.write_event(Event::Start(case));
+    let message = format!("{}: expected {}, observed {}", a.name(), a.expected, a.observed);
+    let mut outcome = if beyond {
+        let mut s = BytesStart::new("skipped");
+        s.push_attribute(("message", format!("beyond the scheme's assumptions, reported: {message}").as_str()));
+        s
+    } else {
+        let mut f = BytesStart::new("failure");
+        f.push_attribute(("message", message.as_str()));
+        f.push_attribute(("type", a.op.as_str()));
+        f
+    };
+    if let Some(d) = &a.detail {
+        outcome.push_attribute(("detail", d.as_str()));
+    }
+    let _ = w.write_event(Event::Empty(outcome));
+    let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
+}
+
+fn error_case(w: &mut Writer<Vec<u8>>, classname: &str, name: &str, why: &str, beyond: bool) {
+    let mut case = BytesStart::new("testcase");
+    case.push_attribute(("name", name));
+    case.push_attribute(("classname", classname));
+    let _ = w.write_event(Event::Start(case));
+    let mut e = BytesStart::new(if beyond { "skipped" } else { "error" });
+    e.push_attribute(("message", why));
+    let _ = w.write_event(Event::Empty(e));
+    let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
+}

@@ -1,0 +1,174 @@
+//! The release gate, run as a release engineer runs it: `lockprobe gate` starts the
+//! candidate (`lockprobe service`, this build) once per store-fault profile and probes it
+//! with the eager checks. The shipped library must pass every profile within the
+//! scheme's assumptions; the old decide-time `effectiveAt` and the old renewal rule,
+//! switched back on with `--fault`, must make it fail, naming the profile, the check, the
+//! phase, the operation and the instance.
+
+use std::process::{Command, Output};
+
+use quick_xml::events::Event;
+use quick_xml::Reader;
+
+fn gate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lockprobe")).arg("gate").args(args).output().expect("lockprobe gate runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One `<testsuite>` of the gate's JUnit: its name, counts and test case names.
+#[derive(Debug, Default)]
+struct Suite {
+    name: String,
+    tests: usize,
+    failures: usize,
+    errors: usize,
+    skipped: usize,
+    cases: Vec<String>,
+    failed_cases: usize,
+    skipped_cases: usize,
+}
+
+fn attr(e: &quick_xml::events::BytesStart<'_>, name: &str) -> Option<String> {
+    e.attributes()
+        .flatten()
+        .find(|a| a.key.as_ref() == name.as_bytes())
+        .map(|a| a.unescape_value().expect("attribute value").into_owned())
+}
+
+fn count(e: &quick_xml::events::BytesStart<'_>, name: &str) -> usize {
+    attr(e, name).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no numeric {name} on a testsuite"))
+}
+
+/// The suites of a JUnit document, parsed as a CI server reads it.
+fn suites(xml: &str) -> Vec<Suite> {
+    let mut reader = Reader::from_str(xml);
+    let mut suites: Vec<Suite> = Vec::new();
+    loop {
+        match reader.read_event().expect("well-formed XML") {
+            Event::Start(e) | Event::Empty(e) => match e.name().as_ref() {
+                b"testsuite" => suites.push(Suite {
+                    name: attr(&e, "name").expect("a testsuite has a name"),
+                    tests: count(&e, "tests"),
+                    failures: count(&e, "failures"),
+                    errors: count(&e, "errors"),
+                    skipped: count(&e, "skipped"),
+                    ..Suite::default()
+                }),
+                b"testcase" => {
+                    let suite = suites.last_mut().expect("a testcase inside a testsuite");
+                    let class = attr(&e, "classname").expect("a testcase has a classname");
+                    suite.cases.push(format!("{class} :: {}", attr(&e, "name").expect("a testcase has a name")));
+                }
+                b"failure" | b"error" => suites.last_mut().expect("inside a testsuite").failed_cases += 1,
+                b"skipped" => suites.last_mut().expect("inside a testsuite").skipped_cases += 1,
+                _ => {}
+            },
+            Event::Eof => return suites,
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn the_shipped_library_passes_every_profile_within_the_assumptions_and_the_report_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("gate.xml");
+    let out = gate(&["--junit", junit.to_str().unwrap(), "--json-dir", dir.path().to_str().unwrap()]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("gate: PASSED"), "{text}");
+
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let suites = suites(&xml);
+    let names: Vec<&str> = suites.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "baseline",
+            "slow-commit",
+            "late-ack",
+            "ambiguous",
+            "replica-lag",
+            "clock-ahead",
+            "clock-behind",
+            "clock-beyond-margin"
+        ]
+    );
+    for s in &suites {
+        assert_eq!(s.tests, s.cases.len(), "{}: tests= matches its testcases", s.name);
+        assert_eq!(s.failures + s.errors, s.failed_cases, "{}: failures+errors= match", s.name);
+        assert_eq!(s.skipped, s.skipped_cases, "{}: skipped= matches", s.name);
+        assert!(s.tests > 100, "{}: the whole cycle and the eager checks ran ({} cases)", s.name, s.tests);
+        assert!(s.cases.iter().any(|c| c.contains(".eager.escalation ::")), "{}: eager checks ran", s.name);
+        assert!(s.cases.iter().any(|c| c.contains(".eager.renewal ::")), "{}: eager checks ran", s.name);
+        assert!(!s.cases.iter().any(|c| c.contains("http://")), "{}: names carry no URL", s.name);
+        let mut unique = s.cases.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), s.cases.len(), "{}: test case names are unique", s.name);
+        if s.name != "clock-beyond-margin" {
+            assert_eq!(s.failed_cases + s.skipped_cases, 0, "{}: within the assumptions nothing fails", s.name);
+        }
+        let report = dir.path().join(format!("{}.json", s.name));
+        assert!(report.is_file(), "{} has its JSON cycle report", s.name);
+    }
+    // Beyond the skew margin the gate does not pass silently: the profile is reported,
+    // whatever it provoked, and never as a failure of the gate.
+    assert!(text.contains("clock-beyond-margin"), "{text}");
+    let beyond = text.lines().find(|l| l.trim_start().starts_with("clock-beyond-margin")).unwrap();
+    assert!(beyond.contains("REPORTED") || beyond.contains("nothing broke"), "{beyond}");
+}
+
+#[test]
+fn the_old_decide_time_effective_at_fails_the_gate_naming_profile_check_phase_operation_and_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("gate.xml");
+    let out =
+        gate(&["--profile", "slow-commit", "--junit", junit.to_str().unwrap(), "--", "--fault", "legacy-effective-at"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("gate: FAILED (1 of 1 profiles)"), "{text}");
+    let named = text.lines().find(|l| {
+        l.contains("[slow-commit]")
+            && l.contains("[eager/escalation]")
+            && l.contains("hardDelete/delete @ http://127.0.0.1:")
+            && l.contains("expected tombstone, observed allow")
+    });
+    assert!(named.is_some(), "a physical delete under hardDelete, on its instance:\n{text}");
+    let suites = suites(&std::fs::read_to_string(&junit).unwrap());
+    assert_eq!(suites.len(), 1);
+    assert!(suites[0].failures > 0 && suites[0].failures == suites[0].failed_cases, "{:?}", suites[0]);
+}
+
+#[test]
+fn the_old_renewal_rule_fails_the_gate_on_the_eager_renewal() {
+    let out = gate(&["--profile", "slow-commit", "--", "--fault", "legacy-renewal"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let named = text.lines().find(|l| {
+        l.contains("[slow-commit]")
+            && l.contains("[eager/renewal]")
+            && l.contains("write/write @ http://127.0.0.1:")
+            && l.contains("expected block, observed allow")
+            && l.contains("the renewal says renewed (200)")
+    });
+    assert!(named.is_some(), "a write accepted around a renewal the service said took:\n{text}");
+}
+
+#[test]
+fn bad_gate_flags_are_refused_with_exit_64_naming_the_flag() {
+    for (args, names) in [
+        (&["--candidate", "/nonexistent/lockprobe"][..], "--candidate"),
+        (&["--profile", "meteor-strike"][..], "--profile"),
+        (&["--instances", "1"][..], "--instances"),
+        (&["--profile-timeout", "soon"][..], "--profile-timeout"),
+    ] {
+        let out = gate(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        assert!(err.contains(names), "{args:?} must name {names}: {err}");
+    }
+}
