@@ -54,6 +54,9 @@ pub enum Fault {
     /// Contract version 1's renewal: it takes effect whenever it lands, even after the
     /// lease lapsed, resurrecting a lease that readers had already seen end.
     LegacyRenewal,
+    /// Answer a release 204 without releasing: the lock stays until its lease ends, and
+    /// nobody holds its token any more (an orphan, for the release gate to find).
+    AckReleaseWithoutReleasing,
     /// Contract version 1.0: the `Idempotency-Key` header is ignored, so a repeated
     /// call is a new call (to show how a probe falls back against such a service).
     IgnoreIdempotencyKey,

@@ -109,6 +109,7 @@ fn the_shipped_library_passes_every_profile_within_the_assumptions_and_the_repor
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), s.cases.len(), "{}: test case names are unique", s.name);
+        assert!(s.cases.iter().any(|c| c.ends_with(".gate :: no live lock left behind")), "{}: swept", s.name);
         if s.name != "clock-beyond-margin" {
             assert_eq!(s.failed_cases + s.skipped_cases, 0, "{}: within the assumptions nothing fails", s.name);
         }
@@ -156,6 +157,30 @@ fn the_old_renewal_rule_fails_the_gate_on_the_eager_renewal() {
             && l.contains("the renewal says renewed (200)")
     });
     assert!(named.is_some(), "a write accepted around a renewal the service said took:\n{text}");
+}
+
+#[test]
+fn a_lock_nobody_can_release_any_more_fails_the_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("gate.xml");
+    let out = gate(&[
+        "--profile",
+        "baseline",
+        "--junit",
+        junit.to_str().unwrap(),
+        "--",
+        "--fault",
+        "ack-release-without-releasing",
+    ]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("[baseline] FAIL [gate] live lock left behind: gate-v"), "{text}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let suites = suites(&xml);
+    let case = suites[0].cases.iter().find(|c| c.ends_with(".gate :: no live lock left behind"));
+    assert!(case.is_some(), "{:?}", suites[0].cases);
+    assert_eq!(suites[0].failures, suites[0].failed_cases, "{:?}", suites[0]);
+    assert!(xml.contains("live locks after the run: "), "{xml}");
 }
 
 #[test]

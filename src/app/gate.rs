@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::probe::gate_junit::{self, ProfileRun};
 use crate::probe::observer::TracingObserver;
 use crate::probe::report::{CycleReport, CycleResult};
+use crate::probe::target::TargetClient;
 use crate::probe::validate::{self, ValidateError, ValidateOptions};
 use crate::usage::UsageError;
 
@@ -167,30 +168,31 @@ pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<
         std::fs::create_dir_all(dir).map_err(|e| UsageError::new(format!("--json-dir {}: {e}", dir.display())))?;
     }
     let started = Instant::now();
-    let mut results: Vec<(Profile, Vec<String>, Result<CycleReport, String>)> = Vec::new();
+    let mut results: Vec<(Profile, ProfileOutcome)> = Vec::new();
     for profile in profiles {
         if shutdown.is_cancelled() {
             break;
         }
         println!("gate: profile {} ({})", profile.name(), profile.description());
-        let (instances, report) = run_profile(&args, &candidate, profile, shutdown.clone()).await;
-        if let (Some(dir), Ok(report)) = (&args.json_dir, &report) {
+        let outcome = run_profile(&args, &candidate, profile, shutdown.clone()).await;
+        if let (Some(dir), Ok(report)) = (&args.json_dir, &outcome.report) {
             let path = dir.join(format!("{}.json", profile.name()));
             let text = serde_json::to_string_pretty(&report.to_json()).unwrap_or_default();
             std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
         }
-        results.push((profile, instances, report));
+        results.push((profile, outcome));
     }
-    let descriptions: Vec<String> = results.iter().map(|(p, _, _)| p.description()).collect();
+    let descriptions: Vec<String> = results.iter().map(|(p, _)| p.description()).collect();
     let runs: Vec<ProfileRun<'_>> = results
         .iter()
         .zip(&descriptions)
-        .map(|((profile, instances, report), description)| ProfileRun {
+        .map(|((profile, outcome), description)| ProfileRun {
             profile: profile.name(),
             description,
             beyond_assumptions: profile.beyond_assumptions(),
-            instances,
-            report: report.as_ref().map_err(Clone::clone),
+            instances: &outcome.instances,
+            report: outcome.report.as_ref().map_err(Clone::clone),
+            left_behind: &outcome.left_behind,
         })
         .collect();
     if let Some(path) = &args.junit {
@@ -255,32 +257,51 @@ fn summarize(runs: &[ProfileRun<'_>]) -> usize {
                 if let Some(e) = &r.error {
                     println!("    [{}] error: {e}", run.profile);
                 }
+                for lock in run.left_behind {
+                    println!("    [{}] FAIL [gate] live lock left behind: {lock}", run.profile);
+                }
             }
         }
     }
     failed
 }
 
-/// Starts the candidate under `profile`, probes it, stops it. Returns the instances'
-/// URLs and the cycle's report, or why there is none.
+/// What one profile's run gave.
+struct ProfileOutcome {
+    /// The instances' base URLs.
+    instances: Vec<String>,
+    /// The cycle's report, or why there is none.
+    report: Result<CycleReport, String>,
+    /// Live locks left on the run's resources.
+    left_behind: Vec<String>,
+}
+
+impl ProfileOutcome {
+    fn failed(why: String) -> Self {
+        Self { instances: Vec::new(), report: Err(why), left_behind: Vec::new() }
+    }
+}
+
+/// Starts the candidate under `profile`, probes it, looks for locks left behind, stops it.
 async fn run_profile(
     args: &GateArgs,
     candidate: &PathBuf,
     profile: Profile,
     shutdown: CancellationToken,
-) -> (Vec<String>, Result<CycleReport, String>) {
+) -> ProfileOutcome {
     let key = hex::encode(rand::random::<[u8; 16]>());
     let mut child = match start_candidate(args, candidate, profile, &key) {
         Ok(c) => c,
-        Err(e) => return (Vec::new(), Err(e)),
+        Err(e) => return ProfileOutcome::failed(e),
     };
     let instances = match listening_urls(&mut child, usize::from(args.instances)).await {
         Ok(urls) => urls,
         Err(e) => {
             let _ = child.kill().await;
-            return (Vec::new(), Err(e));
+            return ProfileOutcome::failed(e);
         }
     };
+    let run_id = hex::encode(rand::random::<[u8; 4]>());
     let opts = ValidateOptions {
         endpoints: instances.clone(),
         expect_convergence: None,
@@ -289,6 +310,7 @@ async fn run_profile(
         api_key: key,
         state_file: None,
         eager: true,
+        run_id: Some(run_id.clone()),
     };
     let cancel = shutdown.child_token();
     let deadline = {
@@ -305,13 +327,45 @@ async fn run_profile(
         Err(e) => Err(e.to_string()),
     };
     deadline.abort();
+    let left_behind = match &report {
+        Ok(r) if !shutdown.is_cancelled() => left_behind(&opts, &run_id, r).await,
+        _ => Vec::new(),
+    };
     let _ = child.kill().await;
     if let Ok(r) = &report {
         if r.result == CycleResult::Error && r.error.as_deref().is_some_and(|e| e.contains("cancelled")) {
             tracing::warn!(profile = profile.name(), "the profile ran out of --profile-timeout");
         }
     }
-    (instances, report)
+    ProfileOutcome { instances, report, left_behind }
+}
+
+/// Live locks on the run's resources once the probe is done: the probe releases every
+/// lock it holds on the way out (the lease-lapse check's lock has lapsed), so after the
+/// declared convergence delay every instance must route each resource lock-free. A lock
+/// still live is one nobody will release before its lease ends: an orphan.
+async fn left_behind(opts: &ValidateOptions, run_id: &str, report: &CycleReport) -> Vec<String> {
+    let declared = report.declared_convergence_seconds.and_then(|s| Duration::try_from_secs_f64(s).ok());
+    tokio::time::sleep(declared.unwrap_or(Duration::from_secs(2)) + Duration::from_millis(500)).await;
+    let client = match TargetClient::new(&opts.endpoints, &opts.api_key, &opts.test_prefix, Duration::from_secs(10)) {
+        Ok(c) => c,
+        Err(e) => return vec![format!("cannot look: {e}")],
+    };
+    let mut found = Vec::new();
+    for resource in opts.resources(run_id) {
+        for (i, _) in opts.endpoints.iter().enumerate() {
+            match client.route(i, &resource).await {
+                Ok(r) if r.status == 200 && r.body.get("lock").is_some_and(|l| !l.is_null()) => {
+                    let phase = r.body["lock"].get("phase").and_then(|p| p.as_str()).unwrap_or("?").to_owned();
+                    found.push(format!("{resource} ({phase}) on instance {i}"));
+                }
+                // 404: a resource the run never created; anything else is for the cycle's
+                // own assertions to have caught.
+                _ => {}
+            }
+        }
+    }
+    found
 }
 
 /// `CANDIDATE service` with the gate's settings, the profile's faults and the extra

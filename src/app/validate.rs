@@ -58,6 +58,7 @@ pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Res
         api_key: std::env::var(API_KEY_ENV).unwrap_or_default(),
         state_file: args.state_file.clone(),
         eager: args.eager,
+        run_id: None,
     };
     let report = match validate::run(&opts, Arc::new(PrintObserver), shutdown).await {
         Ok(r) => r,

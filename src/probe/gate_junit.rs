@@ -29,6 +29,9 @@ pub struct ProfileRun<'a> {
     /// The run's report; `Err` when the run could not happen (the candidate did not
     /// start), with why.
     pub report: Result<&'a CycleReport, String>,
+    /// Live locks found on the run's resources once the probe was done and caches had
+    /// converged (none held by the probe any more: each is a lock nobody will release).
+    pub left_behind: &'a [String],
 }
 
 impl ProfileRun<'_> {
@@ -37,7 +40,7 @@ impl ProfileRun<'_> {
         match &self.report {
             Err(_) => true,
             Ok(_) if self.beyond_assumptions => false,
-            Ok(r) => r.result != CycleResult::Passed,
+            Ok(r) => r.result != CycleResult::Passed || !self.left_behind.is_empty(),
         }
     }
 }
@@ -75,12 +78,12 @@ impl Counts {
         let Ok(report) = &run.report else {
             return Self { tests: 1, errors: 1, ..Self::default() };
         };
-        let failed = report.failed_assertions();
+        let failed = report.failed_assertions() + usize::from(!run.left_behind.is_empty());
         let error = usize::from(report.error.is_some());
         let time = (report.finished_at - report.started_at).to_std().unwrap_or_default().as_secs_f64();
         let (failures, skipped) = if run.beyond_assumptions { (0, failed + error) } else { (failed, 0) };
         let errors = if run.beyond_assumptions { 0 } else { error };
-        Self { tests: report.assertions.len() + error, failures, errors, skipped, time }
+        Self { tests: report.assertions.len() + 1 + error, failures, errors, skipped, time }
     }
 
     fn plus(self, o: &Counts) -> Self {
@@ -134,6 +137,7 @@ fn write_suite(w: &mut Writer<Vec<u8>>, run: &ProfileRun<'_>, counts: &Counts) {
                 let name = if *n == 1 { name } else { format!("{name} #{n}") };
                 assertion_case(w, &classname(&a.check), &name, a, run.beyond_assumptions);
             }
+            left_behind_case(w, &classname("gate"), run.left_behind, run.beyond_assumptions);
             if let Some(err) = &report.error {
                 error_case(w, &classname("cycle"), "cycle completed", err, run.beyond_assumptions);
             }
@@ -179,6 +183,23 @@ fn assertion_case(w: &mut Writer<Vec<u8>>, classname: &str, name: &str, a: &Asse
         outcome.push_attribute(("detail", d.as_str()));
     }
     let _ = w.write_event(Event::Empty(outcome));
+    let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
+}
+
+/// `no live lock left behind`: passes when `left_behind` is empty.
+fn left_behind_case(w: &mut Writer<Vec<u8>>, classname: &str, left_behind: &[String], beyond: bool) {
+    let mut case = BytesStart::new("testcase");
+    case.push_attribute(("name", "no live lock left behind"));
+    case.push_attribute(("classname", classname));
+    if left_behind.is_empty() {
+        let _ = w.write_event(Event::Empty(case));
+        return;
+    }
+    let _ = w.write_event(Event::Start(case));
+    let message = format!("live locks after the run: {}", left_behind.join("; "));
+    let mut e = BytesStart::new(if beyond { "skipped" } else { "failure" });
+    e.push_attribute(("message", message.as_str()));
+    let _ = w.write_event(Event::Empty(e));
     let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
 }
 

@@ -34,6 +34,9 @@ pub struct ValidateOptions {
     pub state_file: Option<PathBuf>,
     /// Also run the eager checks (`--eager`).
     pub eager: bool,
+    /// Names the run's resources `<prefix>v<run_id>-<i>`; random when unset. The release
+    /// gate sets it to look at the resources afterwards.
+    pub run_id: Option<String>,
 }
 
 /// Why `validate` could not run (as opposed to: ran and found failures).
@@ -106,10 +109,16 @@ pub async fn run(
         tracing::info!(cleared, "released locks left by a previous validate run");
     }
     // Fresh resources per run, so concurrent or repeated runs never meet each other's locks.
-    let run_id = hex::encode(rand::random::<[u8; 4]>());
-    let count = opts.settings().resources_per_cycle();
-    let resources: Vec<String> = (0..count).map(|i| format!("{}v{run_id}-{i}", opts.test_prefix)).collect();
-    Ok(scenario.run_cycle(&resources, cancel).await)
+    let run_id = opts.run_id.clone().unwrap_or_else(|| hex::encode(rand::random::<[u8; 4]>()));
+    Ok(scenario.run_cycle(&opts.resources(&run_id), cancel).await)
+}
+
+impl ValidateOptions {
+    /// The test resources a run named `run_id` uses.
+    pub fn resources(&self, run_id: &str) -> Vec<String> {
+        let count = self.settings().resources_per_cycle();
+        (0..count).map(|i| format!("{}v{run_id}-{i}", self.test_prefix)).collect()
+    }
 }
 
 /// Writes the JUnit XML and JSON reports where asked.

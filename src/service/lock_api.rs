@@ -264,6 +264,9 @@ pub async fn release(
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| ApiError::bad_request("the Lock-Token header is required"))?;
     let token = token("Lock-Token", LockToken::from_presented(raw))?;
+    if instance.config.has_fault(Fault::AckReleaseWithoutReleasing) {
+        return Ok(StatusCode::NO_CONTENT);
+    }
     in_step("release", instance.routing.call(&id, None, &LockCall::Release { token }, key.as_deref())).await?;
     tracing::info!(resource = %id, instance = instance.index, "lock released");
     Ok(StatusCode::NO_CONTENT)
