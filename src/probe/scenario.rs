@@ -57,6 +57,7 @@ pub struct Scenario {
 struct Recorder {
     assertions: Mutex<Vec<Assertion>>,
     read_through: Mutex<Vec<f64>>,
+    read_through_client: Mutex<Vec<f64>>,
     phases: Mutex<Vec<(Phase, f64)>>,
     declared: Mutex<Option<f64>>,
     convergence: Mutex<Vec<InstanceConvergence>>,
@@ -203,7 +204,8 @@ impl Scenario {
         let checks: Vec<(Negative, Check<'_>)> = Negative::ALL
             .into_iter()
             .zip(&resources[1..])
-            .map(|(n, resource)| (n, Check::new(self, &rec, n.name(), resource)))
+            .enumerate()
+            .map(|(i, (n, resource))| (n, Check::new(self, &rec, n.name(), resource).starting_at(i + 1)))
             .collect();
         let outs = if matches!(main_out, Err(Abort::Cancelled) | Err(Abort::Transport(_))) {
             Vec::new()
@@ -237,6 +239,7 @@ impl Scenario {
             assertions,
             phase_durations: std::mem::take(&mut *lock(&rec.phases)),
             read_through_seconds: std::mem::take(&mut *lock(&rec.read_through)),
+            read_through_client_seconds: std::mem::take(&mut *lock(&rec.read_through_client)),
             declared_convergence_seconds: *lock(&rec.declared),
             expected_convergence_seconds: self.settings.expected_convergence.map(|d| d.as_secs_f64()),
             observed_convergence: std::mem::take(&mut *lock(&rec.convergence)),
