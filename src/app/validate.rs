@@ -53,7 +53,7 @@ pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Res
         api_key: std::env::var(API_KEY_ENV).unwrap_or_default(),
         state_file: args.state_file.clone(),
     };
-    let report = match validate::run(&opts, Arc::new(PrintObserver), shutdown).await {
+    let report = match validate::run(&opts, Arc::new(PrintObserver::default()), shutdown).await {
         Ok(r) => r,
         Err(ValidateError::Usage(m)) => return Err(UsageError::new(m).into()),
         Err(e) => return Err(e.into()),

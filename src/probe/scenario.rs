@@ -210,7 +210,12 @@ impl Scenario {
         let outs = if matches!(main_out, Err(Abort::Cancelled) | Err(Abort::Transport(_))) {
             Vec::new()
         } else {
-            futures::future::join_all(checks.iter().map(|(n, c)| c.guarded(&cancel, c.negative(*n)))).await
+            futures::future::join_all(checks.iter().map(|(n, c)| async {
+                let out = c.guarded(&cancel, c.negative(*n)).await;
+                self.observer.check_finished(&self.settings.name, &c.name);
+                out
+            }))
+            .await
         };
 
         let mut error = None;
@@ -256,6 +261,7 @@ impl Scenario {
                 report.enforcement_violations()
             ),
         );
+        self.observer.cycle_finished(&report);
         report
     }
 }
