@@ -81,9 +81,12 @@ impl LockTimes {
             .map(|w| format!("{} {} is after {} {}", w[0].0, w[0].1.to_rfc3339(), w[1].0, w[1].1.to_rfc3339()))
     }
 
-    /// The longest pre-lock the service grants, as its views show it.
+    /// At least the longest pre-lock the service grants, as its views show it: from
+    /// `acquiredAt` to `maxExpiresAt`, so whether a service counts its maximum from
+    /// the acquisition or from `effectiveAt` (the reference does), a request longer
+    /// than this is over it.
     pub(super) fn maximum(&self) -> Option<Duration> {
-        (self.max_expires_at - self.effective_at).to_std().ok()
+        (self.max_expires_at - self.acquired_at).to_std().ok()
     }
 }
 

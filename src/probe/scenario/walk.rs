@@ -203,7 +203,7 @@ impl Check<'_> {
         let (r, _) = self
             .expect(Phase::Swap, Op::PreLockOverMax, Outcome::bad_request())
             .on(at)
-            .detail(format!("maximum {:.0}s (maxExpiresAt - effectiveAt)", maximum.as_secs_f64()))
+            .detail(format!("maxExpiresAt - acquiredAt is {:.0}s", maximum.as_secs_f64()))
             .lock_op(c.until_known(&CallKey::fresh(), send))
             .await?;
         if granted(&r).is_some() {
