@@ -413,76 +413,99 @@ impl Check<'_> {
     /// declared delay + tolerance (`preLock/convergence-declared`), which no buffer
     /// excuses.
     pub(super) async fn converge(&self, t0: Instant, declared: Duration, wait: Duration) -> Result<(), Abort> {
-        let c = &self.sc.client;
-        let poll = self.sc.settings.poll_interval;
-        let tolerance = |rtt: Duration| poll + rtt + CONVERGENCE_TOLERANCE_CONSTANT;
-        let per_instance = (0..self.instances()).map(|i| async move {
-            let expect = self.expect(Phase::PreLock, Op::Converge, Outcome::LockVisible).on(i);
-            let mut slowest = Duration::ZERO;
-            loop {
-                let r = expect.call(c.route(i, &self.resource)).await?;
-                slowest = slowest.max(r.elapsed);
-                if r.body.get("lock").is_some_and(|l| l.is_object()) {
-                    return Ok::<_, Abort>((Some(t0.elapsed()), slowest));
-                }
-                let deadline = t0 + wait.max(declared + tolerance(slowest));
-                if Instant::now() >= deadline {
-                    return Ok((None, slowest));
-                }
-                let next = (Instant::now() + poll).min(deadline);
-                tokio::time::sleep_until(next.into()).await;
-            }
-        });
-        let seen = futures::future::try_join_all(per_instance).await?;
-        for (i, (seen_after, slowest)) in seen.into_iter().enumerate() {
-            let tolerance = tolerance(slowest);
-            let within_wait = seen_after.filter(|d| *d <= wait);
-            lock(&self.rec.convergence).push(InstanceConvergence {
-                instance: self.sc.settings.instances[i].clone(),
-                observed_seconds: within_wait.map(|d| d.as_secs_f64()),
-                bound_seconds: wait.as_secs_f64(),
-                tolerance_seconds: tolerance.as_secs_f64(),
-            });
-            let (obs, detail) = match within_wait {
-                Some(d) => (
-                    Outcome::LockVisible,
-                    format!("visible after {:.3}s (bound {:.3}s)", d.as_secs_f64(), wait.as_secs_f64()),
-                ),
-                None => (
-                    Outcome::NotVisible,
-                    format!(
-                        "convergence violation: lock not visible after {:.3}s (declared delay + buffer)",
-                        wait.as_secs_f64()
-                    ),
-                ),
-            };
-            self.expect(Phase::PreLock, Op::Converge, Outcome::LockVisible)
-                .on(i)
-                .detail(detail)
-                .observed(obs, within_wait.unwrap_or(wait));
-            let limit = declared + tolerance;
-            let honest = seen_after.filter(|d| *d <= limit);
-            let shown = match seen_after {
-                Some(d) => format!("visible after {:.3}s", d.as_secs_f64()),
-                None => format!("not visible after {:.3}s", wait.max(limit).as_secs_f64()),
-            };
-            self.expect(Phase::PreLock, Op::ConvergenceDeclared, Outcome::WithinDeclared)
-                .on(i)
-                .detail(format!(
-                    "{shown}; declared {:.3}s + tolerance {:.3}s (poll {:.3}s + slowest round trip {:.3}s + {:.3}s)",
-                    declared.as_secs_f64(),
-                    tolerance.as_secs_f64(),
-                    poll.as_secs_f64(),
-                    slowest.as_secs_f64(),
-                    CONVERGENCE_TOLERANCE_CONSTANT.as_secs_f64()
-                ))
-                .observed(
-                    if honest.is_some() { Outcome::WithinDeclared } else { Outcome::BeyondDeclared },
-                    seen_after.unwrap_or(limit),
-                );
+        let per_instance = (0..self.instances()).map(|i| self.watch(i, t0, declared, wait));
+        let watched = futures::future::try_join_all(per_instance).await?;
+        for (i, w) in watched.into_iter().enumerate() {
+            self.judge_convergence(i, w, declared, wait);
         }
         Ok(())
     }
+
+    /// The measurement tolerance of an instance whose slowest poll took `slowest`.
+    fn tolerance(&self, slowest: Duration) -> Duration {
+        self.sc.settings.poll_interval + slowest + CONVERGENCE_TOLERANCE_CONSTANT
+    }
+
+    /// Polls the route of `instance` until it shows the lock, or until both `wait` and
+    /// the declared delay + tolerance have passed since `t0`.
+    async fn watch(&self, instance: usize, t0: Instant, declared: Duration, wait: Duration) -> Result<Watched, Abort> {
+        let c = &self.sc.client;
+        let poll = self.sc.settings.poll_interval;
+        let expect = self.expect(Phase::PreLock, Op::Converge, Outcome::LockVisible).on(instance);
+        let mut slowest = Duration::ZERO;
+        loop {
+            let r = expect.call(c.route(instance, &self.resource)).await?;
+            slowest = slowest.max(r.elapsed);
+            if r.body.get("lock").is_some_and(|l| l.is_object()) {
+                return Ok(Watched { seen_after: Some(t0.elapsed()), slowest });
+            }
+            let deadline = t0 + wait.max(declared + self.tolerance(slowest));
+            if Instant::now() >= deadline {
+                return Ok(Watched { seen_after: None, slowest });
+            }
+            let next = (Instant::now() + poll).min(deadline);
+            tokio::time::sleep_until(next.into()).await;
+        }
+    }
+
+    /// Records what `instance` showed: its observed convergence, whether it showed the
+    /// lock within `wait` (`preLock/converge`), and whether within the declared delay +
+    /// the tolerance (`preLock/convergence-declared`).
+    fn judge_convergence(&self, instance: usize, w: Watched, declared: Duration, wait: Duration) {
+        let tolerance = self.tolerance(w.slowest);
+        let within_wait = w.seen_after.filter(|d| *d <= wait);
+        lock(&self.rec.convergence).push(InstanceConvergence {
+            instance: self.sc.settings.instances[instance].clone(),
+            observed_seconds: within_wait.map(|d| d.as_secs_f64()),
+            bound_seconds: wait.as_secs_f64(),
+            tolerance_seconds: tolerance.as_secs_f64(),
+        });
+        let (obs, detail) = match within_wait {
+            Some(d) => (
+                Outcome::LockVisible,
+                format!("visible after {:.3}s (bound {:.3}s)", d.as_secs_f64(), wait.as_secs_f64()),
+            ),
+            None => (
+                Outcome::NotVisible,
+                format!(
+                    "convergence violation: lock not visible after {:.3}s (declared delay + buffer)",
+                    wait.as_secs_f64()
+                ),
+            ),
+        };
+        self.expect(Phase::PreLock, Op::Converge, Outcome::LockVisible)
+            .on(instance)
+            .detail(detail)
+            .observed(obs, within_wait.unwrap_or(wait));
+        let limit = declared + tolerance;
+        let shown = match w.seen_after {
+            Some(d) => format!("visible after {:.3}s", d.as_secs_f64()),
+            None => format!("not visible after {:.3}s", wait.max(limit).as_secs_f64()),
+        };
+        let honest = w.seen_after.is_some_and(|d| d <= limit);
+        self.expect(Phase::PreLock, Op::ConvergenceDeclared, Outcome::WithinDeclared)
+            .on(instance)
+            .detail(format!(
+                "{shown}; declared {:.3}s + tolerance {:.3}s (poll {:.3}s + slowest round trip {:.3}s + {:.3}s)",
+                declared.as_secs_f64(),
+                tolerance.as_secs_f64(),
+                self.sc.settings.poll_interval.as_secs_f64(),
+                w.slowest.as_secs_f64(),
+                CONVERGENCE_TOLERANCE_CONSTANT.as_secs_f64()
+            ))
+            .observed(
+                if honest { Outcome::WithinDeclared } else { Outcome::BeyondDeclared },
+                w.seen_after.unwrap_or(limit),
+            );
+    }
+}
+
+/// What polling one instance's route found.
+struct Watched {
+    /// Time from the pre-lock's answer to the answer that showed the lock, if one did.
+    seen_after: Option<Duration>,
+    /// The slowest poll's round trip.
+    slowest: Duration,
 }
 
 /// `moved-unlocked` when a route view shows `to` and no lock, else what it does show.
