@@ -65,7 +65,8 @@ pub enum Fault {
     /// hardDelete and write leases are capped only at the maximum, so a child lease can
     /// outlive the pre-lock.
     OverExtendChildLease,
-    /// A pre-lock longer than `--max-prelock` is granted.
+    /// A pre-lock longer than `--max-prelock` is granted, and renewals of a pre-lock
+    /// are not capped at it.
     IgnoreMaxPrelock,
 }
 

@@ -126,6 +126,7 @@ async fn passes_against_the_reference_service() {
     assert_eq!(passed("preLock", "renew-extends"), 1);
     assert_eq!(passed("write", "renew-extends"), 1);
     assert_eq!(passed("write", "renew-capped"), 1);
+    assert_eq!(passed("preLock", "renew-capped"), 1, "a renewal past the maximum ends at it");
     assert_eq!(passed("swap", "pre-lock-over-max"), 1);
     assert!(passed("preLock", "lock-view") >= 7, "every pre-lock's view was checked");
     assert!(passed("hardDelete", "lock-view") >= 1 && passed("write", "lock-view") >= 2);
@@ -173,6 +174,11 @@ async fn fails_when_a_renewal_does_not_extend_the_lease() {
     assert_eq!(run.code, 1, "{}", run.stdout);
     assert!(has_failure(&run, "preLock", "renew-extends", "extended", "not-extended"), "{:#?}", failed(&run));
     assert!(has_failure(&run, "write", "renew-capped", "capped-at-parent", "short-of-parent"), "{:#?}", failed(&run));
+    assert!(
+        has_failure(&run, "preLock", "renew-capped", "capped-at-maximum", "short-of-maximum"),
+        "{:#?}",
+        failed(&run)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,6 +198,7 @@ async fn fails_when_a_pre_lock_over_the_maximum_is_granted() {
     let run = validate(&svc, &["--buffer", "500ms"]).await;
     assert_eq!(run.code, 1, "{}", run.stdout);
     assert!(has_failure(&run, "swap", "pre-lock-over-max", "400 bad-request", "201"), "{:#?}", failed(&run));
+    assert!(has_failure(&run, "preLock", "renew-capped", "capped-at-maximum", "past-maximum"), "{:#?}", failed(&run));
 }
 
 /// Against a service that ignores `Idempotency-Key` (contract 1.0), the probe falls back

@@ -158,7 +158,8 @@ vocabulary! {
         LockView => "lock-view",
         /// A positive `POST /lock/renew` extended the lease.
         RenewExtends => "renew-extends",
-        /// A child lease renewed past the pre-lock is capped at it.
+        /// A lease renewed past its cap (the pre-lock for a child lease, the maximum
+        /// for the pre-lock) ends with the cap.
         RenewCapped => "renew-capped",
         /// `POST /lock` for longer than the service maximum.
         PreLockOverMax => "pre-lock-over-max",
@@ -303,6 +304,12 @@ outcomes! {
     OutlivesParent => "outlives-parent",
     /// A child lease renewed past the pre-lock ends before it.
     ShortOfParent => "short-of-parent",
+    /// A pre-lock renewed past the maximum ends with it.
+    CappedAtMaximum => "capped-at-maximum",
+    /// A pre-lock renewed past the maximum ends after it.
+    PastMaximum => "past-maximum",
+    /// A pre-lock renewed past the maximum ends before it.
+    ShortOfMaximum => "short-of-maximum",
 }
 
 impl Outcome {

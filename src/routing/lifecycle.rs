@@ -74,7 +74,8 @@ pub struct Deviations {
     /// A hardDelete or write lease (escalated or renewed) is capped only at the maximum,
     /// not at the pre-lock: a child lease outlives its parent.
     pub uncapped_child_lease: bool,
-    /// A pre-lock longer than the service maximum is granted.
+    /// A pre-lock longer than the service maximum is granted, and a pre-lock's
+    /// renewal is not capped at the maximum.
     pub uncapped_pre_lock: bool,
     /// A renewal is acknowledged (and counted) but leaves the lease where it was.
     pub renewal_not_extended: bool,
@@ -337,6 +338,7 @@ pub fn renew(
         Phase::HardDelete | Phase::Write => later(now, to_chrono(duration))?,
     };
     let ceiling = match lock.phase {
+        Phase::PreLock if policy.deviations.uncapped_pre_lock => DateTime::<Utc>::MAX_UTC,
         Phase::PreLock => lock.max_expires_at,
         Phase::HardDelete | Phase::Write => child_ceiling(lock, policy),
     };

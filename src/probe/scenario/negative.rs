@@ -2,8 +2,10 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::TimeDelta;
+
 use super::check::{granted, Check};
-use super::Abort;
+use super::{lock, Abort};
 use crate::probe::settings::{lapse_wait, SKEW_MARGIN_WAIT};
 use crate::probe::target::{CallKey, Reply};
 use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
@@ -105,6 +107,43 @@ impl Check<'_> {
         self.expect(Phase::PreLock, Op::Release, Outcome::token_mismatch())
             .lock_op(c.until_known(&CallKey::fresh(), release))
             .await?;
+        self.renew_past_the_maximum().await
+    }
+
+    /// The right token renews the pre-lock for a minute longer than the maximum: the
+    /// lease must then end exactly at `maxExpiresAt`, not after it and not before. (On
+    /// this check's resource, which is released right after: the main walk's pre-lock
+    /// is not stretched to the maximum.)
+    async fn renew_past_the_maximum(&self) -> Result<(), Abort> {
+        let Some(before) = *lock(&self.last_view) else { return Ok(()) };
+        let Some(maximum) = before.maximum() else { return Ok(()) };
+        let c = &self.sc.client;
+        let token = self.token();
+        let lease = maximum + Duration::from_secs(60);
+        let at = self.lock_instance();
+        let send = |k| c.renew(at, &self.resource, &token, lease, k);
+        let r = self
+            .expect(Phase::PreLock, Op::Renew, Outcome::ok())
+            .on(at)
+            .must_lock_op(c.until_known(&CallKey::fresh(), send))
+            .await?;
+        let Some(after) = self.check_lock_view(Phase::PreLock, &r) else { return Ok(()) };
+        let slack = TimeDelta::milliseconds(1);
+        let observed = if after.expires_at > before.max_expires_at + slack {
+            Outcome::PastMaximum
+        } else if after.expires_at < before.max_expires_at - slack {
+            Outcome::ShortOfMaximum
+        } else {
+            Outcome::CappedAtMaximum
+        };
+        self.expect(Phase::PreLock, Op::RenewCapped, Outcome::CappedAtMaximum)
+            .detail(format!(
+                "asked for {:.0}s; expiresAt {}, maxExpiresAt {}",
+                lease.as_secs_f64(),
+                after.expires_at.to_rfc3339(),
+                before.max_expires_at.to_rfc3339()
+            ))
+            .observed(observed, r.elapsed);
         Ok(())
     }
 
