@@ -60,6 +60,17 @@ pub enum Fault {
     /// Contract version 1.0: the `Idempotency-Key` header is ignored, so a repeated
     /// call is a new call (to show how a probe falls back against such a service).
     IgnoreIdempotencyKey,
+    /// Caches serve a document whose lock has started instead of reading through to
+    /// the write region (reads in the write phase come from a cache).
+    ServeLockedFromCache,
+    /// A renewal is acknowledged but does not extend the lease.
+    UnderRenew,
+    /// hardDelete and write leases are capped only at the maximum, so a child lease can
+    /// outlive the pre-lock.
+    OverExtendChildLease,
+    /// A pre-lock longer than `--max-prelock` is granted, and renewals of a pre-lock
+    /// are not capped at it.
+    IgnoreMaxPrelock,
 }
 
 /// Settings of the reference service.
@@ -226,6 +237,10 @@ pub fn instance(
     let deviations = Deviations {
         legacy_effective_at: config.has_fault(Fault::LegacyEffectiveAt),
         legacy_renewal: config.has_fault(Fault::LegacyRenewal),
+        cache_serves_started_locks: config.has_fault(Fault::ServeLockedFromCache),
+        renewal_not_extended: config.has_fault(Fault::UnderRenew),
+        uncapped_child_lease: config.has_fault(Fault::OverExtendChildLease),
+        uncapped_pre_lock: config.has_fault(Fault::IgnoreMaxPrelock),
         ..Deviations::default()
     };
     let policy = LockPolicy {

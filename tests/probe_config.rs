@@ -73,3 +73,21 @@ fn missing_file_exits_64() {
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/probe.toml"));
 }
+
+/// A 2s wait before escalating (cache TTL 1s + replication bound 500ms + buffer 500ms)
+/// and a 3s timeout: the main walk alone waits that long, and the negative checks wait
+/// it again, so every cycle would be cancelled. check-config says so, with the sums.
+#[test]
+fn a_timeout_below_the_worst_case_cycle_exits_64_with_the_arithmetic() {
+    let short = GOOD
+        .replace("cache_ttl = \"1h\"", "cache_ttl = \"1s\"")
+        .replace("replication_bound = \"5m\"", "replication_bound = \"500ms\"")
+        .replace("buffer = \"15m\"", "buffer = \"500ms\"")
+        .replace("timeout = \"60h\"", "timeout = \"3s\"");
+    let (code, stdout, stderr) = check(&short);
+    assert_eq!(code, Some(64), "{stdout}{stderr}");
+    assert!(stderr.contains("targets[0].timeout"), "{stderr}");
+    assert!(stderr.contains("worst-case cycle of") && stderr.contains("wait before escalating 2s"), "{stderr}");
+    let (code, stdout, stderr) = check(&short.replace("timeout = \"3s\"", "timeout = \"2m\""));
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+}

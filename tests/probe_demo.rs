@@ -91,4 +91,24 @@ fn demo_two_cycles_pass_and_export_metrics() {
     assert_eq!(out.matches("[demo] cycle: passed").count(), 2, "{out}");
     assert!(out.contains("lockprobe demo: 2 cycle(s), 0 not passed"), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
+    // A line at once, before anything starts; a summary after each cycle.
+    assert!(lines[0].starts_with("lockprobe demo: starting"), "{out}");
+    assert!(lines[0].contains("first cycle at"), "{out}");
+    let summaries: Vec<&String> = lines.iter().filter(|l| l.starts_with("[demo] summary: held preLock")).collect();
+    assert_eq!(summaries.len(), 2, "{out}");
+    for s in summaries {
+        assert!(s.contains("hardDelete") && s.contains("write"), "{s}");
+        assert!(s.contains("read-through store p50") && s.contains("/ p99") && s.contains("(measured p50"), "{s}");
+        assert!(s.contains("convergence #0") && s.contains("#1"), "{s}");
+    }
+    // The negative checks run side by side, but each one's lines come as one block.
+    let check_of = |l: &str| l.split("negative/").nth(1).and_then(|r| r.split([']', ':']).next()).map(str::to_owned);
+    let blocks: Vec<String> = lines.iter().filter_map(|l| check_of(l)).collect();
+    let mut seen_blocks = 0;
+    for (i, c) in blocks.iter().enumerate() {
+        if i == 0 || blocks[i - 1] != *c {
+            seen_blocks += 1;
+        }
+    }
+    assert_eq!(seen_blocks, 2 * 6, "each of the 6 negative checks prints one block per cycle:\n{out}");
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use super::store::{OpenStoreError, StoreArgs};
+use super::store::{OpenStoreError, StoreArgs, StoreKind};
 use super::tasks::{Background, GRACE};
 use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor, MonitorConfig, MonitorStatus};
@@ -52,6 +52,8 @@ pub struct DemoArgs {
 /// Runs the demo; returns the exit code.
 pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
     let schedule = check(&args)?;
+    // At once: starting the parts and waiting for the first scheduled cycle take seconds.
+    println!("{}", starting_line(&args, &schedule, chrono::Utc::now()));
     let api_key = hex::encode(rand::random::<[u8; 16]>());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let probe = Probe::new()?;
@@ -73,7 +75,7 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         .run(
             vec![probe_target(&args, schedule, instances, api_key)],
             Arc::new(StateFile::in_memory()),
-            Arc::new(PrintObserver),
+            Arc::new(PrintObserver::default()),
             listener,
             args.cycles,
             shutdown,
@@ -170,6 +172,21 @@ fn probe_target(
         pool: (1..=RESOURCES_PER_CYCLE * 2).map(|i| format!("probe-{i:04}")).collect(),
     };
     (settings, target)
+}
+
+/// The one line printed before anything starts: what is starting and when the first
+/// cycle begins.
+fn starting_line(args: &DemoArgs, schedule: &cron::Schedule, now: chrono::DateTime<chrono::Utc>) -> String {
+    let first = schedule.after(&now).next().map(|t| t.format("%H:%M:%S UTC").to_string());
+    format!(
+        "lockprobe demo: starting the {} routing store, 2 reference service instances and the probe; first cycle at {} (schedule {:?})",
+        match args.store.kind {
+            StoreKind::Memory => "in-memory",
+            StoreKind::Cosmos => "Cosmos DB",
+        },
+        first.as_deref().unwrap_or("never"),
+        args.schedule
+    )
 }
 
 /// Where everything is, for the person who started the demo.

@@ -60,7 +60,7 @@ pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Res
         eager: args.eager,
         run_id: None,
     };
-    let report = match validate::run(&opts, Arc::new(PrintObserver), shutdown).await {
+    let report = match validate::run(&opts, Arc::new(PrintObserver::default()), shutdown).await {
         Ok(r) => r,
         Err(ValidateError::Usage(m)) => return Err(UsageError::new(m).into()),
         Err(e) => return Err(e.into()),

@@ -10,7 +10,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::scheduler::TargetSchedule;
-use super::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use super::settings::{
+    CycleWaits, Leases, ProbeSettings, CONVERGENCE_TOLERANCE_CONSTANT, PRIMING_LIMIT, RESOURCES_PER_CYCLE,
+    SKEW_MARGIN_WAIT,
+};
 use super::target::check_instance_url;
 
 /// A configuration problem, always naming the field it is about.
@@ -288,25 +291,63 @@ impl TargetConfig {
                 return Err(ConfigError::invalid(field(name), "must be longer than zero"));
             }
         }
-        // Every cycle holds its pre-lock through the wait before escalating: a lease or
-        // a timeout that ends first would fail (or cancel) every cycle.
-        let wait = self.cache_ttl + self.replication_bound + self.buffer;
-        for (name, d) in [("leases.pre_lock", l.pre_lock), ("timeout", self.timeout)] {
-            if d <= wait {
-                return Err(ConfigError::invalid(
-                    field(name),
-                    format!(
-                        "must be longer than cache_ttl + replication_bound + buffer ({}), the wait before escalating",
-                        humantime::format_duration(wait)
-                    ),
-                ));
-            }
+        // Every cycle holds its pre-lock through the wait before escalating: a lease
+        // that ends first would fail every cycle.
+        let declared = self.cache_ttl + self.replication_bound;
+        let waits = CycleWaits::new(declared, self.buffer, self.replication_bound, self.poll_interval, l.short_write);
+        if l.pre_lock <= waits.escalation {
+            return Err(ConfigError::invalid(
+                field("leases.pre_lock"),
+                format!(
+                    "must be longer than max(cache_ttl + replication_bound + buffer, replication_bound) ({}), the wait before escalating",
+                    fmt(waits.escalation)
+                ),
+            ));
+        }
+        // A timeout below the waits the cycle schedules itself cancels every cycle.
+        if self.timeout <= waits.total() {
+            return Err(ConfigError::invalid(field("timeout"), self.worst_case_arithmetic(&waits)));
         }
         if l.short_write >= l.write {
             return Err(ConfigError::invalid(field("leases.short_write"), "must be shorter than leases.write"));
         }
         Ok(())
     }
+}
+
+impl TargetConfig {
+    /// Why `timeout` is too short, with the arithmetic of the worst-case cycle.
+    fn worst_case_arithmetic(&self, w: &CycleWaits) -> String {
+        let declared = self.cache_ttl + self.replication_bound;
+        format!(
+            "{} is not longer than the worst-case cycle of {} (waits only, requests take their time on top): \
+             main walk {} (priming at most {} + wait before escalating {} = max(cache_ttl {} + replication_bound {} + buffer {}, replication_bound); \
+             convergence watched at least declared {} + poll_interval {} + {}) \
+             + write-lease-lapse check {} (wait before escalating {} + leases.short_write {} + max(buffer, 200ms) {} \
+             + skew-margin allowance {})",
+            fmt(self.timeout),
+            fmt(w.total()),
+            fmt(w.main_walk),
+            fmt(PRIMING_LIMIT),
+            fmt(w.escalation),
+            fmt(self.cache_ttl),
+            fmt(self.replication_bound),
+            fmt(self.buffer),
+            fmt(declared),
+            fmt(self.poll_interval),
+            fmt(CONVERGENCE_TOLERANCE_CONSTANT),
+            fmt(w.lapse_check),
+            fmt(w.escalation),
+            fmt(self.leases.short_write),
+            fmt(self.buffer.max(Duration::from_millis(200))),
+            fmt(SKEW_MARGIN_WAIT),
+        )
+    }
+}
+
+/// A duration as people write it (`1h 15m`).
+fn fmt(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(d)
 }
 
 impl Config {
@@ -450,6 +491,25 @@ short_write = "30s"
         assert!(e.starts_with("targets[0].leases.pre_lock:") && e.contains("1h 15m"), "{e}");
         let e = err_of(&GOOD.replace("timeout = \"60h\"", "timeout = \"75m\""));
         assert!(e.starts_with("targets[0].timeout:"), "{e}");
+    }
+
+    #[test]
+    fn a_timeout_below_the_worst_case_cycle_is_refused_with_the_arithmetic() {
+        // A 2s wait before escalating (1s + 500ms + 500ms): the main walk primes (3s at
+        // most) and waits it, the lapse check waits it again, then its short lease, the
+        // buffer and the skew-margin allowance: 3s + 2s + (2s + 1s + 500ms + 5s) = 13.5s.
+        let small = GOOD
+            .replace("cache_ttl = \"1h\"", "cache_ttl = \"1s\"")
+            .replace("replication_bound = \"5m\"", "replication_bound = \"500ms\"")
+            .replace("buffer = \"10m\"", "buffer = \"500ms\"")
+            .replace("short_write = \"30s\"", "short_write = \"1s\"");
+        for timeout in ["3s", "10s", "13s 500ms"] {
+            let e = err_of(&small.replace("timeout = \"60h\"", &format!("timeout = \"{timeout}\"")));
+            assert!(e.starts_with("targets[0].timeout:"), "{e}");
+            assert!(e.contains("worst-case cycle of 13s 500ms"), "{e}");
+            assert!(e.contains("main walk 5s") && e.contains("write-lease-lapse check 8s 500ms"), "{e}");
+        }
+        small.replace("timeout = \"60h\"", "timeout = \"14s\"").parse::<Config>().unwrap();
     }
 
     #[test]

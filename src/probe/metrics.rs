@@ -91,6 +91,8 @@ pub struct PercentilesDocument {
     pub lock_phase_duration_seconds: PhaseSummaries,
     /// Read-through latency the service reported in `Server-Timing`.
     pub read_through_latency_seconds: Summary,
+    /// The same reads as the probe measured them, request to answer.
+    pub read_through_client_seconds: Summary,
     /// Time each instance took to show a pre-lock.
     pub observed_convergence_seconds: Summary,
 }
@@ -105,6 +107,7 @@ pub struct Metrics {
     violations: IntCounterVec,
     phase_duration: HistogramVec,
     read_through: HistogramVec,
+    read_through_client: HistogramVec,
     declared: GaugeVec,
     expected: GaugeVec,
     observed: GaugeVec,
@@ -154,7 +157,14 @@ impl Metrics {
             read_through: histogram(
                 &r,
                 "lockprobe_read_through_latency_seconds",
-                "Read-through latency reported by the service in Server-Timing.",
+                "Store time the service reported in Server-Timing for the write phase's reads, which must read through.",
+                READ_THROUGH_BUCKETS,
+                &["target"],
+            )?,
+            read_through_client: histogram(
+                &r,
+                "lockprobe_read_through_client_seconds",
+                "The write phase's read-through reads as the probe measured them, request to answer.",
                 READ_THROUGH_BUCKETS,
                 &["target"],
             )?,
@@ -229,6 +239,10 @@ impl Metrics {
             self.read_through.with_label_values(&[t]).observe(*secs);
             windows.record(t, "readThrough", at, *secs);
         }
+        for secs in &r.read_through_client_seconds {
+            self.read_through_client.with_label_values(&[t]).observe(*secs);
+            windows.record(t, "readThroughClient", at, *secs);
+        }
         if let Some(d) = r.declared_convergence_seconds {
             self.declared.with_label_values(&[t]).set(d);
         }
@@ -262,6 +276,7 @@ impl Metrics {
                 write: phase(Phase::Write),
             },
             read_through_latency_seconds: windows.summary(target, "readThrough", now),
+            read_through_client_seconds: windows.summary(target, "readThroughClient", now),
             observed_convergence_seconds: windows.summary(target, "convergence", now),
         }
     }
@@ -306,11 +321,22 @@ mod tests {
             assertions: vec![a(Op::Write, Outcome::Block, Outcome::Allow), a(Op::Read, Outcome::Allow, Outcome::Allow)],
             phase_durations: vec![(Phase::PreLock, 3.0), (Phase::Write, 1.0)],
             read_through_seconds: vec![0.001, 0.0015, 0.002],
+            read_through_client_seconds: vec![0.002, 0.003],
             declared_convergence_seconds: Some(1.5),
             expected_convergence_seconds: Some(1.5),
             observed_convergence: vec![
-                InstanceConvergence { instance: "a".into(), observed_seconds: Some(0.9), bound_seconds: 2.0 },
-                InstanceConvergence { instance: "b".into(), observed_seconds: None, bound_seconds: 2.0 },
+                InstanceConvergence {
+                    instance: "a".into(),
+                    observed_seconds: Some(0.9),
+                    bound_seconds: 2.0,
+                    tolerance_seconds: 0.2,
+                },
+                InstanceConvergence {
+                    instance: "b".into(),
+                    observed_seconds: None,
+                    bound_seconds: 2.0,
+                    tolerance_seconds: 0.2,
+                },
             ],
             notes: Vec::new(),
         }
@@ -328,6 +354,7 @@ mod tests {
             r#"lockprobe_assertions_total{expected="allow",op="read",phase="write",result="passed",target="demo"} 1"#,
             r#"lockprobe_lock_phase_duration_seconds_count{phase="preLock",target="demo"} 1"#,
             r#"lockprobe_read_through_latency_seconds_count{target="demo"} 3"#,
+            r#"lockprobe_read_through_client_seconds_count{target="demo"} 2"#,
             r#"lockprobe_convergence_declared_seconds{target="demo"} 1.5"#,
             // Instance b never showed the lock within the 2s watched: the slowest took at
             // least that, above the 1.5s declared, which is what the alert compares.

@@ -117,6 +117,9 @@ pub struct InstanceConvergence {
     /// How long the probe watched (declared delay + buffer): the least an instance that
     /// never showed the lock took.
     pub bound_seconds: f64,
+    /// The measurement tolerance on top of the declared delay for this instance: poll
+    /// interval + slowest round trip of its polls + a constant (`docs/probe.md`).
+    pub tolerance_seconds: f64,
 }
 
 /// Everything one cycle found.
@@ -141,8 +144,11 @@ pub struct CycleReport {
     /// an object `{"preLock": 3.1, ...}`.
     #[serde(serialize_with = "pairs_as_map")]
     pub phase_durations: Vec<(Phase, f64)>,
-    /// Read-through latencies reported by the service, seconds.
+    /// Store time the service reported in `Server-Timing` for the write phase's reads
+    /// (which must all read through), seconds.
     pub read_through_seconds: Vec<f64>,
+    /// The same reads as the probe measured them (request to answer), seconds.
+    pub read_through_client_seconds: Vec<f64>,
     /// Convergence delay the service declared with the pre-lock.
     pub declared_convergence_seconds: Option<f64>,
     /// Convergence delay the operator expects.
@@ -302,6 +308,7 @@ mod tests {
             assertions,
             phase_durations: vec![(Phase::PreLock, 2.0)],
             read_through_seconds: vec![],
+            read_through_client_seconds: vec![],
             declared_convergence_seconds: Some(1.5),
             expected_convergence_seconds: None,
             observed_convergence: vec![],

@@ -58,6 +58,7 @@ pub struct Scenario {
 struct Recorder {
     assertions: Mutex<Vec<Assertion>>,
     read_through: Mutex<Vec<f64>>,
+    read_through_client: Mutex<Vec<f64>>,
     phases: Mutex<Vec<(Phase, f64)>>,
     declared: Mutex<Option<f64>>,
     convergence: Mutex<Vec<InstanceConvergence>>,
@@ -204,7 +205,8 @@ impl Scenario {
         let checks: Vec<(Negative, Check<'_>)> = Negative::ALL
             .into_iter()
             .zip(&resources[1..])
-            .map(|(n, resource)| (n, Check::new(self, &rec, n.name(), resource)))
+            .enumerate()
+            .map(|(i, (n, resource))| (n, Check::new(self, &rec, n.name(), resource).starting_at(i + 1)))
             .collect();
         let eager_resources = resources.get(RESOURCES_PER_CYCLE..).unwrap_or_default();
         let eager: Vec<(Eager, Check<'_>)> = if self.settings.eager {
@@ -215,8 +217,16 @@ impl Scenario {
         let outs = if matches!(main_out, Err(Abort::Cancelled) | Err(Abort::Transport(_))) {
             Vec::new()
         } else {
-            let negatives = futures::future::join_all(checks.iter().map(|(n, c)| c.guarded(&cancel, c.negative(*n))));
-            let eagers = futures::future::join_all(eager.iter().map(|(e, c)| c.guarded(&cancel, c.eager(*e))));
+            let negatives = futures::future::join_all(checks.iter().map(|(n, c)| async {
+                let out = c.guarded(&cancel, c.negative(*n)).await;
+                self.observer.check_finished(&self.settings.name, &c.name);
+                out
+            }));
+            let eagers = futures::future::join_all(eager.iter().map(|(e, c)| async {
+                let out = c.guarded(&cancel, c.eager(*e)).await;
+                self.observer.check_finished(&self.settings.name, &c.name);
+                out
+            }));
             let (mut outs, eager_outs) = tokio::join!(negatives, eagers);
             outs.extend(eager_outs);
             outs
@@ -248,6 +258,7 @@ impl Scenario {
             assertions,
             phase_durations: std::mem::take(&mut *lock(&rec.phases)),
             read_through_seconds: std::mem::take(&mut *lock(&rec.read_through)),
+            read_through_client_seconds: std::mem::take(&mut *lock(&rec.read_through_client)),
             declared_convergence_seconds: *lock(&rec.declared),
             expected_convergence_seconds: self.settings.expected_convergence.map(|d| d.as_secs_f64()),
             observed_convergence: std::mem::take(&mut *lock(&rec.convergence)),
@@ -264,6 +275,7 @@ impl Scenario {
                 report.enforcement_violations()
             ),
         );
+        self.observer.cycle_finished(&report);
         report
     }
 }

@@ -224,6 +224,7 @@ mod tests {
                 assertions: vec![],
                 phase_durations: vec![],
                 read_through_seconds: vec![],
+                read_through_client_seconds: vec![],
                 declared_convergence_seconds: None,
                 expected_convergence_seconds: None,
                 observed_convergence: vec![],

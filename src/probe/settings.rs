@@ -9,6 +9,11 @@ pub const RESOURCES_PER_CYCLE: usize = 7;
 /// Test resources the eager checks add to a cycle when they are on.
 pub const EAGER_RESOURCES: usize = 2;
 
+/// The constant of the convergence tolerance: an instance must show a pre-lock within
+/// the declared delay + poll interval + its slowest poll's round trip + this (timer and
+/// scheduling slack of the probe itself). See `docs/probe.md`.
+pub const CONVERGENCE_TOLERANCE_CONSTANT: Duration = Duration::from_millis(100);
+
 /// Lease lengths the probe requests for each lock phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leases {
@@ -123,5 +128,65 @@ impl std::fmt::Debug for ProbeSettings {
             .field("buffer", &self.buffer)
             .field("leases", &self.leases)
             .finish_non_exhaustive()
+    }
+}
+
+/// The longest the main walk polls, before its pre-lock, for an instance to answer from
+/// a fresh fetch of the routing document (so convergence is measured near its worst
+/// case).
+pub const PRIMING_LIMIT: Duration = Duration::from_secs(3);
+
+/// The longest wait past a lease's end that a service's skew margin may ask for before
+/// the lease-lapse check judges it (the check waits out a short `Retry-After` once).
+pub const SKEW_MARGIN_WAIT: Duration = Duration::from_secs(5);
+
+/// How long the lease-lapse check waits for its short write lease to end.
+pub fn lapse_wait(short_write: Duration, buffer: Duration) -> Duration {
+    short_write + buffer.max(Duration::from_millis(200))
+}
+
+/// The wait before escalating a pre-lock that declared `declared`: the declared delay +
+/// the buffer, never less than the replication bound. (A service whose `effectiveAt`
+/// is later than the declaration makes the probe wait until that instead.)
+pub fn escalation_wait(declared: Duration, buffer: Duration, replication_bound: Duration) -> Duration {
+    (declared + buffer).max(replication_bound)
+}
+
+/// The waits a cycle schedules itself, in the worst case, for a service that declares
+/// `declared`: what `check-config` compares a target's `timeout` with. Requests take
+/// their own time on top.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CycleWaits {
+    /// The wait before escalating.
+    pub escalation: Duration,
+    /// The main walk's waits: priming the caches (at most [`PRIMING_LIMIT`]), then
+    /// watching convergence for the wait before escalating, and at least the declared
+    /// delay + poll interval + the tolerance constant.
+    pub main_walk: Duration,
+    /// The longest negative check, the lease lapse: its own wait before escalating, the
+    /// short write lease + max(buffer, 200ms), and the skew-margin allowance.
+    pub lapse_check: Duration,
+}
+
+impl CycleWaits {
+    /// The waits of a cycle with these settings.
+    pub fn new(
+        declared: Duration,
+        buffer: Duration,
+        replication_bound: Duration,
+        poll_interval: Duration,
+        short_write: Duration,
+    ) -> Self {
+        let escalation = escalation_wait(declared, buffer, replication_bound);
+        Self {
+            escalation,
+            main_walk: PRIMING_LIMIT + escalation.max(declared + poll_interval + CONVERGENCE_TOLERANCE_CONSTANT),
+            lapse_check: escalation + lapse_wait(short_write, buffer) + SKEW_MARGIN_WAIT,
+        }
+    }
+
+    /// The whole cycle: the main walk, then the negative checks side by side.
+    pub fn total(&self) -> Duration {
+        self.main_walk + self.lapse_check
     }
 }

@@ -310,6 +310,7 @@ mod tests {
             }],
             phase_durations: vec![(Phase::PreLock, 3.1)],
             read_through_seconds: vec![],
+            read_through_client_seconds: vec![],
             declared_convergence_seconds: Some(3.0),
             expected_convergence_seconds: Some(3.0),
             observed_convergence: vec![],

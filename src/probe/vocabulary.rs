@@ -150,6 +150,19 @@ vocabulary! {
         SwapView => "swap-view",
         /// `DELETE /lock`.
         Release => "release",
+        /// A write-phase read came back through the write region (`Server-Timing`).
+        ReadThrough => "read-through",
+        /// An instance showed the pre-lock within the declared delay + tolerance.
+        ConvergenceDeclared => "convergence-declared",
+        /// The timestamps of a lock view are in order.
+        LockView => "lock-view",
+        /// A positive `POST /lock/renew` extended the lease.
+        RenewExtends => "renew-extends",
+        /// A lease renewed past its cap (the pre-lock for a child lease, the maximum
+        /// for the pre-lock) ends with the cap.
+        RenewCapped => "renew-capped",
+        /// `POST /lock` for longer than the service maximum.
+        PreLockOverMax => "pre-lock-over-max",
     }
 }
 
@@ -272,6 +285,34 @@ outcomes! {
     /// A renewal near the lease's end either took (200) or the service says the lease
     /// lapsed first (410): both are honest; what the writes around it got decides.
     RenewedOrLapsed => "renewed-or-lapsed",
+    /// A read resolved through the write region.
+    ReadThrough => "read-through",
+    /// An answer without the `Server-Timing` route metric.
+    NoServerTiming => "no Server-Timing",
+    /// Visible within the declared delay + the measurement tolerance.
+    WithinDeclared => "within-declared",
+    /// Visible later than the declared delay + the measurement tolerance, or never.
+    BeyondDeclared => "beyond-declared",
+    /// A lock view's timestamps are in the contract's order.
+    Consistent => "consistent",
+    /// A lock view's timestamps are out of order, or missing.
+    Inconsistent => "inconsistent",
+    /// A renewal moved the lease's end later.
+    Extended => "extended",
+    /// A renewal left the lease's end where it was, or moved it earlier.
+    NotExtended => "not-extended",
+    /// A child lease ends with the pre-lock (or the maximum), not later.
+    CappedAtParent => "capped-at-parent",
+    /// A child lease ends after the pre-lock or the maximum.
+    OutlivesParent => "outlives-parent",
+    /// A child lease renewed past the pre-lock ends before it.
+    ShortOfParent => "short-of-parent",
+    /// A pre-lock renewed past the maximum ends with it.
+    CappedAtMaximum => "capped-at-maximum",
+    /// A pre-lock renewed past the maximum ends after it.
+    PastMaximum => "past-maximum",
+    /// A pre-lock renewed past the maximum ends before it.
+    ShortOfMaximum => "short-of-maximum",
 }
 
 impl Outcome {
@@ -298,6 +339,11 @@ impl Outcome {
     /// `409 invalid-transition`.
     pub fn invalid_transition() -> Self {
         Self::reply(409, Some("invalid-transition"))
+    }
+
+    /// `400 bad-request`.
+    pub fn bad_request() -> Self {
+        Self::reply(400, Some("bad-request"))
     }
 
     /// `410 lock-expired`.

@@ -71,6 +71,14 @@ pub struct Deviations {
     pub early_escalation: bool,
     /// Caches serve a document whose lock has started instead of reading through.
     pub cache_serves_started_locks: bool,
+    /// A hardDelete or write lease (escalated or renewed) is capped only at the maximum,
+    /// not at the pre-lock: a child lease outlives its parent.
+    pub uncapped_child_lease: bool,
+    /// A pre-lock longer than the service maximum is granted, and a pre-lock's
+    /// renewal is not capped at the maximum.
+    pub uncapped_pre_lock: bool,
+    /// A renewal is acknowledged (and counted) but leaves the lease where it was.
+    pub renewal_not_extended: bool,
 }
 
 /// The service's timing rules for locks.
@@ -153,7 +161,7 @@ pub fn pre_lock(
     now: DateTime<Utc>,
 ) -> Result<LocationDocument, LockError> {
     positive("durationSeconds", req.duration)?;
-    if req.duration > policy.max_pre_lock {
+    if req.duration > policy.max_pre_lock && !policy.deviations.uncapped_pre_lock {
         return Err(LockError::InvalidRequest(format!(
             "durationSeconds {} exceeds the service maximum pre-lock of {}",
             req.duration.as_secs_f64(),
@@ -290,7 +298,7 @@ pub fn escalate(
             lock.effective_at.to_rfc3339()
         )));
     }
-    let ceiling = lock.pre_lock_expires_at.min(lock.max_expires_at);
+    let ceiling = child_ceiling(lock, policy);
     let lease_end = lock.expires_at;
     let mut next = doc.clone();
     let new = next.primary.lock.as_mut().expect("held_lock found it");
@@ -300,6 +308,15 @@ pub fn escalate(
     let pending = lease_bound(doc, lease_end, true);
     seal(&mut next, pending);
     Ok(next)
+}
+
+/// The latest a hardDelete or write lease may end: the pre-lock's end and the maximum.
+fn child_ceiling(lock: &LockInfo, policy: &LockPolicy) -> DateTime<Utc> {
+    if policy.deviations.uncapped_child_lease {
+        lock.max_expires_at
+    } else {
+        lock.pre_lock_expires_at.min(lock.max_expires_at)
+    }
 }
 
 /// Extends the live lock's lease by `duration` from now, never shortening it and never
@@ -321,13 +338,15 @@ pub fn renew(
         Phase::HardDelete | Phase::Write => later(now, to_chrono(duration))?,
     };
     let ceiling = match lock.phase {
+        Phase::PreLock if policy.deviations.uncapped_pre_lock => DateTime::<Utc>::MAX_UTC,
         Phase::PreLock => lock.max_expires_at,
-        Phase::HardDelete | Phase::Write => lock.pre_lock_expires_at.min(lock.max_expires_at),
+        Phase::HardDelete | Phase::Write => child_ceiling(lock, policy),
     };
     let lease_end = lock.expires_at;
     let mut next = doc.clone();
     let new = next.primary.lock.as_mut().expect("held_lock found it");
-    new.expires_at = wanted.min(ceiling).max(lock.expires_at);
+    new.expires_at =
+        if policy.deviations.renewal_not_extended { lock.expires_at } else { wanted.min(ceiling).max(lock.expires_at) };
     if lock.phase == Phase::PreLock {
         new.pre_lock_expires_at = new.expires_at;
     }

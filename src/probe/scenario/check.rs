@@ -3,15 +3,17 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{lock, Abort, Item, Recorder, Scenario};
 use crate::probe::report::Assertion;
+use crate::probe::settings::escalation_wait;
 use crate::probe::state::PreLockIntent;
 use crate::probe::target::{CallKey, Reply, TargetError};
 use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
@@ -24,6 +26,76 @@ pub(super) struct Check<'a> {
     pub(super) resource: String,
     pub(super) token: Mutex<Option<String>>,
     pub(super) items: Mutex<BTreeMap<String, Item>>,
+    /// Lock calls made so far: the next goes to instance `lock_calls % instances`, so
+    /// every instance's lock API is exercised, not only the first one's.
+    lock_calls: AtomicUsize,
+    /// The last lock view this check was given (its timestamps).
+    pub(super) last_view: Mutex<Option<LockTimes>>,
+    /// When the answer of the last granted pre-lock arrived (monotonic and wall clock).
+    pub(super) pre_lock_answered: Mutex<Option<(Instant, DateTime<Utc>)>>,
+}
+
+/// The timestamps of a lock view, as the contract names them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct LockTimes {
+    pub(super) acquired_at: DateTime<Utc>,
+    pub(super) effective_at: DateTime<Utc>,
+    pub(super) expires_at: DateTime<Utc>,
+    pub(super) pre_lock_expires_at: DateTime<Utc>,
+    pub(super) max_expires_at: DateTime<Utc>,
+}
+
+impl LockTimes {
+    /// The timestamps of the lock view `body`, or the first field missing or unreadable.
+    pub(super) fn of(body: &Value) -> Result<Self, String> {
+        let at = |name: &str| {
+            body.get(name)
+                .and_then(Value::as_str)
+                .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| t.to_utc())
+                .ok_or_else(|| format!("no RFC 3339 {name}"))
+        };
+        Ok(Self {
+            acquired_at: at("acquiredAt")?,
+            effective_at: at("effectiveAt")?,
+            expires_at: at("expiresAt")?,
+            pre_lock_expires_at: at("preLockExpiresAt")?,
+            max_expires_at: at("maxExpiresAt")?,
+        })
+    }
+
+    /// The first of the contract's orderings this view breaks: `acquiredAt <=
+    /// effectiveAt <= expiresAt <= preLockExpiresAt <= maxExpiresAt` (a phase's lease
+    /// never outlives the pre-lock, which never outlives the maximum).
+    pub(super) fn disorder(&self) -> Option<String> {
+        let chain = [
+            ("acquiredAt", self.acquired_at),
+            ("effectiveAt", self.effective_at),
+            ("expiresAt", self.expires_at),
+            ("preLockExpiresAt", self.pre_lock_expires_at),
+            ("maxExpiresAt", self.max_expires_at),
+        ];
+        chain
+            .windows(2)
+            .find(|w| w[0].1 > w[1].1)
+            .map(|w| format!("{} {} is after {} {}", w[0].0, w[0].1.to_rfc3339(), w[1].0, w[1].1.to_rfc3339()))
+    }
+
+    /// At least the longest pre-lock the service grants, as its views show it: from
+    /// `acquiredAt` to `maxExpiresAt`, so whether a service counts its maximum from
+    /// the acquisition or from `effectiveAt` (the reference does), a request longer
+    /// than this is over it.
+    pub(super) fn maximum(&self) -> Option<Duration> {
+        (self.max_expires_at - self.acquired_at).to_std().ok()
+    }
+}
+
+/// A lock call's answer with the probe's wall-clock times around it, so instants the
+/// service stamped can be related to the probe's clock.
+pub(super) struct Timed {
+    pub(super) reply: Reply,
+    /// Halfway between sending and receiving, by the probe's clock.
+    pub(super) midpoint: DateTime<Utc>,
 }
 
 /// Observed outcome of a user operation, in the vocabulary of the enforcement table.
@@ -40,6 +112,19 @@ pub(super) fn classify(op: UserOp, r: &Reply) -> Outcome {
         (UserOp::Delete, 202) if tombstone => Outcome::Tombstone,
         _ => r.outcome(),
     }
+}
+
+/// An instant by the service's clock, with the offset from the probe's clock learnt
+/// when it was read (service minus probe).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ServiceInstant {
+    pub(super) at: DateTime<Utc>,
+    pub(super) offset: TimeDelta,
+}
+
+/// Seconds from `from` to `to`, never negative.
+pub(super) fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    (to - from).to_std().map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 /// The token of a lock call that succeeded, i.e. a lock that is now live.
@@ -100,12 +185,7 @@ impl Expect<'_, '_> {
     pub(super) async fn call(&self, fut: impl Future<Output = Result<Reply, TargetError>>) -> Result<Reply, Abort> {
         let started = Instant::now();
         match fut.await {
-            Ok(r) => {
-                if let Some(t) = r.timing.as_ref().filter(|t| t.source == "read-through") {
-                    lock(&self.check.rec.read_through).push(t.duration.as_secs_f64());
-                }
-                Ok(r)
-            }
+            Ok(r) => Ok(r),
             Err(e) => {
                 let observed = match &e {
                     TargetError::OutsidePrefix { .. } => Outcome::RefusedOutsidePrefix,
@@ -152,7 +232,60 @@ impl<'a> Check<'a> {
             resource: resource.to_string(),
             token: Mutex::new(None),
             items: Mutex::new(BTreeMap::new()),
+            lock_calls: AtomicUsize::new(0),
+            last_view: Mutex::new(None),
+            pre_lock_answered: Mutex::new(None),
         }
+    }
+
+    /// Starts this check's lock calls on instance `first` (checks start on different
+    /// instances, so together they cover every instance).
+    pub(super) fn starting_at(self, first: usize) -> Self {
+        self.lock_calls.store(first, Ordering::Relaxed);
+        self
+    }
+
+    /// The instance the next lock call will go to (without taking the turn).
+    pub(super) fn next_lock_instance(&self) -> usize {
+        self.lock_calls.load(Ordering::Relaxed) % self.instances()
+    }
+
+    /// The instance the next lock call goes to.
+    pub(super) fn lock_instance(&self) -> usize {
+        self.lock_calls.fetch_add(1, Ordering::Relaxed) % self.instances()
+    }
+
+    /// Asserts that the lock view `r` is consistent (`phase/lock-view`) and remembers
+    /// its timestamps; returns them when they are readable.
+    pub(super) fn check_lock_view(&self, phase: Phase, r: &Reply) -> Option<LockTimes> {
+        let (observed, detail, times) = match LockTimes::of(&r.body) {
+            Ok(t) => match t.disorder() {
+                None => (Outcome::Consistent, None, Some(t)),
+                Some(why) => (Outcome::Inconsistent, Some(why), Some(t)),
+            },
+            Err(why) => (Outcome::Inconsistent, Some(why), None),
+        };
+        let expect = self.expect(phase, Op::LockView, Outcome::Consistent);
+        let expect = match detail {
+            Some(d) => expect.detail(d),
+            None => expect,
+        };
+        expect.observed(observed, Duration::ZERO);
+        if let Some(t) = times {
+            *lock(&self.last_view) = Some(t);
+        }
+        times
+    }
+
+    /// A lock call made with its wall-clock midpoint.
+    pub(super) async fn timed<F>(&self, fut: F) -> (Result<Reply, TargetError>, DateTime<Utc>)
+    where
+        F: Future<Output = Result<Reply, TargetError>>,
+    {
+        let sent = Utc::now();
+        let out = fut.await;
+        let received = Utc::now();
+        (out, sent + (received - sent) / 2)
     }
 
     pub(super) fn target(&self) -> &str {
@@ -188,28 +321,49 @@ impl<'a> Check<'a> {
         Expect { check: self, phase, op: op.into(), instance: None, expected: expected.into(), detail: None }
     }
 
-    /// Escalates from `held` (in force since `since`) to `next`, records how long `held`
-    /// was held, and returns when `next` began.
+    /// Escalates from `held` (in force since `since`, by the service's clock) to `next`,
+    /// records how long `held` was held by the service's timestamps, and returns when
+    /// `next` began by them (see [`Check::phase_start`]).
     pub(super) async fn escalate_after(
         &self,
         held: Phase,
-        since: Instant,
+        since: ServiceInstant,
         next: Phase,
         lease: Duration,
-    ) -> Result<Instant, Abort> {
+    ) -> Result<ServiceInstant, Abort> {
         self.step(&format!("escalating to {next}"));
-        self.escalate_to(next, lease).await?;
-        lock(&self.rec.phases).push((held, since.elapsed().as_secs_f64()));
-        Ok(Instant::now())
+        let timed = self.escalate_to(next, lease).await?;
+        let began = self.phase_start(&timed, lease, since.offset);
+        lock(&self.rec.phases).push((held, seconds_between(since.at, began.at)));
+        Ok(began)
+    }
+
+    /// When the phase an escalation answered with began, by the service's clock: its
+    /// lease runs `lease` from the escalation, so `expiresAt - lease`, unless the lease
+    /// was capped (then the probe's midpoint of the call, moved by the offset between
+    /// the clocks learnt earlier).
+    fn phase_start(&self, timed: &Timed, lease: Duration, offset: TimeDelta) -> ServiceInstant {
+        let uncapped = LockTimes::of(&timed.reply.body).ok().and_then(|t| {
+            let start = t.expires_at.checked_sub_signed(TimeDelta::from_std(lease).ok()?)?;
+            (t.expires_at < t.pre_lock_expires_at.min(t.max_expires_at)).then_some(start)
+        });
+        match uncapped {
+            Some(at) => ServiceInstant { at, offset: at - timed.midpoint },
+            None => ServiceInstant { at: timed.midpoint + offset, offset },
+        }
     }
 
     /// Escalates the held lock to `phase` (`hardDelete` or `write`) with `lease`; the check
-    /// stops unless the service agrees.
-    pub(super) async fn escalate_to(&self, phase: Phase, lease: Duration) -> Result<Reply, Abort> {
+    /// stops unless the service agrees. The lock view answered is checked.
+    pub(super) async fn escalate_to(&self, phase: Phase, lease: Duration) -> Result<Timed, Abort> {
         let c = &self.sc.client;
         let token = self.token();
-        let send = |k| c.escalate(0, &self.resource, &token, phase.as_str(), lease, k);
-        self.expect(phase, Op::Escalate, Outcome::ok()).must_lock_op(c.until_known(&CallKey::fresh(), send)).await
+        let at = self.lock_instance();
+        let send = |k| c.escalate(at, &self.resource, &token, phase.as_str(), lease, k);
+        let (out, midpoint) = self.timed(c.until_known(&CallKey::fresh(), send)).await;
+        let reply = self.expect(phase, Op::Escalate, Outcome::ok()).on(at).must_lock_op(async { out }).await?;
+        self.check_lock_view(phase, &reply);
+        Ok(Timed { reply, midpoint })
     }
 
     /// User operations on every instance, each `(op, key kind, expected outcome)` on the
@@ -289,13 +443,16 @@ impl<'a> Check<'a> {
             tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
         }
         let c = &self.sc.client;
-        let send = |k| c.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, target_location, k);
-        let out = self.expect(phase, Op::PreLock, Outcome::created()).lock_op(c.until_known(&key, send)).await;
+        let at = self.lock_instance();
+        let send = |k| c.pre_lock(at, &self.resource, &s.owner, s.leases.pre_lock, target_location, k);
+        let out = self.expect(phase, Op::PreLock, Outcome::created()).on(at).lock_op(c.until_known(&key, send)).await;
+        *lock(&self.pre_lock_answered) = Some((Instant::now(), Utc::now()));
         if let Ok((r, ok)) = &out {
             // A token in a success answer is a live lock, even under an unexpected status:
             // holding it is what gets it released.
             if let Some(token) = granted(r) {
                 self.hold(token);
+                self.check_lock_view(phase, r);
                 if check_replay {
                     self.replay_pre_lock(phase, &key, token, target_location).await;
                 }
@@ -324,7 +481,9 @@ impl<'a> Check<'a> {
     async fn replay_pre_lock(&self, phase: Phase, key: &CallKey, token: &str, target_location: Option<&str>) {
         let s = &self.sc.settings;
         let c = &self.sc.client;
-        let send = |k| c.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, target_location, k);
+        // On another instance when there is one: the key must be known to all of them.
+        let at = self.lock_instance();
+        let send = |k| c.pre_lock(at, &self.resource, &s.owner, s.leases.pre_lock, target_location, k);
         let Ok(r) = c.until_known(key, send).await else { return };
         let observed = match granted(&r) {
             Some(again) if again == token => Outcome::SameToken,
@@ -339,7 +498,7 @@ impl<'a> Check<'a> {
             None => r.outcome(),
         };
         let fresh_lock = observed == Outcome::FreshLock;
-        self.expect(phase, Op::PreLockReplay, Outcome::SameToken).observed(observed, r.elapsed);
+        self.expect(phase, Op::PreLockReplay, Outcome::SameToken).on(at).observed(observed, r.elapsed);
         if fresh_lock {
             self.release_unexpected(&r).await;
         }
@@ -364,7 +523,8 @@ impl<'a> Check<'a> {
             return;
         };
         let c = &self.sc.client;
-        let send = |k| c.release(0, &self.resource, token, k);
+        let at = self.lock_instance();
+        let send = |k| c.release(at, &self.resource, token, k);
         if let Ok(r) = c.until_known(&CallKey::fresh(), send).await {
             if !matches!(r.status, 204 | 410) {
                 tracing::warn!(resource = %self.resource, status = r.status, "could not release a lock granted in error");
@@ -397,7 +557,8 @@ impl<'a> Check<'a> {
         self.step("releasing the lock");
         let started = Instant::now();
         let c = &self.sc.client;
-        let send = |k| c.release(0, &self.resource, &token, k);
+        let at = self.lock_instance();
+        let send = |k| c.release(at, &self.resource, &token, k);
         match c.until_known(&CallKey::fresh(), send).await {
             Ok(r) => {
                 // 410: the lease already ended, nothing is held any more.
@@ -433,6 +594,7 @@ impl<'a> Check<'a> {
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
             .and_then(|t| (t.to_utc() - Utc::now()).to_std().ok())
             .unwrap_or_default();
-        (declared.max(shown) + self.sc.settings.buffer).max(self.sc.settings.replication_bound)
+        let s = &self.sc.settings;
+        escalation_wait(declared.max(shown), s.buffer, s.replication_bound)
     }
 }

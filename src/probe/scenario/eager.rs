@@ -11,7 +11,8 @@
 //! - `eager/escalation`: every instance keeps reading while the pre-lock is in flight
 //!   (so each holds what it read just before the commit), then hardDelete is escalated
 //!   the moment the service allows and deletes are tombstoned on every instance at once;
-//!   the same for the write lock (writes and deletes blocked, reads allowed); then the
+//!   the same for the write lock (writes and deletes blocked, reads allowed and read
+//!   through the write region); then the
 //!   swap, after which a write on every instance lands at the new location and reads
 //!   back there on every instance.
 //! - `eager/renewal`: a short write lease is renewed just before it ends while every
@@ -100,7 +101,10 @@ impl Check<'_> {
         let blocked = (0..n).map(|i| async move {
             self.user_op(Phase::Write, UserOp::Write, i, &format!("wl-{i}"), Outcome::Block).await?;
             self.user_op(Phase::Write, UserOp::Delete, i, "keep", Outcome::Block).await?;
-            self.user_op(Phase::Write, UserOp::Read, i, "keep", Outcome::Allow).await
+            let r = self.user_op(Phase::Write, UserOp::Read, i, "keep", Outcome::Allow).await?;
+            // Under the write lock a read comes back through the write region.
+            self.read_through(i, &r);
+            Ok::<_, Abort>(r)
         });
         futures::future::try_join_all(blocked).await?;
 

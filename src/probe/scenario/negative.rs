@@ -2,14 +2,13 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::TimeDelta;
+
 use super::check::{granted, Check};
-use super::Abort;
+use super::{lock, Abort};
+use crate::probe::settings::{lapse_wait, SKEW_MARGIN_WAIT};
 use crate::probe::target::{CallKey, Reply};
 use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
-
-/// The longest wait past a lease's end that a service's skew margin may ask for before
-/// the lapse check judges it.
-const SKEW_MARGIN_WAIT: Duration = Duration::from_secs(5);
 
 /// The negative checks of a cycle, each run on its own resource after the main walk.
 #[derive(Debug, Clone, Copy)]
@@ -82,7 +81,8 @@ impl Check<'_> {
         self.must_pre_lock().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
-        let send = |k| c.pre_lock(0, &self.resource, &s.owner, s.leases.pre_lock, None, k);
+        let at = self.lock_instance();
+        let send = |k| c.pre_lock(at, &self.resource, &s.owner, s.leases.pre_lock, None, k);
         let (r, _) = self
             .expect(Phase::PreLock, Op::PreLockAgain, Outcome::lock_held())
             .lock_op(c.until_known(&CallKey::fresh(), send))
@@ -97,14 +97,53 @@ impl Check<'_> {
         let wrong = hex::encode(rand::random::<[u8; 16]>());
         let c = &self.sc.client;
         let lease = self.sc.settings.leases.pre_lock;
-        let renew = |k| c.renew(0, &self.resource, &wrong, lease, k);
+        let at = self.lock_instance();
+        let renew = |k| c.renew(at, &self.resource, &wrong, lease, k);
         self.expect(Phase::PreLock, Op::Renew, Outcome::token_mismatch())
             .lock_op(c.until_known(&CallKey::fresh(), renew))
             .await?;
-        let release = |k| c.release(0, &self.resource, &wrong, k);
+        let at = self.lock_instance();
+        let release = |k| c.release(at, &self.resource, &wrong, k);
         self.expect(Phase::PreLock, Op::Release, Outcome::token_mismatch())
             .lock_op(c.until_known(&CallKey::fresh(), release))
             .await?;
+        self.renew_past_the_maximum().await
+    }
+
+    /// The right token renews the pre-lock for a minute longer than the maximum: the
+    /// lease must then end exactly at `maxExpiresAt`, not after it and not before. (On
+    /// this check's resource, which is released right after: the main walk's pre-lock
+    /// is not stretched to the maximum.)
+    async fn renew_past_the_maximum(&self) -> Result<(), Abort> {
+        let Some(before) = *lock(&self.last_view) else { return Ok(()) };
+        let Some(maximum) = before.maximum() else { return Ok(()) };
+        let c = &self.sc.client;
+        let token = self.token();
+        let lease = maximum + Duration::from_secs(60);
+        let at = self.lock_instance();
+        let send = |k| c.renew(at, &self.resource, &token, lease, k);
+        let r = self
+            .expect(Phase::PreLock, Op::Renew, Outcome::ok())
+            .on(at)
+            .must_lock_op(c.until_known(&CallKey::fresh(), send))
+            .await?;
+        let Some(after) = self.check_lock_view(Phase::PreLock, &r) else { return Ok(()) };
+        let slack = TimeDelta::milliseconds(1);
+        let observed = if after.expires_at > before.max_expires_at + slack {
+            Outcome::PastMaximum
+        } else if after.expires_at < before.max_expires_at - slack {
+            Outcome::ShortOfMaximum
+        } else {
+            Outcome::CappedAtMaximum
+        };
+        self.expect(Phase::PreLock, Op::RenewCapped, Outcome::CappedAtMaximum)
+            .detail(format!(
+                "asked for {:.0}s; expiresAt {}, maxExpiresAt {}",
+                lease.as_secs_f64(),
+                after.expires_at.to_rfc3339(),
+                before.max_expires_at.to_rfc3339()
+            ))
+            .observed(observed, r.elapsed);
         Ok(())
     }
 
@@ -114,7 +153,8 @@ impl Check<'_> {
         let s = &self.sc.settings;
         let c = &self.sc.client;
         let token = self.token();
-        let send = |k| c.escalate(0, &self.resource, &token, Phase::HardDelete.as_str(), s.leases.hard_delete, k);
+        let at = self.lock_instance();
+        let send = |k| c.escalate(at, &self.resource, &token, Phase::HardDelete.as_str(), s.leases.hard_delete, k);
         self.expect(Phase::PreLock, Op::EscalateEarly, Outcome::invalid_transition())
             .lock_op(c.until_known(&CallKey::fresh(), send))
             .await?;
@@ -127,7 +167,8 @@ impl Check<'_> {
         let s = &self.sc.settings;
         let c = &self.sc.client;
         let token = self.token();
-        let send = |k| c.escalate(0, &self.resource, &token, Phase::Write.as_str(), s.leases.write, k);
+        let at = self.lock_instance();
+        let send = |k| c.escalate(at, &self.resource, &token, Phase::Write.as_str(), s.leases.write, k);
         self.expect(Phase::PreLock, Op::EscalateWrite, Outcome::invalid_transition())
             .lock_op(c.until_known(&CallKey::fresh(), send))
             .await?;
@@ -141,7 +182,7 @@ impl Check<'_> {
         let c = &self.sc.client;
         self.escalate_to(Phase::HardDelete, s.leases.hard_delete).await?;
         self.escalate_to(Phase::Write, s.leases.short_write).await?;
-        let lapse = s.leases.short_write + s.buffer.max(Duration::from_millis(200));
+        let lapse = lapse_wait(s.leases.short_write, s.buffer);
         self.step(&format!("waiting {:.3}s for the write lease to lapse", lapse.as_secs_f64()));
         tokio::time::sleep(lapse).await;
         self.after_any_skew_margin(0, "after-lapse").await;
@@ -154,7 +195,8 @@ impl Check<'_> {
             &s.locations[0]
         };
         let token = self.token();
-        let send = |k| c.swap(0, &self.resource, &token, to, k);
+        let at = self.lock_instance();
+        let send = |k| c.swap(at, &self.resource, &token, to, k);
         let (r, _) = self
             .expect(Phase::Write, Op::SwapAfterLapse, Outcome::lock_expired())
             .lock_op(c.until_known(&CallKey::fresh(), send))
@@ -231,7 +273,7 @@ impl Check<'_> {
         }
         // More than one winner is a bug in the service; do not leave its extra locks behind.
         for extra in winners {
-            let _ = self.sc.client.release(0, &self.resource, &extra, CallKey::fresh()).await;
+            let _ = self.sc.client.release(self.lock_instance(), &self.resource, &extra, CallKey::fresh()).await;
         }
         Ok(())
     }

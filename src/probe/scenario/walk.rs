@@ -3,11 +3,13 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::{TimeDelta, Utc};
 use serde_json::Value;
 
-use super::check::{classify, Check};
+use super::check::{classify, granted, seconds_between, Check, LockTimes, ServiceInstant};
 use super::{lock, Abort, Item};
 use crate::probe::report::InstanceConvergence;
+use crate::probe::settings::{CONVERGENCE_TOLERANCE_CONSTANT, PRIMING_LIMIT};
 use crate::probe::target::{CallKey, Reply};
 use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
 
@@ -17,9 +19,16 @@ impl Check<'_> {
     pub(super) async fn walk(&self) -> Result<(), Abort> {
         let to = self.seed().await?;
         let pre_locked = self.pre_lock_and_converge(&to).await?;
+        let maximum = lock(&self.last_view).and_then(|t| t.maximum());
+        self.renew_extends(Phase::PreLock, self.sc.settings.leases.pre_lock).await?;
         let hard_delete = self.hard_delete_phase(pre_locked).await?;
         let write = self.write_phase(hard_delete).await?;
-        self.swap_and_check(&to, write).await
+        self.renew_past_the_pre_lock().await?;
+        self.swap_and_check(&to, write).await?;
+        match maximum {
+            Some(maximum) => self.pre_lock_over_maximum(maximum).await,
+            None => Ok(()),
+        }
     }
 
     /// Writes three items through every instance and reads each back on every instance;
@@ -54,12 +63,18 @@ impl Check<'_> {
     /// Takes the pre-lock towards `to`, judges the declared convergence delay, measures
     /// convergence on every instance while checking nothing is restricted yet, and waits
     /// until escalation is safe; returns when the pre-lock was granted.
-    async fn pre_lock_and_converge(&self, to: &str) -> Result<Instant, Abort> {
+    async fn pre_lock_and_converge(&self, to: &str) -> Result<ServiceInstant, Abort> {
+        self.prime_caches(self.next_lock_instance()).await?;
         let (r, ok) = self.pre_lock(Phase::PreLock, Some(to), true).await?;
         if !ok {
             return Err(Abort::Stop);
         }
-        let t0 = Instant::now();
+        // From the pre-lock's answer, not after its replay: the declaration counts from it.
+        let (t0, answered) = lock(&self.pre_lock_answered).unwrap_or((Instant::now(), Utc::now()));
+        let began = match LockTimes::of(&r.body) {
+            Ok(t) => ServiceInstant { at: t.acquired_at, offset: t.acquired_at - answered },
+            Err(_) => ServiceInstant { at: answered, offset: TimeDelta::zero() },
+        };
         let declared = self.judge_declared(&r)?;
         let wait = self.escalation_wait(&r, declared);
         self.step(&format!(
@@ -78,9 +93,123 @@ impl Check<'_> {
                 (UserOp::Delete, "pl", Outcome::Allow),
             ],
         );
-        futures::future::try_join(self.converge(t0, wait), unrestricted).await?;
+        futures::future::try_join(self.converge(t0, declared, wait), unrestricted).await?;
         tokio::time::sleep_until((t0 + wait).into()).await;
-        Ok(t0)
+        Ok(began)
+    }
+
+    /// Polls the route of the instances the pre-lock will not go to until one of them
+    /// answers from a fresh fetch (`source` other than `cache`), for at most
+    /// [`PRIMING_LIMIT`], and returns at once: that instance then holds a copy fetched
+    /// just before the lock exists, so its convergence is close to the worst case the
+    /// declared delay must cover (the copy lives one cache TTL, and the replica read
+    /// after it may lag by the replication bound). Without this an instance whose copy
+    /// was about to expire anyway converges early, and an under-declaration goes
+    /// unnoticed.
+    async fn prime_caches(&self, lock_call_instance: usize) -> Result<(), Abort> {
+        let c = &self.sc.client;
+        let poll = self.sc.settings.poll_interval;
+        let until = Instant::now() + PRIMING_LIMIT;
+        let others: Vec<usize> = (0..self.instances()).filter(|i| *i != lock_call_instance).collect();
+        if others.is_empty() {
+            return Ok(());
+        }
+        let fresh = |i: usize| async move {
+            loop {
+                let r =
+                    self.expect(Phase::Seed, Op::Route, Outcome::ok()).on(i).call(c.route(i, &self.resource)).await?;
+                if r.str_field("source") != Some("cache") || Instant::now() + poll >= until {
+                    return Ok::<_, Abort>(());
+                }
+                tokio::time::sleep(poll).await;
+            }
+        };
+        futures::future::select_ok(others.into_iter().map(|i| Box::pin(fresh(i)))).await?;
+        Ok(())
+    }
+
+    /// Renews the held lock (in `phase`) for `lease`: the lease must end later than
+    /// before, or already end at the maximum; the lock view must be consistent.
+    async fn renew_extends(&self, phase: Phase, lease: Duration) -> Result<Option<LockTimes>, Abort> {
+        let before = *lock(&self.last_view);
+        let c = &self.sc.client;
+        let token = self.token();
+        let at = self.lock_instance();
+        self.step(&format!("renewing the {phase} lease for {:.3}s", lease.as_secs_f64()));
+        let send = |k| c.renew(at, &self.resource, &token, lease, k);
+        let r = self
+            .expect(phase, Op::Renew, Outcome::ok())
+            .on(at)
+            .must_lock_op(c.until_known(&CallKey::fresh(), send))
+            .await?;
+        let after = self.check_lock_view(phase, &r);
+        if let (Some(before), Some(after)) = (before, after) {
+            let (observed, why) = if after.expires_at > before.expires_at {
+                (Outcome::Extended, "later")
+            } else if after.expires_at == after.max_expires_at {
+                (Outcome::Extended, "already at maxExpiresAt")
+            } else {
+                (Outcome::NotExtended, "not later")
+            };
+            self.expect(phase, Op::RenewExtends, Outcome::Extended)
+                .detail(format!(
+                    "expiresAt {} -> {} ({why})",
+                    before.expires_at.to_rfc3339(),
+                    after.expires_at.to_rfc3339()
+                ))
+                .observed(observed, r.elapsed);
+        }
+        Ok(after)
+    }
+
+    /// Renews the write lease past the end of the pre-lock: it must be extended and end
+    /// exactly with the pre-lock (or the maximum), never after it.
+    async fn renew_past_the_pre_lock(&self) -> Result<(), Abort> {
+        let Some(before) = *lock(&self.last_view) else { return Ok(()) };
+        let until_parent = (before.pre_lock_expires_at - Utc::now()).to_std().unwrap_or_default();
+        let lease = until_parent + self.sc.settings.leases.write;
+        let Some(after) = self.renew_extends(Phase::Write, lease).await? else { return Ok(()) };
+        let parent = after.pre_lock_expires_at.min(after.max_expires_at);
+        let slack = TimeDelta::milliseconds(1);
+        let observed = if after.expires_at > parent + slack {
+            Outcome::OutlivesParent
+        } else if after.expires_at < parent - slack {
+            Outcome::ShortOfParent
+        } else {
+            Outcome::CappedAtParent
+        };
+        self.expect(Phase::Write, Op::RenewCapped, Outcome::CappedAtParent)
+            .detail(format!(
+                "asked for {:.0}s; expiresAt {}, preLockExpiresAt {}, maxExpiresAt {}",
+                lease.as_secs_f64(),
+                after.expires_at.to_rfc3339(),
+                after.pre_lock_expires_at.to_rfc3339(),
+                after.max_expires_at.to_rfc3339()
+            ))
+            .observed(observed, Duration::ZERO);
+        Ok(())
+    }
+
+    /// After the swap (nothing held), a pre-lock a minute longer than the maximum the
+    /// service's lock views showed must be refused as a bad request; one granted in
+    /// error is released at once.
+    async fn pre_lock_over_maximum(&self, maximum: Duration) -> Result<(), Abort> {
+        let s = &self.sc.settings;
+        let c = &self.sc.client;
+        let lease = maximum + Duration::from_secs(60);
+        self.step(&format!("a pre-lock of {:.0}s (over the maximum) must be refused", lease.as_secs_f64()));
+        let at = self.lock_instance();
+        let send = |k| c.pre_lock(at, &self.resource, &s.owner, lease, None, k);
+        let (r, _) = self
+            .expect(Phase::Swap, Op::PreLockOverMax, Outcome::bad_request())
+            .on(at)
+            .detail(format!("maxExpiresAt - acquiredAt is {:.0}s", maximum.as_secs_f64()))
+            .lock_op(c.until_known(&CallKey::fresh(), send))
+            .await?;
+        if granted(&r).is_some() {
+            self.release_unexpected(&r).await;
+        }
+        Ok(())
     }
 
     /// The convergence delay the pre-lock's answer `r` declares, checked against the
@@ -109,7 +238,7 @@ impl Check<'_> {
 
     /// Escalates to hardDelete (the pre-lock held since `pre_locked`): reads and writes
     /// allowed, deletes tombstoned and read back as tombstones everywhere.
-    async fn hard_delete_phase(&self, pre_locked: Instant) -> Result<Instant, Abort> {
+    async fn hard_delete_phase(&self, pre_locked: ServiceInstant) -> Result<ServiceInstant, Abort> {
         let n = self.instances();
         let lease = self.sc.settings.leases.hard_delete;
         let since = self.escalate_after(Phase::PreLock, pre_locked, Phase::HardDelete, lease).await?;
@@ -133,36 +262,62 @@ impl Check<'_> {
 
     /// Escalates to write (hardDelete held since `hard_deleted`): reads allowed, writes
     /// and deletes blocked.
-    async fn write_phase(&self, hard_deleted: Instant) -> Result<Instant, Abort> {
+    async fn write_phase(&self, hard_deleted: ServiceInstant) -> Result<ServiceInstant, Abort> {
         let lease = self.sc.settings.leases.write;
         let since = self.escalate_after(Phase::HardDelete, hard_deleted, Phase::Write, lease).await?;
-        self.on_every_instance(
-            Phase::Write,
-            [
-                (UserOp::Read, "keep", Outcome::Allow),
-                (UserOp::Write, "wl", Outcome::Block),
-                (UserOp::Delete, "wl", Outcome::Block),
-            ],
-        )
-        .await?;
+        for i in 0..self.instances() {
+            let r = self.user_op(Phase::Write, UserOp::Read, i, &format!("keep-{i}"), Outcome::Allow).await?;
+            self.read_through(i, &r);
+            self.user_op(Phase::Write, UserOp::Write, i, &format!("wl-{i}"), Outcome::Block).await?;
+            self.user_op(Phase::Write, UserOp::Delete, i, &format!("wl-{i}"), Outcome::Block).await?;
+        }
         Ok(since)
+    }
+
+    /// A read on `instance` in the write phase must have gone through the write region
+    /// (`Server-Timing: route;desc="read-through"`): a cached copy may predate the lock.
+    /// Records the store time the service reported and the probe's own measurement.
+    pub(super) fn read_through(&self, instance: usize, r: &Reply) {
+        let observed = match &r.timing {
+            Some(t) if t.source == "read-through" => {
+                lock(&self.rec.read_through).push(t.duration.as_secs_f64());
+                lock(&self.rec.read_through_client).push(r.elapsed.as_secs_f64());
+                Outcome::ReadThrough
+            }
+            Some(t) => Outcome::Other(format!("via {}", t.source)),
+            None => Outcome::NoServerTiming,
+        };
+        let detail = match &r.timing {
+            Some(t) => format!(
+                "store {:.3}ms, measured {:.3}ms",
+                t.duration.as_secs_f64() * 1e3,
+                r.elapsed.as_secs_f64() * 1e3
+            ),
+            None => format!("measured {:.3}ms", r.elapsed.as_secs_f64() * 1e3),
+        };
+        self.expect(Phase::Write, Op::ReadThrough, Outcome::ReadThrough)
+            .on(instance)
+            .detail(detail)
+            .observed(observed, r.elapsed);
     }
 
     /// Swaps to `to` (the write lock held since `write_locked`): every route view shows
     /// the new location and no lock, user operations are allowed, and every item is at
     /// the new location as last written, none resurrected.
-    async fn swap_and_check(&self, to: &str, write_locked: Instant) -> Result<(), Abort> {
+    async fn swap_and_check(&self, to: &str, write_locked: ServiceInstant) -> Result<(), Abort> {
         let n = self.instances();
         let c = &self.sc.client;
         let res = &self.resource;
         self.step(&format!("swapping {res} to {to:?}"));
         let token = self.token();
-        let send = |k| c.swap(0, res, &token, to, k);
-        let r = self
-            .expect(Phase::Swap, Op::Swap, Outcome::ok())
-            .must_lock_op(c.until_known(&CallKey::fresh(), send))
-            .await?;
-        lock(&self.rec.phases).push((Phase::Write, write_locked.elapsed().as_secs_f64()));
+        let at = self.lock_instance();
+        let send = |k| c.swap(at, res, &token, to, k);
+        let (out, midpoint) = self.timed(c.until_known(&CallKey::fresh(), send)).await;
+        let r = self.expect(Phase::Swap, Op::Swap, Outcome::ok()).on(at).must_lock_op(async { out }).await?;
+        // A route view carries no timestamp: the swap's instant by the service's clock is
+        // the call's midpoint moved by the offset learnt from the write escalation.
+        let swapped = midpoint + write_locked.offset;
+        lock(&self.rec.phases).push((Phase::Write, seconds_between(write_locked.at, swapped)));
         self.dropped();
         self.expect(Phase::Swap, Op::SwapView, Outcome::MovedUnlocked)
             .detail(format!("location {:?}", r.str_field("location").unwrap_or_default()))
@@ -251,55 +406,106 @@ impl Check<'_> {
         Ok(())
     }
 
-    /// Polls the route view of every instance until it shows the lock or `wait` has passed
-    /// since `t0`; records the observed convergence and one assertion per instance.
-    pub(super) async fn converge(&self, t0: Instant, wait: Duration) -> Result<(), Abort> {
-        let c = &self.sc.client;
-        let deadline = t0 + wait;
-        let poll = self.sc.settings.poll_interval;
-        let per_instance = (0..self.instances()).map(|i| async move {
-            let expect = self.expect(Phase::PreLock, Op::Converge, Outcome::LockVisible).on(i);
-            loop {
-                let r = expect.call(c.route(i, &self.resource)).await?;
-                let seen = r.body.get("lock").is_some_and(|l| l.is_object());
-                if seen {
-                    return Ok::<_, Abort>(Some(t0.elapsed()));
-                }
-                if Instant::now() >= deadline {
-                    return Ok(None);
-                }
-                let next = (Instant::now() + poll).min(deadline);
-                tokio::time::sleep_until(next.into()).await;
-            }
-        });
-        let seen = futures::future::try_join_all(per_instance).await?;
-        for (i, observed) in seen.into_iter().enumerate() {
-            let url = self.sc.settings.instances[i].clone();
-            lock(&self.rec.convergence).push(InstanceConvergence {
-                instance: url,
-                observed_seconds: observed.map(|d| d.as_secs_f64()),
-                bound_seconds: wait.as_secs_f64(),
-            });
-            let (obs, detail) = match observed {
-                Some(d) => (
-                    Outcome::LockVisible,
-                    format!("visible after {:.3}s (bound {:.3}s)", d.as_secs_f64(), wait.as_secs_f64()),
-                ),
-                None => (
-                    Outcome::NotVisible,
-                    format!(
-                        "convergence violation: lock not visible after {:.3}s (declared delay + buffer)",
-                        wait.as_secs_f64()
-                    ),
-                ),
-            };
-            self.expect(Phase::PreLock, Op::Converge, Outcome::LockVisible)
-                .on(i)
-                .detail(detail)
-                .observed(obs, observed.unwrap_or(wait));
+    /// Polls the route view of every instance until it shows the lock, for `wait` since
+    /// `t0` (the pre-lock's answer) and at least until the declared delay + the
+    /// measurement tolerance; records the observed convergence and, per instance, two
+    /// assertions: visible within `wait` (`preLock/converge`), and visible within the
+    /// declared delay + tolerance (`preLock/convergence-declared`), which no buffer
+    /// excuses.
+    pub(super) async fn converge(&self, t0: Instant, declared: Duration, wait: Duration) -> Result<(), Abort> {
+        let per_instance = (0..self.instances()).map(|i| self.watch(i, t0, declared, wait));
+        let watched = futures::future::try_join_all(per_instance).await?;
+        for (i, w) in watched.into_iter().enumerate() {
+            self.judge_convergence(i, w, declared, wait);
         }
         Ok(())
     }
+
+    /// The measurement tolerance of an instance whose slowest poll took `slowest`.
+    fn tolerance(&self, slowest: Duration) -> Duration {
+        self.sc.settings.poll_interval + slowest + CONVERGENCE_TOLERANCE_CONSTANT
+    }
+
+    /// Polls the route of `instance` until it shows the lock, or until both `wait` and
+    /// the declared delay + tolerance have passed since `t0`.
+    async fn watch(&self, instance: usize, t0: Instant, declared: Duration, wait: Duration) -> Result<Watched, Abort> {
+        let c = &self.sc.client;
+        let poll = self.sc.settings.poll_interval;
+        let expect = self.expect(Phase::PreLock, Op::Converge, Outcome::LockVisible).on(instance);
+        let mut slowest = Duration::ZERO;
+        loop {
+            let r = expect.call(c.route(instance, &self.resource)).await?;
+            slowest = slowest.max(r.elapsed);
+            if r.body.get("lock").is_some_and(|l| l.is_object()) {
+                return Ok(Watched { seen_after: Some(t0.elapsed()), slowest });
+            }
+            let deadline = t0 + wait.max(declared + self.tolerance(slowest));
+            if Instant::now() >= deadline {
+                return Ok(Watched { seen_after: None, slowest });
+            }
+            let next = (Instant::now() + poll).min(deadline);
+            tokio::time::sleep_until(next.into()).await;
+        }
+    }
+
+    /// Records what `instance` showed: its observed convergence, whether it showed the
+    /// lock within `wait` (`preLock/converge`), and whether within the declared delay +
+    /// the tolerance (`preLock/convergence-declared`).
+    fn judge_convergence(&self, instance: usize, w: Watched, declared: Duration, wait: Duration) {
+        let tolerance = self.tolerance(w.slowest);
+        let within_wait = w.seen_after.filter(|d| *d <= wait);
+        lock(&self.rec.convergence).push(InstanceConvergence {
+            instance: self.sc.settings.instances[instance].clone(),
+            observed_seconds: within_wait.map(|d| d.as_secs_f64()),
+            bound_seconds: wait.as_secs_f64(),
+            tolerance_seconds: tolerance.as_secs_f64(),
+        });
+        let (obs, detail) = match within_wait {
+            Some(d) => (
+                Outcome::LockVisible,
+                format!("visible after {:.3}s (bound {:.3}s)", d.as_secs_f64(), wait.as_secs_f64()),
+            ),
+            None => (
+                Outcome::NotVisible,
+                format!(
+                    "convergence violation: lock not visible after {:.3}s (declared delay + buffer)",
+                    wait.as_secs_f64()
+                ),
+            ),
+        };
+        self.expect(Phase::PreLock, Op::Converge, Outcome::LockVisible)
+            .on(instance)
+            .detail(detail)
+            .observed(obs, within_wait.unwrap_or(wait));
+        let limit = declared + tolerance;
+        let shown = match w.seen_after {
+            Some(d) => format!("visible after {:.3}s", d.as_secs_f64()),
+            None => format!("not visible after {:.3}s", wait.max(limit).as_secs_f64()),
+        };
+        let honest = w.seen_after.is_some_and(|d| d <= limit);
+        self.expect(Phase::PreLock, Op::ConvergenceDeclared, Outcome::WithinDeclared)
+            .on(instance)
+            .detail(format!(
+                "{shown}; declared {:.3}s + tolerance {:.3}s (poll {:.3}s + slowest round trip {:.3}s + {:.3}s)",
+                declared.as_secs_f64(),
+                tolerance.as_secs_f64(),
+                self.sc.settings.poll_interval.as_secs_f64(),
+                w.slowest.as_secs_f64(),
+                CONVERGENCE_TOLERANCE_CONSTANT.as_secs_f64()
+            ))
+            .observed(
+                if honest { Outcome::WithinDeclared } else { Outcome::BeyondDeclared },
+                w.seen_after.unwrap_or(limit),
+            );
+    }
+}
+
+/// What polling one instance's route found.
+struct Watched {
+    /// Time from the pre-lock's answer to the answer that showed the lock, if one did.
+    seen_after: Option<Duration>,
+    /// The slowest poll's round trip.
+    slowest: Duration,
 }
 
 /// `moved-unlocked` when a route view shows `to` and no lock, else what it does show.
