@@ -3,8 +3,9 @@
 //! scripts/setup-contract-tools.sh): `lockprobe service` on a free port, the memory store,
 //! no faults, every operation generated from `GET /openapi.json` (positive and negative
 //! data, then the stateful phase along the description's links: pre-lock, escalate,
-//! renew, swap, release). Checks: no 5xx, and every status code, content type, header
-//! and body conforms to the description. A fixed seed keeps runs repeatable; the budget
+//! renew, swap, release). Checks: no 5xx; every status code, content type, header and
+//! body conforms to the description; what it forbids is refused, and so is a lock call
+//! without the key. A fixed seed keeps runs repeatable; the budget
 //! is well under the suite's 2 minutes for schemathesis.
 
 use std::io::{BufRead, BufReader};
@@ -13,9 +14,12 @@ use std::process::{Child, Command, Output, Stdio};
 
 const INSTALL_HINT: &str = "run scripts/setup-contract-tools.sh (scripts/test.sh does)";
 
-/// The checks asked of every response (all that schemathesis 4 offers on conformance).
+/// The checks asked of every response: all that schemathesis 4 offers on conformance,
+/// and that data the description forbids, a missing required header and a lock call
+/// without the key are refused (4xx, 401).
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
-response_schema_conformance,response_headers_conformance";
+response_schema_conformance,response_headers_conformance,negative_data_rejection,\
+missing_required_header,ignored_auth";
 
 fn schemathesis() -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(".test-tools/contract-venv/bin/schemathesis");
