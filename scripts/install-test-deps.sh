@@ -3,7 +3,8 @@
 #   - prometheus (Debian package; ships `promtool`): rule tests, metric lint, a real scrape
 #   - chromium (/usr/bin/chromium): the headless browser test of the status page
 #   - systemd (ships `systemd-analyze`): verification of deploy/systemd/lockprobe.service
-# and then, without root, the packaging checks' pinned tools (scripts/setup-packaging-tools.sh).
+# and then, without root, the pinned tools of the packaging checks (scripts/setup-packaging-tools.sh)
+# and of the contract checks (scripts/setup-contract-tools.sh: schemathesis, junitparser).
 # Idempotent: a tool already on PATH is not reinstalled, and `apt-get update` runs at most
 # once per invocation, only when something is missing.
 set -euo pipefail
@@ -59,3 +60,4 @@ chromium --version 2>/dev/null | head -n1
 systemd-analyze --version | head -n1
 
 bash "$(dirname "$0")/setup-packaging-tools.sh"
+bash "$(dirname "$0")/setup-contract-tools.sh"

@@ -20,8 +20,9 @@
 //!    records), enforcement, cache freshness, the tiered cache and the `RoutingClient` a
 //!    service links.
 //! 4. Three components, none using another or the wiring:
-//!    - [`service`]: the reference service speaking the probe contract over the routing
-//!      library.
+//!    - [`service`]: the reference service speaking the probe contract
+//!      (`docs/contract.md`) over the routing library, with the contract's OpenAPI 3.1
+//!      description at `GET /openapi.json`.
 //!    - [`monitor`]: the convergence monitor; reads the store's change stream and settles
 //!      what it reads with the routing lifecycle's rules.
 //!    - [`probe`]: the black-box probe (contract client, cycles with eager checks,

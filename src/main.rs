@@ -28,7 +28,7 @@ enum Command {
     /// The embedded default: store, service and probe in one process.
     Demo(Box<demo::DemoArgs>),
     /// One full probe cycle plus every negative check against a service (key in LOCKPROBE_LOCK_API_KEY).
-    Validate(validate::ValidateArgs),
+    Validate(Box<validate::ValidateArgs>),
     /// The release gate: run a candidate service under every store-fault profile, probe
     /// each with the eager checks, write one JUnit report; exit 1 on any failure.
     Gate(Box<gate::GateArgs>),
@@ -77,7 +77,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Service(args) => service::run(*args, shutdown).await.map(|()| 0),
             Command::Demo(args) => demo::run(*args, shutdown).await,
-            Command::Validate(args) => validate::run(args, shutdown).await,
+            Command::Validate(args) => validate::run(*args, shutdown).await,
             Command::Gate(args) => gate::run(*args, shutdown).await,
             Command::Serve(args) => serve::run(args, shutdown).await.map(|()| 0),
             Command::Monitor(cmd) => monitor::run(*cmd, shutdown).await.map(|()| 0),

@@ -7,6 +7,7 @@
 //!   from [`crate::routing::enforce()`] and `Server-Timing` on every answer.
 //! - [`items`]: user data, one item store per location.
 //! - [`input`], [`error`]: request checks and problem+json errors.
+//! - [`openapi`]: the contract's OpenAPI 3.1 description, served at `GET /openapi.json`.
 //!
 //! Several instances share one routing store and one set of item stores, but each has
 //! its own `RoutingClient` and so its own cache tiers: that is how stale caches and
@@ -17,6 +18,7 @@ pub mod error;
 pub mod input;
 pub mod items;
 pub mod lock_api;
+pub mod openapi;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -254,20 +256,41 @@ pub fn instance(
     Ok(Arc::new(Instance { index, routing, items, config }))
 }
 
+/// Every path the router serves; [`openapi`]'s test holds the description to exactly
+/// these, method by method, so a route added here without a description fails it.
+pub mod paths {
+    /// Pre-lock (POST) and release (DELETE).
+    pub const LOCK: &str = "/v1/resources/{id}/lock";
+    /// Escalate (POST).
+    pub const ESCALATE: &str = "/v1/resources/{id}/lock/escalate";
+    /// Renew (POST).
+    pub const RENEW: &str = "/v1/resources/{id}/lock/renew";
+    /// Swap (POST).
+    pub const SWAP: &str = "/v1/resources/{id}/lock/swap";
+    /// The route view (GET).
+    pub const ROUTE: &str = "/v1/resources/{id}/route";
+    /// Items (GET, PUT, DELETE).
+    pub const ITEM: &str = "/v1/resources/{id}/items/{key}";
+    /// Liveness (GET).
+    pub const HEALTH: &str = "/healthz";
+    /// The OpenAPI description (GET).
+    pub const OPENAPI: &str = "/openapi.json";
+    /// Every path above and `/metrics`.
+    pub const ALL: [&str; 9] = [LOCK, ESCALATE, RENEW, SWAP, ROUTE, ITEM, HEALTH, OPENAPI, crate::exposition::PATH];
+}
+
 /// The contract's routes for one instance.
 pub fn router(instance: Arc<Instance>) -> Router {
     let limit = instance.config.max_body_bytes;
     Router::new()
-        .route("/v1/resources/{id}/lock", post(lock_api::pre_lock).delete(lock_api::release))
-        .route("/v1/resources/{id}/lock/escalate", post(lock_api::escalate))
-        .route("/v1/resources/{id}/lock/renew", post(lock_api::renew))
-        .route("/v1/resources/{id}/lock/swap", post(lock_api::swap))
-        .route("/v1/resources/{id}/route", get(data_api::route))
-        .route(
-            "/v1/resources/{id}/items/{key}",
-            get(data_api::read_item).put(data_api::write_item).delete(data_api::delete_item),
-        )
-        .route("/healthz", get(|| async { "ok" }))
+        .route(paths::LOCK, post(lock_api::pre_lock).delete(lock_api::release))
+        .route(paths::ESCALATE, post(lock_api::escalate))
+        .route(paths::RENEW, post(lock_api::renew))
+        .route(paths::SWAP, post(lock_api::swap))
+        .route(paths::ROUTE, get(data_api::route))
+        .route(paths::ITEM, get(data_api::read_item).put(data_api::write_item).delete(data_api::delete_item))
+        .route(paths::HEALTH, get(|| async { "ok" }))
+        .route(paths::OPENAPI, get(openapi::serve))
         .route(exposition::PATH, exposition::route(instance.config.metrics.clone().unwrap_or_default()))
         // After every route: it applies to the routes registered before it. axum still
         // sets `Allow` on its answer.

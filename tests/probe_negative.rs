@@ -211,7 +211,7 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
     let document = status.document(&metrics);
     let outputs = [
         ("json report", report.to_json().to_string()),
-        ("junit report", report.to_junit()),
+        ("junit report", report.to_junit(&[])),
         ("metrics", metrics.render()),
         ("status api", serde_json::to_string(&document).unwrap()),
         ("status page", lockprobe::probe::status_page::render(&document)),

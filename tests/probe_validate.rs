@@ -23,12 +23,16 @@ struct Run {
 }
 
 async fn validate(svc: &TestService, extra: &[&str]) -> Run {
+    validate_at(&svc.urls, &svc.key, extra).await
+}
+
+async fn validate_at(urls: &[String], key: &str, extra: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let json_path = dir.path().join("report.json");
     let junit_path = dir.path().join("report.xml");
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"));
     cmd.arg("validate");
-    for u in &svc.urls {
+    for u in urls {
         cmd.args(["--endpoint", u]);
     }
     cmd.args(["--test-prefix", "probe-"])
@@ -37,7 +41,7 @@ async fn validate(svc: &TestService, extra: &[&str]) -> Run {
         .arg("--junit")
         .arg(&junit_path)
         .args(extra)
-        .env("LOCKPROBE_LOCK_API_KEY", &svc.key)
+        .env("LOCKPROBE_LOCK_API_KEY", key)
         .env("RUST_LOG", "warn")
         .env_remove("LOCKPROBE_STATE_FILE");
     let Output { status, stdout, stderr } =
@@ -49,6 +53,91 @@ async fn validate(svc: &TestService, extra: &[&str]) -> Run {
         stdout,
         json: serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap(),
         junit: std::fs::read_to_string(&junit_path).unwrap(),
+    }
+}
+
+/// tests, failures, errors.
+type Counts = (usize, usize, usize);
+
+/// What a CI server reads from a JUnit file, as junitparser (PyPI, pinned in
+/// scripts/contract-tools.txt) reads it.
+#[derive(Debug)]
+struct Junit {
+    /// tests, failures, errors on `<testsuites>`.
+    root: Counts,
+    /// Per suite: its name, its attributes' tests/failures/errors, and the same counted
+    /// from its test cases.
+    suites: Vec<(String, Counts, Counts)>,
+    /// (classname, name) of every test case.
+    cases: Vec<(String, String)>,
+}
+
+const JUNIT_READER: &str = r#"
+import json, sys
+from junitparser import JUnitXml, Failure, Error
+xml = JUnitXml.fromfile(sys.argv[1])
+out = {"root": [xml.tests, xml.failures, xml.errors], "suites": [], "cases": []}
+for suite in xml:
+    counted = [0, 0, 0]
+    for case in suite:
+        counted[0] += 1
+        counted[1] += sum(isinstance(r, Failure) for r in case.result)
+        counted[2] += sum(isinstance(r, Error) for r in case.result)
+        out["cases"].append([case.classname, case.name])
+    out["suites"].append([suite.name, [suite.tests, suite.failures, suite.errors], counted])
+print(json.dumps(out))
+"#;
+
+fn parse_junit(xml: &str) -> Junit {
+    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".test-tools/contract-venv/bin/python");
+    assert!(python.exists(), "{} is missing: run scripts/setup-contract-tools.sh", python.display());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.xml");
+    std::fs::write(&file, xml).unwrap();
+    let out = std::process::Command::new(python).args(["-c", JUNIT_READER]).arg(&file).output().unwrap();
+    assert!(out.status.success(), "junitparser: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let triple = |t: &Value| {
+        let n = |i: usize| t[i].as_u64().unwrap() as usize;
+        (n(0), n(1), n(2))
+    };
+    let junit = Junit {
+        root: triple(&v["root"]),
+        suites: v["suites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s[0].as_str().unwrap().to_owned(), triple(&s[1]), triple(&s[2])))
+            .collect(),
+        cases: v["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c[0].as_str().unwrap().to_owned(), c[1].as_str().unwrap().to_owned()))
+            .collect(),
+    };
+    // The counts agree everywhere: each suite with its cases, the root with the suites.
+    let mut sum = (0, 0, 0);
+    for (name, written, counted) in &junit.suites {
+        assert_eq!(written, counted, "suite {name}: attributes and test cases disagree");
+        sum = (sum.0 + counted.0, sum.1 + counted.1, sum.2 + counted.2);
+    }
+    assert_eq!(junit.root, sum, "root counts disagree with the suites'");
+    junit
+}
+
+/// Names CI can keep history by: `phase/op expects <outcome>`, unique within their class,
+/// no URL and no running number; the instance is an index in the class name.
+fn assert_stable_names(junit: &Junit, instances: usize) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (class, name) in &junit.cases {
+        assert!(seen.insert((class, name)), "duplicate test case {class} / {name}");
+        assert!(!name.contains("://") && !class.contains("://"), "a URL in {class} / {name}");
+        assert!(!name.starts_with(|c: char| c.is_ascii_digit()), "a running number in {name}");
+        assert!(name.contains(" expects "), "{name}");
+        if let Some(i) = class.rsplit('.').next().and_then(|last| last.strip_prefix("instance")) {
+            assert!(i.parse::<usize>().is_ok_and(|i| i < instances), "{class}");
+        }
     }
 }
 
@@ -73,6 +162,10 @@ async fn passes_against_the_reference_service() {
     let n = run.json["assertions"].as_array().unwrap().len();
     assert!(n > 50, "a full cycle makes many assertions, got {n}");
     assert_eq!(run.junit.matches("<testcase ").count(), n);
+    let junit = parse_junit(&run.junit);
+    assert_eq!(junit.cases.len(), n, "{junit:?}");
+    assert_eq!(junit.root, (n, 0, 0), "root tests/failures/errors");
+    assert_stable_names(&junit, svc.urls.len());
     // Every negative check ran.
     for check in [
         "negative/second-pre-lock",
@@ -230,6 +323,9 @@ async fn fails_when_the_write_lock_is_ignored() {
         run.stdout
     );
     assert!(run.junit.contains("write/write: expected block, observed allow"), "{}", run.junit);
+    let junit = parse_junit(&run.junit);
+    assert!(junit.root.1 >= 1, "{junit:?}");
+    assert_stable_names(&junit, svc.urls.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -393,4 +489,89 @@ async fn interrupt_releases_the_lock_and_exits() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 201, "{:?}", r.text().await);
+}
+
+/// An unreachable target: the JUnit file still has counts that match its test cases, the
+/// error counted once on the root and on its suite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_target_gives_consistent_junit_counts() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let run = validate_at(&[url], "k", &["--request-timeout", "2s"]).await;
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert_eq!(run.json["result"], "error");
+    let junit = parse_junit(&run.junit);
+    let assertions = run.json["assertions"].as_array().unwrap().len();
+    assert_eq!(junit.root.0, assertions + 1, "every assertion and the error: {junit:?}");
+    assert_eq!(junit.root.2, 1, "{junit:?}");
+    assert!(junit.cases.iter().any(|(c, n)| c == "lockprobe.validate" && n == "cycle expects completed"), "{junit:?}");
+    assert_stable_names(&junit, 1);
+}
+
+/// `--deadline`: the run ends when it runs out, exit 1, the JUnit holds what was checked
+/// so far and the error, and the pre-lock it held is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_ends_the_run_with_the_junit_so_far() {
+    let svc = start_service(vec![], TTL, BOUND).await;
+    let started = std::time::Instant::now();
+    // A long buffer holds the cycle in its wait before escalating, past the deadline.
+    let run = validate(&svc, &["--buffer", "60s", "--deadline", "3s"]).await;
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.json["error"].as_str().unwrap().contains("--deadline 3s ran out"), "{}", run.json);
+    let junit = parse_junit(&run.junit);
+    let assertions = run.json["assertions"].as_array().unwrap().len();
+    assert!(assertions > 0, "the seed and pre-lock were checked before the deadline");
+    assert_eq!(junit.root, (assertions + 1, 0, 1), "{junit:?}");
+    let resource = run.json["resource"].as_str().unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/resources/{resource}/lock", svc.urls[0]))
+        .bearer_auth(&svc.key)
+        .json(&serde_json::json!({"owner": "test", "durationSeconds": 60}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "the pre-lock was released when the deadline ran out");
+}
+
+/// `--location`: the cycle swaps to the locations it is given, not fixed ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swaps_between_the_given_locations() {
+    let svc = start_service(vec![], TTL, BOUND).await;
+    let run = validate(
+        &svc,
+        &["--buffer", "300ms", "--location", "westeurope", "--location", "swedencentral", "--write-lease", "90s"],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let route = support::route(&svc.urls[0], run.json["resource"].as_str().unwrap()).await;
+    assert_eq!(route["location"], "swedencentral", "{route}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_run_flags_exit_64_naming_the_flag() {
+    for (args, named) in [
+        (vec!["--location", "westeurope"], "--location"),
+        (vec!["--location", "a", "--location", "a"], "--location"),
+        (vec!["--location", "a/b", "--location", "c"], "--location"),
+        (vec!["--pre-lock-lease", "0s"], "--pre-lock-lease"),
+        (vec!["--hard-delete-lease", "later"], "--hard-delete-lease"),
+        (vec!["--write-lease", "1s", "--short-write-lease", "2s"], "--short-write-lease"),
+        (vec!["--request-timeout", "0s"], "--request-timeout"),
+        (vec!["--deadline", "0s"], "--deadline"),
+        (vec!["--deadline", "500000years"], "--deadline"),
+    ] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+            .args(["validate", "--endpoint", "http://127.0.0.1:9"])
+            .args(&args)
+            .env("LOCKPROBE_LOCK_API_KEY", "k")
+            .env_remove("LOCKPROBE_STATE_FILE")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
 }

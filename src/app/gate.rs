@@ -304,13 +304,12 @@ async fn run_profile(
     let run_id = hex::encode(rand::random::<[u8; 4]>());
     let opts = ValidateOptions {
         endpoints: instances.clone(),
-        expect_convergence: None,
         buffer: args.buffer,
         test_prefix: TEST_PREFIX.to_owned(),
         api_key: key,
-        state_file: None,
         eager: true,
         run_id: Some(run_id.clone()),
+        ..ValidateOptions::default()
     };
     let cancel = shutdown.child_token();
     let deadline = {

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::probe::observer::PrintObserver;
 use crate::probe::report::CycleResult;
+use crate::probe::settings::Leases;
 use crate::probe::validate::{self, ValidateError, ValidateOptions};
 use crate::usage::UsageError;
 
@@ -40,6 +41,30 @@ pub struct ValidateArgs {
     /// Record held locks here so a killed run's locks are released by the next run.
     #[arg(long, env = "LOCKPROBE_STATE_FILE")]
     pub state_file: Option<PathBuf>,
+    /// The two locations the cycle swaps between: give the flag twice, the service's home
+    /// location (where it creates resources) first.
+    #[arg(long = "location", value_name = "NAME", default_values = ["westeurope", "northeurope"])]
+    pub locations: Vec<String>,
+    /// Lease of the pre-lock (the parent lease of the whole migration).
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "10m")]
+    pub pre_lock_lease: Duration,
+    /// Lease of the hard-delete phase.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "5m")]
+    pub hard_delete_lease: Duration,
+    /// Lease of the write phase.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "2m")]
+    pub write_lease: Duration,
+    /// The deliberately short write lease of the lease-lapse check (shorter than
+    /// --write-lease; the check waits for it to lapse).
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    pub short_write_lease: Duration,
+    /// Timeout of one HTTP request.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "10s")]
+    pub request_timeout: Duration,
+    /// End the whole run by then: the cycle is cancelled, its locks released, the reports
+    /// written with what was checked so far, and the exit code is 1.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration)]
+    pub deadline: Option<Duration>,
     /// Also escalate at the first instant the service allows and assert enforcement on
     /// every instance at once, and renew a short write lease just before it ends while
     /// every instance writes (the service's own gate, not the orchestrator's patience).
@@ -57,6 +82,15 @@ pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Res
         test_prefix: args.test_prefix.clone(),
         api_key: std::env::var(API_KEY_ENV).unwrap_or_default(),
         state_file: args.state_file.clone(),
+        locations: args.locations.clone(),
+        leases: Leases {
+            pre_lock: args.pre_lock_lease,
+            hard_delete: args.hard_delete_lease,
+            write: args.write_lease,
+            short_write: args.short_write_lease,
+        },
+        request_timeout: args.request_timeout,
+        deadline: args.deadline,
         eager: args.eager,
         run_id: None,
     };
@@ -65,7 +99,7 @@ pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Res
         Err(ValidateError::Usage(m)) => return Err(UsageError::new(m).into()),
         Err(e) => return Err(e.into()),
     };
-    validate::write_reports(&report, args.junit.as_deref(), args.json.as_deref())?;
+    validate::write_reports(&report, &args.endpoints, args.junit.as_deref(), args.json.as_deref())?;
     let failed: Vec<_> = report.assertions.iter().filter(|a| !a.passed).collect();
     println!();
     if report.result == CycleResult::Passed {

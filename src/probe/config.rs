@@ -322,7 +322,7 @@ impl TargetConfig {
         format!(
             "{} is not longer than the worst-case cycle of {} (waits only, requests take their time on top): \
              main walk {} (priming at most {} + wait before escalating {} = max(cache_ttl {} + replication_bound {} + buffer {}, replication_bound); \
-             convergence watched at least declared {} + poll_interval {} + {}) \
+             convergence watched at least declared {} + poll_interval {} + {}; + skew allowance {}) \
              + write-lease-lapse check {} (wait before escalating {} + leases.short_write {} + max(buffer, 200ms) {} \
              + skew-margin allowance {})",
             fmt(self.timeout),
@@ -336,6 +336,7 @@ impl TargetConfig {
             fmt(declared),
             fmt(self.poll_interval),
             fmt(CONVERGENCE_TOLERANCE_CONSTANT),
+            fmt(SKEW_MARGIN_WAIT),
             fmt(w.lapse_check),
             fmt(w.escalation),
             fmt(self.leases.short_write),

@@ -186,17 +186,26 @@ impl CycleReport {
         v
     }
 
-    /// The JUnit XML report: one test suite per check, one test case per assertion.
-    pub fn to_junit(&self) -> String {
+    /// The JUnit XML report: one test suite per check, one test case per assertion, and a
+    /// `cycle-error` suite with one erroring test case when the cycle could not complete.
+    ///
+    /// Names stay the same from run to run so CI keeps each test's history: a test case
+    /// is named `phase/op expects <outcome>` and its class is `lockprobe.<target>.<check>`,
+    /// followed by `.instance<N>` (the instance's index in `instances`) when it was made
+    /// on one instance. URLs appear only in the suites' `instance.<N>` properties and in
+    /// failure messages. The counts on the root and on each suite are those of the test
+    /// cases below them.
+    pub fn to_junit(&self, instances: &[String]) -> String {
         let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
         // Writing into a Vec cannot fail; the results are ignored for that reason only.
         let _ = w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)));
         let wall = (self.finished_at - self.started_at).to_std().unwrap_or_default().as_secs_f64();
+        let errors = usize::from(self.error.is_some());
         let mut root = BytesStart::new("testsuites");
         root.push_attribute(("name", format!("lockprobe {}", self.target).as_str()));
-        root.push_attribute(("tests", self.assertions.len().to_string().as_str()));
+        root.push_attribute(("tests", (self.assertions.len() + errors).to_string().as_str()));
         root.push_attribute(("failures", self.failed_assertions().to_string().as_str()));
-        root.push_attribute(("errors", usize::from(self.result == CycleResult::Error).to_string().as_str()));
+        root.push_attribute(("errors", errors.to_string().as_str()));
         root.push_attribute(("time", format!("{wall:.3}").as_str()));
         let _ = w.write_event(Event::Start(root));
         let mut checks: Vec<&str> = Vec::new();
@@ -207,60 +216,106 @@ impl CycleReport {
         }
         for check in checks {
             let cases: Vec<&Assertion> = self.assertions.iter().filter(|a| a.check == check).collect();
-            self.junit_suite(&mut w, check, &cases);
+            self.junit_suite(&mut w, check, &cases, instances);
         }
         if let Some(err) = &self.error {
-            self.junit_error(&mut w, err);
+            self.junit_error(&mut w, err, instances);
         }
         let _ = w.write_event(Event::End(BytesEnd::new("testsuites")));
         String::from_utf8(w.into_inner()).unwrap_or_default()
     }
 
-    /// One `<testsuite>`: the assertions of one check.
-    fn junit_suite(&self, w: &mut Writer<Vec<u8>>, check: &str, cases: &[&Assertion]) {
-        let failures = cases.iter().filter(|a| !a.passed).count();
-        let time: f64 = cases.iter().map(|a| a.duration.as_secs_f64()).sum();
+    fn junit_suite_start(
+        &self,
+        name: &str,
+        tests: usize,
+        failures: usize,
+        errors: usize,
+        time: f64,
+    ) -> BytesStart<'static> {
         let mut suite = BytesStart::new("testsuite");
-        suite.push_attribute(("name", check));
-        suite.push_attribute(("tests", cases.len().to_string().as_str()));
+        suite.push_attribute(("name", name));
+        suite.push_attribute(("tests", tests.to_string().as_str()));
         suite.push_attribute(("failures", failures.to_string().as_str()));
+        suite.push_attribute(("errors", errors.to_string().as_str()));
+        suite.push_attribute(("skipped", "0"));
         suite.push_attribute(("time", format!("{time:.3}").as_str()));
         suite.push_attribute(("timestamp", self.started_at.to_rfc3339_opts(SecondsFormat::Secs, true).as_str()));
-        let _ = w.write_event(Event::Start(suite));
+        suite
+    }
+
+    /// One `<testsuite>`: the assertions of one check.
+    fn junit_suite(&self, w: &mut Writer<Vec<u8>>, check: &str, cases: &[&Assertion], instances: &[String]) {
+        let failures = cases.iter().filter(|a| !a.passed).count();
+        let time: f64 = cases.iter().map(|a| a.duration.as_secs_f64()).sum();
+        let _ = w.write_event(Event::Start(self.junit_suite_start(check, cases.len(), failures, 0, time)));
+        junit_instances(w, instances);
         let classname = format!("lockprobe.{}.{}", self.target, check.replace('/', "."));
-        for (i, a) in cases.iter().enumerate() {
-            junit_case(w, i + 1, a, &classname);
+        // The same check repeated on one instance (one write per seeded item) would share
+        // a name; the repeats are told apart by their ordinal among that name alone, so
+        // adding or removing an assertion elsewhere renames nothing.
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for a in cases {
+            let (class, name) = junit_names(a, &classname, instances);
+            let repeat = seen.iter().filter(|(c, n)| *c == class && *n == name).count();
+            let shown = if repeat == 0 { name.clone() } else { format!("{name} #{}", repeat + 1) };
+            junit_case(w, a, &class, &shown);
+            seen.push((class, name));
         }
         let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
     }
 
     /// The `cycle-error` suite: why the cycle could not complete.
-    fn junit_error(&self, w: &mut Writer<Vec<u8>>, err: &str) {
-        let mut suite = BytesStart::new("testsuite");
-        suite.push_attribute(("name", "cycle-error"));
-        suite.push_attribute(("tests", "1"));
-        suite.push_attribute(("errors", "1"));
-        let _ = w.write_event(Event::Start(suite));
+    fn junit_error(&self, w: &mut Writer<Vec<u8>>, err: &str, instances: &[String]) {
+        let _ = w.write_event(Event::Start(self.junit_suite_start("cycle-error", 1, 0, 1, 0.0)));
+        junit_instances(w, instances);
         let mut case = BytesStart::new("testcase");
-        case.push_attribute(("name", "cycle completed"));
+        case.push_attribute(("name", "cycle expects completed"));
         case.push_attribute(("classname", format!("lockprobe.{}", self.target).as_str()));
+        case.push_attribute(("time", "0.000"));
         let _ = w.write_event(Event::Start(case));
         let mut e = BytesStart::new("error");
         e.push_attribute(("message", err));
+        e.push_attribute(("type", "cycle-error"));
         let _ = w.write_event(Event::Empty(e));
         let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
         let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
     }
 }
 
-/// One `<testcase>`, the `n`th of its suite, with its `<failure>` if it failed.
-fn junit_case(w: &mut Writer<Vec<u8>>, n: usize, a: &Assertion, classname: &str) {
-    let name = match &a.instance {
-        Some(inst) => format!("{n:03} {} @ {inst}", a.name()),
-        None => format!("{n:03} {}", a.name()),
+/// The suite's `<properties>`: `instance.<N>` = the URL of instance N.
+fn junit_instances(w: &mut Writer<Vec<u8>>, instances: &[String]) {
+    if instances.is_empty() {
+        return;
+    }
+    let _ = w.write_event(Event::Start(BytesStart::new("properties")));
+    for (i, url) in instances.iter().enumerate() {
+        let mut p = BytesStart::new("property");
+        p.push_attribute(("name", format!("instance.{i}").as_str()));
+        p.push_attribute(("value", url.as_str()));
+        let _ = w.write_event(Event::Empty(p));
+    }
+    let _ = w.write_event(Event::End(BytesEnd::new("properties")));
+}
+
+/// The class and name of an assertion's test case: `<suite class>[.instance<N>]` and
+/// `phase/op expects <outcome>`.
+fn junit_names(a: &Assertion, classname: &str, instances: &[String]) -> (String, String) {
+    let same = |i: &String, url: &str| i.trim_end_matches('/') == url.trim_end_matches('/');
+    let class = match &a.instance {
+        Some(url) => match instances.iter().position(|i| same(i, url)) {
+            Some(index) => format!("{classname}.instance{index}"),
+            None => format!("{classname}.instance-unlisted"),
+        },
+        None => classname.to_owned(),
     };
+    (class, format!("{} expects {}", a.name(), a.expected))
+}
+
+/// One `<testcase>`, with its `<failure>` if it failed.
+fn junit_case(w: &mut Writer<Vec<u8>>, a: &Assertion, classname: &str, name: &str) {
     let mut case = BytesStart::new("testcase");
-    case.push_attribute(("name", name.as_str()));
+    case.push_attribute(("name", name));
     case.push_attribute(("classname", classname));
     case.push_attribute(("time", format!("{:.3}", a.duration.as_secs_f64()).as_str()));
     let _ = w.write_event(Event::Start(case));
@@ -336,7 +391,7 @@ mod tests {
             assertion("cycle", "write", "block", "allow"),
             assertion("negative/wrong-token", "renew", "409 token-mismatch", "409 token-mismatch"),
         ]);
-        let xml = r.to_junit();
+        let xml = r.to_junit(&["http://127.0.0.1:1".into()]);
         assert_eq!(xml.matches("<testcase ").count(), 3, "{xml}");
         assert_eq!(xml.matches("<testsuite ").count(), 2, "{xml}");
         assert!(xml.contains(r#"failures="1""#), "{xml}");

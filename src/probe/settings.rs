@@ -161,7 +161,8 @@ pub struct CycleWaits {
     pub escalation: Duration,
     /// The main walk's waits: priming the caches (at most [`PRIMING_LIMIT`]), then
     /// watching convergence for the wait before escalating, and at least the declared
-    /// delay + poll interval + the tolerance constant.
+    /// delay + poll interval + the tolerance constant, and its skew allowance (escalations
+    /// an instance with a slow clock still calls early are asked again).
     pub main_walk: Duration,
     /// The longest negative check, the lease lapse: its own wait before escalating, the
     /// short write lease + max(buffer, 200ms), and the skew-margin allowance.
@@ -180,7 +181,9 @@ impl CycleWaits {
         let escalation = escalation_wait(declared, buffer, replication_bound);
         Self {
             escalation,
-            main_walk: PRIMING_LIMIT + escalation.max(declared + poll_interval + CONVERGENCE_TOLERANCE_CONSTANT),
+            main_walk: PRIMING_LIMIT
+                + escalation.max(declared + poll_interval + CONVERGENCE_TOLERANCE_CONSTANT)
+                + SKEW_MARGIN_WAIT,
             lapse_check: escalation + lapse_wait(short_write, buffer) + SKEW_MARGIN_WAIT,
         }
     }

@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::observer::Observer;
 use super::report::CycleReport;
+use super::report::CycleResult;
 use super::scenario::Scenario;
-use super::settings::ProbeSettings;
+use super::settings::{Leases, ProbeSettings};
 use super::state::{StateError, StateFile};
 use super::target::{check_instance_url, TargetError};
 
@@ -32,12 +33,49 @@ pub struct ValidateOptions {
     pub api_key: String,
     /// Optional state file, so a killed run's locks are released by the next one.
     pub state_file: Option<PathBuf>,
+    /// The two locations the cycle swaps between (`--location`, twice).
+    pub locations: Vec<String>,
+    /// Lease lengths per phase (`--pre-lock-lease`, `--hard-delete-lease`,
+    /// `--write-lease`, `--short-write-lease`).
+    pub leases: Leases,
+    /// Timeout of one HTTP request (`--request-timeout`).
+    pub request_timeout: Duration,
+    /// The whole run ends by then (`--deadline`): the cycle is cancelled, its locks
+    /// released, and the report says the deadline ran out.
+    pub deadline: Option<Duration>,
     /// Also run the eager checks (`--eager`).
     pub eager: bool,
     /// Names the run's resources `<prefix>v<run_id>-<i>`; random when unset. The release
     /// gate sets it to look at the resources afterwards.
     pub run_id: Option<String>,
 }
+
+impl Default for ValidateOptions {
+    /// The flags' defaults, with no endpoint and no key.
+    fn default() -> Self {
+        Self {
+            endpoints: Vec::new(),
+            expect_convergence: None,
+            buffer: Duration::from_secs(1),
+            test_prefix: "probe-".into(),
+            api_key: String::new(),
+            state_file: None,
+            locations: vec!["westeurope".into(), "northeurope".into()],
+            leases: Leases::short_run(),
+            request_timeout: Duration::from_secs(10),
+            deadline: None,
+            eager: false,
+            run_id: None,
+        }
+    }
+}
+
+/// Characters the contract refuses in ids and location names (Cosmos DB forbids the
+/// first four in document ids).
+const FORBIDDEN_IN_NAMES: [char; 4] = ['/', '\\', '?', '#'];
+
+/// Longest location name the contract accepts, in bytes.
+const MAX_NAME_BYTES: usize = 255;
 
 /// Why `validate` could not run (as opposed to: ran and found failures).
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +114,53 @@ impl ValidateOptions {
         if self.api_key.is_empty() {
             return Err(ValidateError::Usage("LOCKPROBE_LOCK_API_KEY: the lock API key must be set".into()));
         }
+        self.check_locations()?;
+        self.check_durations()
+    }
+
+    fn check_locations(&self) -> Result<(), ValidateError> {
+        let usage = |m: String| Err(ValidateError::Usage(format!("--location: {m}")));
+        if self.locations.len() != 2 {
+            return usage(format!("give exactly two locations (got {})", self.locations.len()));
+        }
+        if self.locations[0] == self.locations[1] {
+            return usage(format!("the two locations must differ (both are {:?})", self.locations[0]));
+        }
+        for l in &self.locations {
+            if l.is_empty() || l.len() > MAX_NAME_BYTES {
+                return usage(format!("{l:?} must be 1 to {MAX_NAME_BYTES} bytes"));
+            }
+            if l.contains(FORBIDDEN_IN_NAMES) || l.chars().any(char::is_control) {
+                return usage(format!("{l:?} must not contain '/', '\\', '?', '#' or control characters"));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_durations(&self) -> Result<(), ValidateError> {
+        let l = &self.leases;
+        let mut positive = vec![
+            ("--pre-lock-lease", l.pre_lock),
+            ("--hard-delete-lease", l.hard_delete),
+            ("--write-lease", l.write),
+            ("--short-write-lease", l.short_write),
+            ("--request-timeout", self.request_timeout),
+        ];
+        positive.extend(self.deadline.map(|d| ("--deadline", d)));
+        for (flag, d) in positive {
+            if d.is_zero() {
+                return Err(ValidateError::Usage(format!("{flag}: must be longer than zero")));
+            }
+        }
+        // The lease-lapse check waits for the short write lease to lapse while the
+        // regular one must outlast the copy: the same length or longer would test nothing.
+        if l.short_write >= l.write {
+            return Err(ValidateError::Usage(format!(
+                "--short-write-lease: {} must be shorter than --write-lease ({})",
+                humantime::format_duration(l.short_write),
+                humantime::format_duration(l.write)
+            )));
+        }
         Ok(())
     }
 
@@ -85,6 +170,9 @@ impl ValidateOptions {
             expected_convergence: self.expect_convergence,
             buffer: self.buffer,
             eager: self.eager,
+            locations: [self.locations[0].clone(), self.locations[1].clone()],
+            leases: self.leases.clone(),
+            request_timeout: self.request_timeout,
             ..ProbeSettings::short_run(VALIDATE_TARGET, self.endpoints.clone(), self.api_key.clone(), &self.test_prefix)
         }
     }
@@ -92,12 +180,14 @@ impl ValidateOptions {
 
 /// Runs the validation and returns its report (`result` tells pass or fail). `cancel`
 /// (SIGINT, SIGTERM) stops the cycle early; its locks are released on the way out and the
-/// report says the cycle was cancelled.
+/// report says the cycle was cancelled. So does the end of `--deadline`, counted from
+/// here; the report then says the deadline ran out, with every assertion made so far.
 pub async fn run(
     opts: &ValidateOptions,
     observer: Arc<dyn Observer>,
     cancel: CancellationToken,
 ) -> Result<CycleReport, ValidateError> {
+    let started = tokio::time::Instant::now();
     opts.check()?;
     let state = Arc::new(match &opts.state_file {
         Some(p) => StateFile::open(p)?,
@@ -110,7 +200,32 @@ pub async fn run(
     }
     // Fresh resources per run, so concurrent or repeated runs never meet each other's locks.
     let run_id = opts.run_id.clone().unwrap_or_else(|| hex::encode(rand::random::<[u8; 4]>()));
-    Ok(scenario.run_cycle(&opts.resources(&run_id), cancel).await)
+    let resources = opts.resources(&run_id);
+    let stop = cancel.child_token();
+    let deadline_passed = CancellationToken::new();
+    if let Some(deadline) = opts.deadline {
+        let (stop, passed) = (stop.clone(), deadline_passed.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep_until(started + deadline) => {
+                    passed.cancel();
+                    stop.cancel();
+                }
+            }
+        });
+    }
+    let mut report = scenario.run_cycle(&resources, stop.clone()).await;
+    stop.cancel(); // ends the deadline's timer
+    if deadline_passed.is_cancelled() {
+        let deadline = opts.deadline.unwrap_or_default();
+        report.error = Some(format!(
+            "--deadline {} ran out before the cycle completed; its locks were released",
+            humantime::format_duration(deadline)
+        ));
+        report.result = CycleResult::Error;
+    }
+    Ok(report)
 }
 
 impl ValidateOptions {
@@ -122,12 +237,17 @@ impl ValidateOptions {
 }
 
 /// Writes the JUnit XML and JSON reports where asked.
-pub fn write_reports(report: &CycleReport, junit: Option<&Path>, json: Option<&Path>) -> Result<(), ValidateError> {
+pub fn write_reports(
+    report: &CycleReport,
+    instances: &[String],
+    junit: Option<&Path>,
+    json: Option<&Path>,
+) -> Result<(), ValidateError> {
     let write = |path: &Path, text: String| {
         std::fs::write(path, text).map_err(|source| ValidateError::Write { path: path.to_path_buf(), source })
     };
     if let Some(p) = junit {
-        write(p, report.to_junit())?;
+        write(p, report.to_junit(instances))?;
     }
     if let Some(p) = json {
         let text = serde_json::to_string_pretty(&report.to_json()).unwrap_or_default();

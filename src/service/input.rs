@@ -17,6 +17,12 @@ pub const MAX_ID_BYTES: usize = 255;
 /// The same bound as every flag and config duration.
 pub const MAX_DURATION_SECS: f64 = crate::usage::MAX_DURATION.as_secs_f64();
 
+/// The shortest lease accepted, in seconds: one millisecond. Leases are kept to the
+/// nanosecond, but a positive number below a nanosecond would become a zero lease, and
+/// nothing shorter than a millisecond is a lease anyone means; the OpenAPI description
+/// states this minimum, so a client can know it.
+pub const MIN_DURATION_SECS: f64 = 0.001;
+
 /// A JSON body whose rejections become problem+json (400, or 413 when too large).
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
@@ -95,8 +101,10 @@ pub fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
 
 /// Converts `durationSeconds` into a duration: positive, finite, at most ten years.
 pub fn duration(field: &str, seconds: f64) -> Result<Duration, ApiError> {
-    if !seconds.is_finite() || seconds <= 0.0 {
-        return Err(ApiError::bad_request(format!("{field} must be a positive number of seconds")));
+    if !seconds.is_finite() || seconds < MIN_DURATION_SECS {
+        return Err(ApiError::bad_request(format!(
+            "{field} must be a number of seconds, at least {MIN_DURATION_SECS}"
+        )));
     }
     if seconds > MAX_DURATION_SECS {
         return Err(ApiError::bad_request(format!("{field} {seconds} is absurd; at most {MAX_DURATION_SECS} seconds")));
@@ -160,6 +168,17 @@ mod tests {
         assert_eq!(duration("d", 1.5).unwrap(), Duration::from_millis(1500));
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e12] {
             assert!(duration("d", bad).is_err(), "{bad}");
+        }
+        assert_eq!(duration("d", MIN_DURATION_SECS).unwrap(), Duration::from_millis(1));
+    }
+
+    /// Found by schemathesis: 5e-324 is positive, passed this check, became a zero
+    /// lease and was refused deeper down with a message the description did not predict.
+    #[test]
+    fn sub_millisecond_durations_are_refused_here_naming_the_minimum() {
+        for tiny in [5e-324, 1e-10, 0.000_999] {
+            let e = duration("durationSeconds", tiny).unwrap_err();
+            assert!(e.detail.contains("durationSeconds") && e.detail.contains("0.001"), "{tiny}: {}", e.detail);
         }
     }
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{lock, Abort, Item, Recorder, Scenario};
 use crate::probe::report::Assertion;
-use crate::probe::settings::escalation_wait;
+use crate::probe::settings::{escalation_wait, SKEW_MARGIN_WAIT};
 use crate::probe::state::PreLockIntent;
 use crate::probe::target::{CallKey, Reply, TargetError};
 use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
@@ -31,6 +31,10 @@ pub(super) struct Check<'a> {
     lock_calls: AtomicUsize,
     /// The last lock view this check was given (its timestamps).
     pub(super) last_view: Mutex<Option<LockTimes>>,
+    /// What is left of the time this check may spend waiting out clocks that differ
+    /// within a service's skew margin ([`SKEW_MARGIN_WAIT`] in all, so the worst-case
+    /// cycle stays what `check-config` computes).
+    skew_allowance: Mutex<Duration>,
     /// When the answer of the last granted pre-lock arrived (monotonic and wall clock).
     pub(super) pre_lock_answered: Mutex<Option<(Instant, DateTime<Utc>)>>,
 }
@@ -235,7 +239,16 @@ impl<'a> Check<'a> {
             lock_calls: AtomicUsize::new(0),
             last_view: Mutex::new(None),
             pre_lock_answered: Mutex::new(None),
+            skew_allowance: Mutex::new(SKEW_MARGIN_WAIT),
         }
+    }
+
+    /// Takes up to `want` of this check's skew allowance; zero once it is spent.
+    pub(super) fn take_skew_allowance(&self, want: Duration) -> Duration {
+        let mut left = lock(&self.skew_allowance);
+        let take = want.min(*left);
+        *left -= take;
+        take
     }
 
     /// Starts this check's lock calls on instance `first` (checks start on different
@@ -360,7 +373,18 @@ impl<'a> Check<'a> {
         let token = self.token();
         let at = self.lock_instance();
         let send = |k| c.escalate(at, &self.resource, &token, phase.as_str(), lease, k);
-        let (out, midpoint) = self.timed(c.until_known(&CallKey::fresh(), send)).await;
+        let (mut out, mut midpoint) = self.timed(c.until_known(&CallKey::fresh(), send)).await;
+        // The probe waited until effectiveAt by its own clock; an instance whose clock is
+        // behind (within the service's skew margin) still calls that too early, which is
+        // safe and honest. Ask again, as an orchestrator would, within the allowance.
+        while matches!(&out, Ok(r) if r.outcome() == Outcome::invalid_transition()) {
+            let wait = self.take_skew_allowance(self.sc.settings.poll_interval.max(Duration::from_millis(50)));
+            if wait.is_zero() {
+                break;
+            }
+            tokio::time::sleep(wait).await;
+            (out, midpoint) = self.timed(c.until_known(&CallKey::fresh(), send)).await;
+        }
         let reply = self.expect(phase, Op::Escalate, Outcome::ok()).on(at).must_lock_op(async { out }).await?;
         self.check_lock_view(phase, &reply);
         Ok(Timed { reply, midpoint })

@@ -212,8 +212,9 @@ impl Check<'_> {
     /// its skew margin beyond that, until the lease has ended by every clock it allows
     /// for (contract 1.1), and says for how long in `Retry-After`. This peeks with a
     /// write of a throwaway value (the asserted write overwrites it): a `423` whose
-    /// `Retry-After` is short is waited out once (at most [`SKEW_MARGIN_WAIT`]); a lock
-    /// that does not lapse still fails the assertion that follows.
+    /// `Retry-After` is short is waited out once (at most [`SKEW_MARGIN_WAIT`], from the
+    /// check's skew allowance); a lock that does not lapse still fails the assertion that
+    /// follows.
     async fn after_any_skew_margin(&self, instance: usize, key: &str) {
         let c = &self.sc.client;
         let probe_value = serde_json::json!({"probe": self.target(), "peek": true});
@@ -223,9 +224,10 @@ impl Check<'_> {
         }
         let wait = r.retry_after.as_deref().and_then(|s| s.trim().parse().ok()).map(Duration::from_secs);
         if let Some(wait) = wait.filter(|w| *w <= SKEW_MARGIN_WAIT) {
+            let wait = self.take_skew_allowance(wait);
             self.step(&format!(
-                "the lease is still enforced within the service's skew margin; waiting {}s",
-                wait.as_secs()
+                "the lease is still enforced within the service's skew margin; waiting {:.1}s",
+                wait.as_secs_f64()
             ));
             tokio::time::sleep(wait).await;
         }

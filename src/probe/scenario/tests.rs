@@ -91,11 +91,11 @@ fn the_worst_case_cycle_adds_the_main_walk_and_the_lapse_check() {
     // Declared 1.5s, buffer 500ms: 2s before escalating.
     let w = CycleWaits::new(s(1.5), s(0.5), s(0.5), s(0.2), s(1.0));
     assert_eq!(w.escalation, s(2.0));
-    assert_eq!(w.main_walk, s(3.0 + 2.0));
+    assert_eq!(w.main_walk, s(3.0 + 2.0 + 5.0));
     assert_eq!(w.lapse_check, s(2.0 + 1.0 + 0.5 + 5.0));
-    assert_eq!(w.total(), s(13.5));
+    assert_eq!(w.total(), s(18.5));
     // A replication bound above declared + buffer is what the probe waits.
     assert_eq!(CycleWaits::new(s(1.0), s(0.0), s(4.0), s(0.2), s(1.0)).escalation, s(4.0));
     // A slow poll makes the convergence watch outlast the wait.
-    assert_eq!(CycleWaits::new(s(1.0), s(0.0), s(0.0), s(2.0), s(1.0)).main_walk, s(3.0 + 3.1));
+    assert_eq!(CycleWaits::new(s(1.0), s(0.0), s(0.0), s(2.0), s(1.0)).main_walk, s(3.0 + 3.1 + 5.0));
 }
