@@ -497,20 +497,21 @@ short_write = "30s"
     #[test]
     fn a_timeout_below_the_worst_case_cycle_is_refused_with_the_arithmetic() {
         // A 2s wait before escalating (1s + 500ms + 500ms): the main walk primes (3s at
-        // most) and waits it, the lapse check waits it again, then its short lease, the
-        // buffer and the skew-margin allowance: 3s + 2s + (2s + 1s + 500ms + 5s) = 13.5s.
+        // most), waits it and has its skew allowance, the lapse check waits it again, then
+        // its short lease, the buffer and its skew allowance:
+        // (3s + 2s + 5s) + (2s + 1s + 500ms + 5s) = 18.5s.
         let small = GOOD
             .replace("cache_ttl = \"1h\"", "cache_ttl = \"1s\"")
             .replace("replication_bound = \"5m\"", "replication_bound = \"500ms\"")
             .replace("buffer = \"10m\"", "buffer = \"500ms\"")
             .replace("short_write = \"30s\"", "short_write = \"1s\"");
-        for timeout in ["3s", "10s", "13s 500ms"] {
+        for timeout in ["3s", "10s", "18s 500ms"] {
             let e = err_of(&small.replace("timeout = \"60h\"", &format!("timeout = \"{timeout}\"")));
             assert!(e.starts_with("targets[0].timeout:"), "{e}");
-            assert!(e.contains("worst-case cycle of 13s 500ms"), "{e}");
-            assert!(e.contains("main walk 5s") && e.contains("write-lease-lapse check 8s 500ms"), "{e}");
+            assert!(e.contains("worst-case cycle of 18s 500ms"), "{e}");
+            assert!(e.contains("main walk 10s") && e.contains("write-lease-lapse check 8s 500ms"), "{e}");
         }
-        small.replace("timeout = \"60h\"", "timeout = \"14s\"").parse::<Config>().unwrap();
+        small.replace("timeout = \"60h\"", "timeout = \"19s\"").parse::<Config>().unwrap();
     }
 
     #[test]
