@@ -231,7 +231,7 @@ fn core_kinds_pass_kubernetes_validate() {
 
     // Canaries (after the real check, since they are made from the rendered objects): an
     // unknown field and a wrongly typed one, each in an otherwise valid object.
-    let mut unknown = find(&objects, "Deployment", "lockprobe").clone();
+    let mut unknown = find(&objects, "StatefulSet", "lockprobe").clone();
     unknown["spec"]["template"]["spec"]["containers"][0]["imagee"] = "lockprobe:dev".into();
     let mut mistyped = find(&objects, "Service", "lockprobe").clone();
     mistyped["spec"]["ports"][0]["port"] = "ninety-four-sixty-four".into();
@@ -346,12 +346,18 @@ fn kubernetes_objects_agree_with_each_other_and_the_config() {
     let config = config();
     let port = listen_port(&config);
 
-    // The Deployment runs `serve` on the ConfigMap, non-root, read-only, with probes.
-    let deployment = find(&objects, "Deployment", "lockprobe");
+    // The StatefulSet runs `serve` on the ConfigMap, non-root, read-only, with probes, in
+    // two replicas of one config (they share the pool through claims), each with its own
+    // state volume.
+    let deployment = find(&objects, "StatefulSet", "lockprobe");
     let pod = &deployment["spec"]["template"]["spec"];
     let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
-    assert_eq!(deployment["spec"]["replicas"], 1, "two replicas with one config fail each other (issue 12)");
-    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(deployment["spec"]["replicas"], 2, "redundancy: two replicas of one config");
+    let per_replica = config["targets"].as_array().unwrap().iter().all(|t| {
+        let (pool, concurrency) = (t["pool_size"].as_integer().unwrap(), t["concurrency"].as_integer().unwrap());
+        pool >= 7 * concurrency * 2
+    });
+    assert!(per_replica, "each target's pool has room for both replicas' concurrent cycles");
     let container = &pod["containers"][0];
     assert_eq!(container["args"], serde_json::json!(["serve", "--config", CONFIG_PATH]));
     assert_eq!(container["ports"][0]["name"], "http");
@@ -383,8 +389,14 @@ fn kubernetes_objects_agree_with_each_other_and_the_config() {
     let config_map = find(&objects, "ConfigMap", str_of(&mount("/etc/lockprobe")["configMap"]["name"]));
     assert_eq!(str_of(&config_map["data"]["lockprobe.toml"]), read(root().join("deploy/kubernetes/lockprobe.toml")));
     let state_file = Path::new(config["state_file"].as_str().unwrap());
-    let claim = str_of(&mount(state_file.parent().unwrap().to_str().unwrap())["persistentVolumeClaim"]["claimName"]);
-    find(&objects, "PersistentVolumeClaim", claim);
+    let state_dir = state_file.parent().unwrap().to_str().unwrap();
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    let state_mount = mounts.iter().find(|m| m["mountPath"] == state_dir).expect("the state directory is mounted");
+    let templates = deployment["spec"]["volumeClaimTemplates"].as_array().expect("volumeClaimTemplates");
+    assert!(
+        templates.iter().any(|t| t["metadata"]["name"] == state_mount["name"]),
+        "the state directory is each replica's own claim"
+    );
 
     // Keys: the Secret the pod reads holds every variable the config names.
     let secret = objects_of(&root().join("deploy/kubernetes/secret.example.yaml")).remove(0);

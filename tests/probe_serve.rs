@@ -124,3 +124,65 @@ async fn enforcement_violations_reach_metrics_and_status() {
     // The server has stopped with the run; its state is what the status API served.
     assert!(reqwest::get(format!("{base}/healthz")).await.is_err());
 }
+
+/// Starts one `serve` replica of the shared configuration (its own state file, as a
+/// second pod would have); returns its parts and its task.
+async fn replica(
+    svc: &TestService,
+    stop_after: Option<usize>,
+) -> (Probe, tokio::task::JoinHandle<RunSummary>, CancellationToken) {
+    let probe = Probe::new().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (p, stop) = (probe.clone(), CancellationToken::new());
+    let targets = vec![target(svc, 2)];
+    let shutdown = stop.clone();
+    let task = tokio::spawn(async move {
+        p.run(targets, Arc::new(StateFile::in_memory()), Arc::new(TracingObserver), listener, stop_after, shutdown)
+            .await
+            .unwrap()
+    });
+    (probe, task, stop)
+}
+
+fn claims(probe: &Probe, outcome: &str) -> u64 {
+    let needle = format!("lockprobe_probe_claims_total{{outcome=\"{outcome}\",target=\"serve-test\"}} ");
+    let text = probe.metrics.render();
+    let line = text.lines().find(|l| l.starts_with(&needle)).unwrap_or_else(|| panic!("no {needle} in\n{text}"));
+    line[needle.len()..].trim().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_with_one_config_share_the_pool_and_the_survivor_carries_on() {
+    let svc = start_service(vec![], Duration::from_secs(1), Duration::from_millis(500)).await;
+    // Two replicas, the same target and pool (two groups of resources), each allowed two
+    // cycles at once, firing every second: they always want more than there is.
+    let (a, a_task, _a_stop) = replica(&svc, None).await;
+    let (b, b_task, b_stop) = replica(&svc, None).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while a.status.cycles("serve-test").len() < 3 || b.status.cycles("serve-test").len() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "both replicas should run 3 cycles");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (name, replica) in [("a", &a), ("b", &b)] {
+        let cycles = replica.status.cycles("serve-test");
+        let bad: Vec<_> = cycles.iter().filter(|c| c.result != CycleResult::Passed).collect();
+        assert!(bad.is_empty(), "replica {name}: a cycle failed because of the other: {bad:#?}");
+        assert!(claims(replica, "held") >= cycles.len() as u64, "replica {name} claimed every cycle's resources");
+    }
+    assert!(claims(&a, "busy") + claims(&b, "busy") >= 1, "the replicas met and stepped aside");
+
+    // Kill replica a without any cleanup (its claim and its locks stay until their leases
+    // end); b keeps probing the target on the other group, and passes.
+    a_task.abort();
+    let _ = a_task.await;
+    let before = b.status.cycles("serve-test").len();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while b.status.cycles("serve-test").len() < before + 2 {
+        assert!(tokio::time::Instant::now() < deadline, "the surviving replica should carry on");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let cycles = b.status.cycles("serve-test");
+    assert!(cycles.iter().all(|c| c.result == CycleResult::Passed), "{cycles:#?}");
+    b_stop.cancel();
+    tokio::time::timeout(Duration::from_secs(60), b_task).await.expect("b stops").unwrap();
+}

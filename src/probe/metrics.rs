@@ -102,6 +102,7 @@ pub struct Metrics {
     registry: Registry,
     runs: IntCounterVec,
     missed: IntCounterVec,
+    claims: IntCounterVec,
     duration: HistogramVec,
     assertions: IntCounterVec,
     violations: IntCounterVec,
@@ -133,6 +134,12 @@ impl Metrics {
                 "lockprobe_probe_missed_schedules_total",
                 "Scheduled cycles that did not start (concurrency limit, empty pool or late wake-up).",
                 &["target"],
+            )?,
+            claims: counter(
+                &r,
+                "lockprobe_probe_claims_total",
+                "Claims on a group of test resources before a cycle: held (this replica runs it), busy (another replica of the same configuration holds it) or unavailable (the cycle ran unclaimed).",
+                &["target", "outcome"],
             )?,
             duration: histogram(&r, "lockprobe_probe_duration_seconds", "Wall time of a probe cycle.", CYCLE_BUCKETS, &["target"])?,
             assertions: counter(
@@ -203,6 +210,9 @@ impl Metrics {
             self.runs.with_label_values(&[target, result]);
         }
         self.missed.with_label_values(&[target]);
+        for outcome in ["held", "busy", "unavailable"] {
+            self.claims.with_label_values(&[target, outcome]);
+        }
         self.convergence_violations.with_label_values(&[target]);
         if let Some(e) = expected_convergence {
             self.expected.with_label_values(&[target]).set(e);
@@ -212,6 +222,11 @@ impl Metrics {
     /// Counts a scheduled cycle that did not start.
     pub fn record_missed(&self, target: &str, n: u64) {
         self.missed.with_label_values(&[target]).inc_by(n);
+    }
+
+    /// Counts a claim on a group of test resources (`held`, `busy` or `unavailable`).
+    pub fn record_claim(&self, target: &str, outcome: &str) {
+        self.claims.with_label_values(&[target, outcome]).inc();
     }
 
     /// Records everything one cycle found.

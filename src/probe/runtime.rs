@@ -13,7 +13,7 @@ use super::metrics::Metrics;
 use super::observer::Observer;
 use super::report::{CycleReport, CycleResult};
 use super::scenario::Scenario;
-use super::scheduler::{run_target, CycleRunner, CycleSink, TargetSchedule, WallClock};
+use super::scheduler::{run_target, Claim, CycleRunner, CycleSink, TargetSchedule, WallClock};
 use super::server::{self, AppState};
 use super::settings::ProbeSettings;
 use super::state::StateFile;
@@ -66,6 +66,15 @@ impl CycleSink for Sink {
     fn missed(&self, target: &str, n: u64) {
         self.metrics.record_missed(target, n);
         self.status.add_missed(target, n);
+    }
+
+    fn claimed(&self, target: &str, claim: &Claim) {
+        let outcome = match claim {
+            Claim::Held { .. } => "held",
+            Claim::Busy => "busy",
+            Claim::Unavailable => "unavailable",
+        };
+        self.metrics.record_claim(target, outcome);
     }
 }
 

@@ -19,8 +19,9 @@ use negative::Negative;
 
 use super::observer::Observer;
 use super::report::{Assertion, CycleReport, CycleResult, InstanceConvergence};
+use super::scheduler::Claim;
 use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
-use super::state::{HeldLock, StateFile};
+use super::state::{HeldLock, PreLockIntent, StateFile};
 use super::target::{CallKey, TargetClient, TargetError};
 use super::vocabulary::Phase;
 
@@ -143,6 +144,72 @@ impl Scenario {
             }
         }
         cleared
+    }
+
+    /// Claims a group of pool resources for one cycle, against other replicas of this
+    /// probe running the same configuration: a pre-lock on the group's claim resource
+    /// (`<first resource>-claim`), journaled like any pre-lock so a replica killed while
+    /// holding it releases it on restart. `423` means another replica holds the group.
+    pub async fn claim_group(&self, group: &[String], lease: Duration) -> Claim {
+        let Some(first) = group.first() else { return Claim::Unavailable };
+        let resource = format!("{first}-claim");
+        let s = &self.settings;
+        let key = CallKey::fresh();
+        let intent = PreLockIntent {
+            key: key.as_str().to_owned(),
+            owner: s.owner.clone(),
+            duration_seconds: lease.as_secs_f64(),
+            target_location: None,
+        };
+        if let Err(e) = self.state.record_intent(&s.name, &resource, Some(intent)) {
+            tracing::warn!(error = %e, "cannot record claim intent in state file");
+        }
+        let c = &self.client;
+        let send = |k| c.pre_lock(0, &resource, &s.owner, lease, None, k);
+        match c.until_known(&key, send).await {
+            Ok(r) if (200..300).contains(&r.status) => match r.str_field("token") {
+                Some(token) => {
+                    if let Err(e) = self.state.record_token(&s.name, &resource, token) {
+                        tracing::warn!(error = %e, "cannot record claim token in state file");
+                    }
+                    Claim::Held { resource, token: token.to_owned() }
+                }
+                None => {
+                    let _ = self.state.forget(&s.name, &resource);
+                    Claim::Unavailable
+                }
+            },
+            Ok(r) if r.status == 423 => {
+                let _ = self.state.forget(&s.name, &resource);
+                Claim::Busy
+            }
+            Ok(r) => {
+                tracing::warn!(target_name = %s.name, %resource, status = r.status, "could not claim test resources; running the cycle anyway");
+                if (400..500).contains(&r.status) {
+                    let _ = self.state.forget(&s.name, &resource);
+                }
+                Claim::Unavailable
+            }
+            Err(e) => {
+                tracing::warn!(target_name = %s.name, %resource, error = %e, "could not claim test resources; running the cycle anyway");
+                Claim::Unavailable
+            }
+        }
+    }
+
+    /// Gives back a claim taken by [`Scenario::claim_group`].
+    pub async fn release_claim(&self, claim: Claim) {
+        let Claim::Held { resource, token } = claim else { return };
+        let c = &self.client;
+        let send = |k| c.release(0, &resource, &token, k);
+        match c.until_known(&CallKey::fresh(), send).await {
+            Ok(r) if matches!(r.status, 204 | 409 | 410) => {
+                let _ = self.state.forget(&self.settings.name, &resource);
+            }
+            // Kept in the state file: the next start (or the lease) ends it.
+            Ok(r) => tracing::warn!(%resource, status = r.status, "could not release the claim on test resources"),
+            Err(e) => tracing::warn!(%resource, error = %e, "could not release the claim on test resources"),
+        }
     }
 
     /// The token of a pre-lock whose answer never arrived (the probe was cancelled or

@@ -1,6 +1,13 @@
 //! Cron scheduling of probe cycles per target: jitter, a per-target concurrency limit,
 //! overlapping cycles on distinct pool resources, and counting of missed schedules.
 //!
+//! Replicas of `serve` with the same configuration share a target's pool without
+//! meeting each other: the pool is cut into fixed groups of [`RESOURCES_PER_CYCLE`], and
+//! a cycle first claims its group with a lock through the target's own contract
+//! ([`CycleRunner::claim`]). A group another replica has claimed is skipped for the next
+//! one; that is sharing the work, not a failure. The probe stays a black-box client: the
+//! replicas never talk to each other or to the routing store.
+//!
 //! Time is read through [`WallClock`], which maps tokio's clock onto wall time, so the
 //! scheduler is tested on a paused tokio clock without sleeping.
 
@@ -19,17 +26,51 @@ use tracing::Instrument;
 use super::report::CycleReport;
 use super::settings::RESOURCES_PER_CYCLE;
 
+/// What claiming a group of resources for one cycle gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This replica holds the group until it gives the claim back.
+    Held {
+        /// The lock's resource.
+        resource: String,
+        /// Its token.
+        token: String,
+    },
+    /// Another replica holds it: try another group.
+    Busy,
+    /// The claim could not be asked for (the target is down): the cycle runs anyway and
+    /// reports what it finds, rather than hiding an outage behind a skipped cycle.
+    Unavailable,
+}
+
 /// Runs one cycle on the given resources (implemented by [`super::scenario::Scenario`]).
 #[async_trait]
 pub trait CycleRunner: Send + Sync + 'static {
     /// Runs a cycle; must stop and release its locks when `cancel` fires.
     async fn run(&self, resources: Vec<String>, cancel: CancellationToken) -> CycleReport;
+
+    /// Claims `group` for one cycle of at most `lease` against other replicas probing
+    /// the same target. Without replicas to share with, nothing needs claiming.
+    async fn claim(&self, _group: &[String], _lease: Duration) -> Claim {
+        Claim::Unavailable
+    }
+
+    /// Gives a claim back.
+    async fn unclaim(&self, _claim: Claim) {}
 }
 
 #[async_trait]
 impl CycleRunner for super::scenario::Scenario {
     async fn run(&self, resources: Vec<String>, cancel: CancellationToken) -> CycleReport {
         self.run_cycle(&resources, cancel).await
+    }
+
+    async fn claim(&self, group: &[String], lease: Duration) -> Claim {
+        self.claim_group(group, lease).await
+    }
+
+    async fn unclaim(&self, claim: Claim) {
+        self.release_claim(claim).await
     }
 }
 
@@ -39,6 +80,8 @@ pub trait CycleSink: Send + Sync + 'static {
     fn cycle(&self, report: &CycleReport);
     /// `n` scheduled cycles of `target` did not start.
     fn missed(&self, target: &str, n: u64);
+    /// A claim on a group of `target`'s pool gave `claim` (held, busy or unavailable).
+    fn claimed(&self, _target: &str, _claim: &Claim) {}
 }
 
 /// Wall time derived from tokio's clock: `base_wall` at `base`, advancing with tokio time.
@@ -88,19 +131,54 @@ pub struct TargetSchedule {
     pub pool: Vec<String>,
 }
 
-/// The pool of test resources; cycles take distinct ones, least recently used first.
+/// The pool of test resources in fixed groups of [`RESOURCES_PER_CYCLE`], least recently
+/// used first. Groups are fixed so that replicas with the same pool agree on them (and
+/// on the resource that claims each).
 #[derive(Debug)]
-struct Pool(Mutex<VecDeque<String>>);
+struct Pool(Mutex<VecDeque<Vec<String>>>);
 
 impl Pool {
-    fn take(&self, n: usize) -> Option<Vec<String>> {
-        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        (free.len() >= n).then(|| free.drain(..n).collect())
+    fn new(resources: &[String]) -> Self {
+        Self(Mutex::new(resources.chunks_exact(RESOURCES_PER_CYCLE).map(<[String]>::to_vec).collect()))
     }
 
-    fn give_back(&self, resources: Vec<String>) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).extend(resources);
+    fn take(&self) -> Option<Vec<String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
     }
+
+    fn free(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    fn give_back(&self, group: Vec<String>) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push_back(group);
+    }
+}
+
+/// How long a claim outlives its cycle's timeout: time to release the cycle's locks.
+const CLAIM_SLACK: Duration = Duration::from_secs(60);
+
+/// A free group this replica could claim, with its claim; `None` when every free group
+/// is held by another replica (each group is tried once, in pool order).
+async fn claim_a_group(
+    pool: &Pool,
+    runner: &dyn CycleRunner,
+    sink: &dyn CycleSink,
+    target: &str,
+    lease: Duration,
+) -> Option<(Vec<String>, Claim)> {
+    for _ in 0..pool.free() {
+        let group = pool.take()?;
+        let claim = runner.claim(&group, lease).await;
+        sink.claimed(target, &claim);
+        if claim == Claim::Busy {
+            tracing::info!(target_name = %target, resource = %group[0], "test resources held by another replica, trying the next ones");
+            pool.give_back(group);
+            continue;
+        }
+        return Some((group, claim));
+    }
+    None
 }
 
 /// Runs `target`'s schedule until `cancel` fires, then waits for running cycles (which are
@@ -112,7 +190,7 @@ pub async fn run_target(
     clock: WallClock,
     cancel: CancellationToken,
 ) {
-    let pool = Arc::new(Pool(Mutex::new(target.pool.iter().cloned().collect())));
+    let pool = Arc::new(Pool::new(&target.pool));
     let slots = Arc::new(Semaphore::new(target.concurrency));
     let mut running = JoinSet::new();
     let mut after = clock.now();
@@ -150,18 +228,28 @@ pub async fn run_target(
             sink.missed(&target.name, 1);
             continue;
         };
-        let Some(resources) = pool.take(RESOURCES_PER_CYCLE) else {
+        if pool.free() == 0 {
             tracing::warn!(target_name = %target.name, "no free test resources, schedule missed");
             sink.missed(&target.name, 1);
             continue;
-        };
+        }
         let (runner, sink, pool) = (runner.clone(), sink.clone(), pool.clone());
         let cycle_cancel = cancel.child_token();
         let timeout = target.timeout;
-        let span = tracing::info_span!("probe", target = %target.name, resource = %resources[0]);
+        let name = target.name.clone();
+        let span = tracing::info_span!("probe", target = %target.name);
         running.spawn(
             async move {
-                tracing::info!("cycle starting");
+                let Some((resources, claim)) =
+                    claim_a_group(&pool, runner.as_ref(), sink.as_ref(), &name, timeout + CLAIM_SLACK).await
+                else {
+                    tracing::info!(
+                        "every free group of test resources is held by another replica; this firing is theirs"
+                    );
+                    drop(permit);
+                    return;
+                };
+                tracing::info!(resource = %resources[0], "cycle starting");
                 let timer_cancel = cycle_cancel.clone();
                 let timer = tokio::spawn(async move {
                     tokio::time::sleep(timeout).await;
@@ -171,6 +259,7 @@ pub async fn run_target(
                 timer.abort();
                 tracing::info!(result = report.result.as_str(), failed = report.failed_assertions(), "cycle finished");
                 sink.cycle(&report);
+                runner.unclaim(claim).await;
                 pool.give_back(resources);
                 drop(permit);
             }
@@ -203,6 +292,9 @@ mod tests {
         length: Duration,
         starts: Mutex<Vec<(DateTime<Utc>, Vec<String>)>>,
         cancelled: Mutex<usize>,
+        /// Groups (by first resource) another replica holds; `None`: claims unavailable.
+        busy: Option<Vec<String>>,
+        unclaimed: Mutex<Vec<Claim>>,
     }
 
     #[async_trait]
@@ -231,6 +323,18 @@ mod tests {
                 notes: Vec::new(),
             }
         }
+
+        async fn claim(&self, group: &[String], _lease: Duration) -> Claim {
+            match &self.busy {
+                None => Claim::Unavailable,
+                Some(busy) if busy.contains(&group[0]) => Claim::Busy,
+                Some(_) => Claim::Held { resource: format!("{}-claim", group[0]), token: "t".into() },
+            }
+        }
+
+        async fn unclaim(&self, claim: Claim) {
+            self.unclaimed.lock().unwrap().push(claim);
+        }
     }
 
     #[derive(Default)]
@@ -256,6 +360,19 @@ mod tests {
 
     /// Runs a schedule every 10 s from 00:00:03 for `for_secs` of paused tokio time.
     async fn run(length: u64, concurrency: usize, pool: usize, jitter: u64, timeout: u64, for_secs: u64) -> Run {
+        run_beside(None, length, concurrency, pool, jitter, timeout, for_secs).await
+    }
+
+    /// Like [`run`], beside other replicas holding the groups that start with `busy`.
+    async fn run_beside(
+        busy: Option<Vec<String>>,
+        length: u64,
+        concurrency: usize,
+        pool: usize,
+        jitter: u64,
+        timeout: u64,
+        for_secs: u64,
+    ) -> Run {
         let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 3).unwrap();
         let clock = WallClock::starting_at(base);
         let runner = Arc::new(FakeRunner {
@@ -263,6 +380,8 @@ mod tests {
             length: Duration::from_secs(length),
             starts: Mutex::new(vec![]),
             cancelled: Mutex::new(0),
+            busy,
+            unclaimed: Mutex::new(vec![]),
         });
         let sink = Arc::new(Sink::default());
         let target = TargetSchedule {
@@ -320,6 +439,37 @@ mod tests {
         let r = run(15, 2, RESOURCES_PER_CYCLE, 0, 60, 30).await;
         assert_eq!(offsets(&r), vec![7, 27]);
         assert_eq!(*r.sink.missed.lock().unwrap(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_another_replica_holds_is_skipped_for_the_next() {
+        let busy = vec!["probe-0001".to_owned()];
+        let r = run_beside(Some(busy), 1, 1, 14, 0, 60, 25).await;
+        let starts = r.runner.starts.lock().unwrap().clone();
+        assert_eq!(starts.len(), 2, "{starts:?}");
+        assert!(starts.iter().all(|(_, group)| group[0] == "probe-0008"), "{starts:?}");
+        let unclaimed = r.runner.unclaimed.lock().unwrap().clone();
+        assert_eq!(unclaimed.len(), 2, "every claim given back");
+        assert!(unclaimed.iter().all(|c| matches!(c, Claim::Held { resource, .. } if resource == "probe-0008-claim")));
+        assert_eq!(*r.sink.missed.lock().unwrap(), 0, "stepping aside is not a missed schedule");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn when_other_replicas_hold_every_group_the_firing_is_theirs() {
+        let busy = vec!["probe-0001".to_owned(), "probe-0008".to_owned()];
+        let r = run_beside(Some(busy), 1, 1, 14, 0, 60, 25).await;
+        assert!(r.runner.starts.lock().unwrap().is_empty());
+        assert_eq!(*r.sink.missed.lock().unwrap(), 0);
+    }
+
+    #[test]
+    fn the_pool_is_cut_into_fixed_groups_and_a_short_tail_is_not_used() {
+        let resources: Vec<String> = (1..=16).map(|i| format!("p{i}")).collect();
+        let pool = Pool::new(&resources);
+        assert_eq!(pool.free(), 2);
+        assert_eq!(pool.take().unwrap()[0], "p1");
+        assert_eq!(pool.take().unwrap()[0], "p8");
+        assert!(pool.take().is_none());
     }
 
     #[tokio::test(start_paused = true)]
