@@ -188,7 +188,7 @@ async fn the_command_serves_status_and_metrics_on_memory_and_stops_on_shutdown()
     let status: Value = http.get(format!("{base}{}", http::STATUS_PATH)).send().await.unwrap().json().await.unwrap();
     assert_eq!((status["inFlight"].as_u64(), status["orphanedLocks"].as_u64()), (Some(0), Some(0)), "{status}");
     let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("lockprobe_monitor_orphaned_locks 0"), "{metrics}");
+    assert!(metrics.contains("lockprobe_monitor_orphaned_locks{source=\"fleet\"} 0"), "{metrics}");
 
     shutdown.cancel();
     tokio::time::timeout(10 * S, task).await.expect("stops").unwrap().unwrap();

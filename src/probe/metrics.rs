@@ -20,15 +20,8 @@ use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_W
 #[error("metrics registration: {0}")]
 pub struct MetricsError(#[from] prometheus::Error);
 
-/// Buckets for lock phase durations: seconds-long test phases up to 48 h pre-locks, with
-/// the paper's 19 s production write-lock p99 as an edge.
-const PHASE_BUCKETS: &[f64] = &[
-    0.5, 1.0, 2.5, 5.0, 10.0, 19.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 21600.0, 43200.0,
-    86400.0, 172800.0, 259200.0,
-];
-/// Buckets for read-through latency: sub-millisecond to a few seconds.
-const READ_THROUGH_BUCKETS: &[f64] =
-    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+use crate::exposition::{PHASE_BUCKETS, READ_THROUGH_BUCKETS};
+
 /// Buckets for a whole probe cycle: seconds in tests, days in production.
 const CYCLE_BUCKETS: &[f64] = &[
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 172800.0,

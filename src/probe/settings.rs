@@ -57,7 +57,8 @@ pub struct ProbeSettings {
     pub poll_interval: Duration,
     /// Number of simultaneous pre-locks in the race check.
     pub concurrent_pre_locks: usize,
-    /// Owner string sent with every pre-lock.
+    /// Owner string sent with every pre-lock: `lockprobe/<target>`, the form the
+    /// convergence monitor recognises as the probe's (`monitor::PROBE_OWNER_PREFIX`).
     pub owner: String,
 }
 
@@ -92,7 +93,7 @@ impl ProbeSettings {
             request_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_millis(50),
             concurrent_pre_locks: 4,
-            owner: format!("lockprobe {name}"),
+            owner: format!("lockprobe/{name}"),
         }
     }
 }
