@@ -430,6 +430,9 @@ fn dashboard_has_its_variables_and_a_panel_for_each_signal() {
         "lockprobe_convergence_declared_seconds",
         "lockprobe_convergence_observed_seconds",
         "time() - max by (target) (lockprobe_last_success_timestamp_seconds",
+        // Judged by cycles: never NaN at a 6-hourly schedule, failures in a row.
+        r#"or max by (target) (lockprobe_probe_last_cycle_passed{target=~"$target"})"#,
+        r#"max by (target) (lockprobe_probe_consecutive_failures{target=~"$target"})"#,
     ] {
         assert!(has(needle), "no dashboard panel queries {needle}");
     }
@@ -452,6 +455,12 @@ async fn every_promql_expression_parses_in_a_real_prometheus() {
             "{}: severity label must be critical or warning, got {:?}",
             rule.name,
             rule.labels["severity"]
+        );
+        assert_eq!(
+            rule.annotations["runbook_url"].as_str(),
+            Some(format!("docs/runbook.md#{}", rule.name.to_lowercase()).as_str()),
+            "{}: runbook_url must point at its section of docs/runbook.md",
+            rule.name
         );
         for key in ["summary", "runbook"] {
             assert!(

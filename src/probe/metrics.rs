@@ -103,7 +103,12 @@ pub struct Metrics {
     observed: GaugeVec,
     last_success: GaugeVec,
     convergence_violations: CounterVec,
+    last_passed: GaugeVec,
+    consecutive_failures: GaugeVec,
+    unresolved: GaugeVec,
     windows: Mutex<Windows>,
+    /// Per target, the label sets of `unresolved` set to 1, to clear on a passing cycle.
+    unresolved_series: Mutex<HashMap<String, Vec<[String; 4]>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -169,8 +174,29 @@ impl Metrics {
                     &["target"],
                 )?,
             )?,
+            last_passed: gauge(
+                &r,
+                "lockprobe_probe_last_cycle_passed",
+                "1 when the target's last cycle passed, 0 when it failed or errored (absent before the first).",
+            )?,
+            consecutive_failures: gauge(
+                &r,
+                "lockprobe_probe_consecutive_failures",
+                "Cycles of the target that failed or errored since its last passed cycle.",
+            )?,
+            unresolved: register(
+                &r,
+                GaugeVec::new(
+                    Opts::new(
+                        "lockprobe_enforcement_violation_unresolved",
+                        "1 while an enforcement violation a cycle found has not been followed by a passed cycle of the target.",
+                    ),
+                    &["target", "phase", "op", "expected", "observed"],
+                )?,
+            )?,
             registry: r,
             windows: Mutex::new(Windows::default()),
+            unresolved_series: Mutex::new(HashMap::new()),
         })
     }
 
@@ -187,6 +213,7 @@ impl Metrics {
         }
         self.missed.with_label_values(&[target]);
         self.convergence_violations.with_label_values(&[target]);
+        self.consecutive_failures.with_label_values(&[target]);
         if let Some(e) = expected_convergence {
             self.expected.with_label_values(&[target]).set(e);
         }
@@ -240,6 +267,39 @@ impl Metrics {
         }
         if r.result == CycleResult::Passed {
             self.last_success.with_label_values(&[t]).set(r.finished_at.timestamp_millis() as f64 / 1000.0);
+        }
+        self.record_cycle_state(r);
+    }
+
+    /// The per-target state the alerts judge by cycles rather than by time windows
+    /// (a cycle may come every 10 s or every 6 h): the last result, the failures since
+    /// the last pass, and the violations no passed cycle has cleared yet.
+    fn record_cycle_state(&self, r: &CycleReport) {
+        let t = r.target.as_str();
+        let passed = r.result == CycleResult::Passed;
+        self.last_passed.with_label_values(&[t]).set(if passed { 1.0 } else { 0.0 });
+        let failures = self.consecutive_failures.with_label_values(&[t]);
+        if passed {
+            failures.set(0.0);
+        } else {
+            failures.inc();
+        }
+        let mut series = self.unresolved_series.lock().unwrap_or_else(|e| e.into_inner());
+        let known = series.entry(t.to_string()).or_default();
+        if passed {
+            // Kept at 0 rather than removed, so a dashboard shows it was cleared.
+            for [phase, op, expected, observed] in known.iter() {
+                self.unresolved.with_label_values(&[t, phase, op, expected, observed]).set(0.0);
+            }
+            known.clear();
+            return;
+        }
+        for a in r.assertions.iter().filter(|a| a.is_enforcement_violation()) {
+            let labels = [a.phase.as_str(), a.op.as_str(), a.expected.as_str(), a.observed.as_str()].map(String::from);
+            self.unresolved.with_label_values(&[t, &labels[0], &labels[1], &labels[2], &labels[3]]).set(1.0);
+            if !known.contains(&labels) {
+                known.push(labels);
+            }
         }
     }
 
@@ -332,6 +392,37 @@ mod tests {
         }
         // A failed cycle is not a success.
         assert!(!text.contains("lockprobe_last_success_timestamp_seconds{"), "{text}");
+    }
+
+    #[test]
+    fn cycle_state_counts_failures_and_holds_violations_until_a_pass() {
+        let m = Metrics::new().unwrap();
+        m.register_target("demo", None);
+        let text = m.render();
+        assert!(text.contains(r#"lockprobe_probe_consecutive_failures{target="demo"} 0"#), "{text}");
+        assert!(!text.contains("lockprobe_probe_last_cycle_passed{"), "no cycle yet: {text}");
+        let unresolved = r#"lockprobe_enforcement_violation_unresolved{expected="block",observed="allow",op="write",phase="write",target="demo"}"#;
+
+        // A violating cycle, then one that fails otherwise: the violation still stands.
+        m.record_cycle(&report());
+        let mut other_failure = report();
+        other_failure.assertions.clear();
+        other_failure.result = CycleResult::Error;
+        m.record_cycle(&other_failure);
+        let text = m.render();
+        assert!(text.contains(r#"lockprobe_probe_consecutive_failures{target="demo"} 2"#), "{text}");
+        assert!(text.contains(r#"lockprobe_probe_last_cycle_passed{target="demo"} 0"#), "{text}");
+        assert!(text.contains(&format!("{unresolved} 1")), "{text}");
+
+        // A passed cycle resets both.
+        let mut pass = report();
+        pass.assertions.clear();
+        pass.result = CycleResult::Passed;
+        m.record_cycle(&pass);
+        let text = m.render();
+        assert!(text.contains(r#"lockprobe_probe_consecutive_failures{target="demo"} 0"#), "{text}");
+        assert!(text.contains(r#"lockprobe_probe_last_cycle_passed{target="demo"} 1"#), "{text}");
+        assert!(text.contains(&format!("{unresolved} 0")), "{text}");
     }
 
     #[test]
