@@ -251,6 +251,11 @@ impl Monitor {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tracker.reserve(n);
     }
 
+    /// Whether a full scan of the store has completed (readiness of `lockprobe monitor`).
+    pub fn has_scanned(&self) -> bool {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).last_scan_at.is_some()
+    }
+
     /// Migrations currently holding a live lock.
     pub fn in_flight(&self) -> usize {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tracker.in_flight()
