@@ -78,6 +78,7 @@ async fn serve(
 ) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let registry = Registry::new();
+    exposition::register_process_metrics(&registry)?;
     // `memory` watches an empty in-process store: a smoke test on its own; `serve` and
     // `demo` hand the monitor the store they run on.
     let store = section

@@ -121,6 +121,7 @@ impl Metrics {
     /// Creates the metrics on a fresh registry.
     pub fn new() -> Result<Self, MetricsError> {
         let r = Registry::new();
+        crate::exposition::register_process_metrics(&r)?;
         Ok(Self {
             runs: counter(&r, "lockprobe_probe_runs_total", "Probe cycles run, by result.", &["target", "result"])?,
             missed: counter(
@@ -423,6 +424,36 @@ mod tests {
         assert!(text.contains(r#"lockprobe_probe_consecutive_failures{target="demo"} 0"#), "{text}");
         assert!(text.contains(r#"lockprobe_probe_last_cycle_passed{target="demo"} 1"#), "{text}");
         assert!(text.contains(&format!("{unresolved} 0")), "{text}");
+    }
+
+    /// Resolution where production sits: the write lock (13 s p50, 19 s p99) and
+    /// read-through (~50 ms p99); and the process says what it is.
+    #[test]
+    fn buckets_resolve_the_production_figures_and_build_info_is_exported() {
+        let m = Metrics::new().unwrap();
+        m.record_cycle(&report());
+        let text = m.render();
+        let write: Vec<f64> = buckets(&text, "lockprobe_lock_phase_duration_seconds", "phase=\"write\"")
+            .into_iter()
+            .map(|(le, _)| le)
+            .collect();
+        let in_range: Vec<f64> = write.iter().copied().filter(|le| (10.0..=30.0).contains(le)).collect();
+        assert_eq!(in_range.first(), Some(&10.0), "{write:?}");
+        assert_eq!(in_range.last(), Some(&30.0), "{write:?}");
+        assert!(in_range.windows(2).all(|w| w[1] - w[0] <= 2.5), "a gap wider than 2.5 s in {in_range:?}");
+        let read: Vec<f64> = buckets(&text, "lockprobe_read_through_latency_seconds", "target=\"demo\"")
+            .into_iter()
+            .map(|(le, _)| le)
+            .collect();
+        for edge in [0.04, 0.05, 0.06, 0.075] {
+            assert!(read.contains(&edge), "no {edge} s bucket in {read:?}");
+        }
+        assert!(
+            text.contains(&format!("lockprobe_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))),
+            "{text}"
+        );
+        #[cfg(target_os = "linux")]
+        assert!(text.contains("process_resident_memory_bytes "), "{text}");
     }
 
     #[test]
