@@ -380,6 +380,23 @@ fn every_alert_has_a_firing_and_a_silent_unit_test() {
     }
 }
 
+/// The success-ratio panel's expression is the one `alerts/tests/schedules_test.yml`
+/// evaluates at a 6-hourly schedule (not NaN when no cycle ran in the window), with the
+/// default window of 1h.
+#[test]
+fn the_success_ratio_tested_at_a_6_hourly_schedule_is_the_dashboards() {
+    let ratio = dashboard_exprs("1h")
+        .into_iter()
+        .find(|e| e.origin.starts_with("panel \"Probe success ratio\""))
+        .expect("a Probe success ratio panel");
+    let tests = std::fs::read_to_string(repo_path("alerts/tests/schedules_test.yml")).expect("schedules_test.yml");
+    assert!(
+        tests.contains(&format!("- expr: '{}'", ratio.expr)),
+        "schedules_test.yml does not test the dashboard's success ratio `{}`",
+        ratio.expr
+    );
+}
+
 /// The dashboard has what the issue asks of it: data source and target as template
 /// variables that every panel uses, and a panel for each signal; panels do not overlap.
 #[test]
