@@ -1,6 +1,10 @@
 //! Prometheus text exposition: the one way a registry is rendered, and the one
 //! `GET /metrics` route (the probe's server, `lockprobe monitor` and the reference
 //! service all mount it).
+//!
+//! Also what the probe and the monitor must agree on without knowing each other: the
+//! histogram buckets of lock phases and read-through, and `lockprobe_build_info` with
+//! the process metrics.
 
 use axum::http::header;
 use axum::routing::{get, MethodRouter};

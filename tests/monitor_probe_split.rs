@@ -16,7 +16,7 @@ fn metric(text: &str, series: &str) -> Option<f64> {
 #[test]
 fn the_probes_locks_are_reported_apart_and_its_lapse_is_no_fleet_anomaly() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
-        .args(["demo", "--cycles", "2", "--schedule", "*/2 * * * * *"])
+        .args(["demo", "--cycles", "3", "--schedule", "*/2 * * * * *"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -51,18 +51,21 @@ fn the_probes_locks_are_reported_apart_and_its_lapse_is_no_fleet_anomaly() {
         // The lapse check's write lease ends during the cycle; the monitor's sweep (1 s,
         // grace 1 s) finds it shortly after.
         seen_while_running = Some(rt.block_on(async {
-            let mut text = String::new();
+            // The last scrape and status read while the demo still answered.
+            let mut last = (String::new(), serde_json::Value::Null);
             for _ in 0..100 {
-                text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+                let Ok(resp) = reqwest::get(&url).await else { break };
+                let text = resp.text().await.unwrap();
+                let Ok(resp) = reqwest::get(url.replace("/metrics", "/api/v1/monitor")).await else { break };
+                let monitor: serde_json::Value = resp.json().await.unwrap();
                 let lapsed = metric(&text, r#"lockprobe_monitor_migrations_total{outcome="lapsed",source="probe"}"#);
+                last = (text, monitor);
                 if lapsed >= Some(1.0) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            let monitor: serde_json::Value =
-                reqwest::get(url.replace("/metrics", "/api/v1/monitor")).await.unwrap().json().await.unwrap();
-            (text, monitor)
+            last
         }));
     }
     let status = child.wait().unwrap();
