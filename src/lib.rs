@@ -11,7 +11,9 @@
 //!      flags and files alike.
 //!    - [`routing::document`]: the location document and its schema versioning.
 //!    - [`percentiles`]: exact percentiles over a sliding window, for status documents.
-//!    - [`exposition`]: the Prometheus text format and the one `GET /metrics` route.
+//!    - [`exposition`]: the Prometheus text format, the one `GET /metrics` route, the
+//!      histogram buckets the probe and the monitor share, and the build and process
+//!      metrics every process exports.
 //! 2. [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
 //!    [`store::cosmos`] the Azure Cosmos DB backend, [`store::faults`] a wrapper around
 //!    either that injects slow, late, ambiguous and failed calls. It knows documents, not

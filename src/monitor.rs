@@ -30,8 +30,8 @@ use tracing::{debug, error, info, warn};
 
 pub use config::{MonitorConfig, MonitorConfigError};
 pub use metrics::{MetricsError, MonitorMetrics};
-pub use status::{AnomalyDocument, MigrationCounts, MonitorStatus};
-pub use tracker::{Event, Outcome, Rules, Seen, Tracker};
+pub use status::{AnomalyDocument, MigrationCounts, MonitorStatus, ProbeLocks};
+pub use tracker::{Event, Outcome, Rules, Seen, Source, Tracker, PROBE_OWNER_PREFIX};
 
 use crate::clock::Clock;
 use crate::routing::document::LocationDocument;
@@ -233,7 +233,8 @@ impl Monitor {
         let mut found = Vec::new();
         inner.tracker.sweep(now, &mut found);
         for (id, event) in found {
-            self.record(&mut inner, &id, event, now);
+            let source = inner.tracker.source_of(&id);
+            self.record(&mut inner, &id, source, event, now);
         }
         self.refresh_gauges(&inner);
     }
@@ -250,12 +251,18 @@ impl Monitor {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tracker.reserve(n);
     }
 
+    /// Whether a full scan of the store has completed (readiness of `lockprobe monitor`).
+    pub fn has_scanned(&self) -> bool {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).last_scan_at.is_some()
+    }
+
     /// Migrations currently holding a live lock.
     pub fn in_flight(&self) -> usize {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tracker.in_flight()
     }
 
-    /// Orphaned locks currently known.
+    /// The fleet's orphaned locks currently known (the probe's are apart, see
+    /// [`Monitor::status`]).
     pub fn orphaned_locks(&self) -> usize {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).tracker.orphans()
     }
@@ -267,19 +274,32 @@ impl Monitor {
         ids
     }
 
-    /// Migrations ended with `outcome` so far.
+    /// The fleet's migrations ended with `outcome` so far.
     pub fn outcomes(&self, outcome: Outcome) -> u64 {
-        self.metrics.migrations.with_label_values(&[outcome.as_str()]).get()
+        self.outcomes_of(Source::Fleet, outcome)
     }
 
-    /// Early escalations counted so far.
+    /// Migrations of `source` ended with `outcome` so far.
+    pub fn outcomes_of(&self, source: Source, outcome: Outcome) -> u64 {
+        self.metrics.migrations.with_label_values(&[source.as_str(), outcome.as_str()]).get()
+    }
+
+    fn migration_counts(&self, source: Source) -> MigrationCounts {
+        MigrationCounts {
+            swapped: self.outcomes_of(source, Outcome::Swapped),
+            released: self.outcomes_of(source, Outcome::Released),
+            lapsed: self.outcomes_of(source, Outcome::Lapsed),
+        }
+    }
+
+    /// The fleet's early escalations counted so far.
     pub fn early_escalations(&self) -> u64 {
-        self.metrics.early_escalations.get()
+        self.metrics.early_escalations.with_label_values(&[Source::Fleet.as_str()]).get()
     }
 
-    /// Partial cutovers counted so far.
+    /// The fleet's partial cutovers counted so far.
     pub fn partial_cutovers(&self) -> u64 {
-        self.metrics.partial_cutovers.get()
+        self.metrics.partial_cutovers.with_label_values(&[Source::Fleet.as_str()]).get()
     }
 
     /// The status document for `/api/v1/monitor`: counts, exact percentiles (p50, p75,
@@ -290,18 +310,22 @@ impl Monitor {
         let mut orphan_ids = inner.tracker.orphan_ids(STATUS_ORPHAN_IDS);
         orphan_ids.sort();
         let (phase_duration_seconds, escalation_interval_seconds) = inner.percentiles.summaries(self.clock.now());
+        let fleet = Source::Fleet.as_str();
         MonitorStatus {
-            in_flight: inner.tracker.in_flight(),
+            in_flight: inner.tracker.in_flight_of(Source::Fleet),
             orphaned_locks: inner.tracker.orphans(),
             orphan_ids,
-            migrations: MigrationCounts {
-                swapped: self.outcomes(Outcome::Swapped),
-                released: self.outcomes(Outcome::Released),
-                lapsed: self.outcomes(Outcome::Lapsed),
+            migrations: self.migration_counts(Source::Fleet),
+            early_escalations: self.early_escalations(),
+            partial_cutovers: self.partial_cutovers(),
+            renewals: m.renewals.with_label_values(&[fleet]).get(),
+            probe: ProbeLocks {
+                in_flight: inner.tracker.in_flight_of(Source::Probe),
+                orphaned_locks: inner.tracker.orphans_of(Source::Probe),
+                migrations: self.migration_counts(Source::Probe),
+                early_escalations: m.early_escalations.with_label_values(&[Source::Probe.as_str()]).get(),
+                partial_cutovers: m.partial_cutovers.with_label_values(&[Source::Probe.as_str()]).get(),
             },
-            early_escalations: m.early_escalations.get(),
-            partial_cutovers: m.partial_cutovers.get(),
-            renewals: m.renewals.get(),
             changes: m.changes.get(),
             scans: m.scans.get(),
             last_scan_at: inner.last_scan_at,
@@ -362,51 +386,69 @@ impl Monitor {
 
     fn apply(&self, inner: &mut Inner, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen) {
         let mut events = std::mem::take(&mut inner.events);
-        inner.tracker.observe(doc, at, seen, &mut events);
+        let source = inner.tracker.observe(doc, at, seen, &mut events);
         for event in events.drain(..) {
-            self.record(inner, &doc.id, event, at);
+            self.record(inner, &doc.id, source, event, at);
         }
         inner.events = events;
         self.refresh_gauges(inner);
     }
 
     fn refresh_gauges(&self, inner: &Inner) {
-        self.metrics.in_flight.set(i64::try_from(inner.tracker.in_flight()).unwrap_or(i64::MAX));
-        self.metrics.orphaned_locks.set(i64::try_from(inner.tracker.orphans()).unwrap_or(i64::MAX));
+        for source in Source::ALL {
+            let (in_flight, orphans) = (inner.tracker.in_flight_of(source), inner.tracker.orphans_of(source));
+            let label = [source.as_str()];
+            self.metrics.in_flight.with_label_values(&label).set(i64::try_from(in_flight).unwrap_or(i64::MAX));
+            self.metrics.orphaned_locks.with_label_values(&label).set(i64::try_from(orphans).unwrap_or(i64::MAX));
+        }
     }
 
-    fn record(&self, inner: &mut Inner, id: &str, event: Event, at: DateTime<Utc>) {
+    /// Turns one event into metrics, logs and the status document. The probe's
+    /// migrations are counted under `source="probe"` only: their timings stay out of the
+    /// status percentiles (the probe reports its own), and the lapse its lease-lapse
+    /// check leaves by design is not an anomaly. An early escalation or a partial
+    /// cutover is still one, whoever's lock it is.
+    fn record(&self, inner: &mut Inner, id: &str, source: Source, event: Event, at: DateTime<Utc>) {
         let m = &self.metrics;
+        let label = source.as_str();
+        let fleet = source == Source::Fleet;
         match event {
             Event::Started | Event::OrphanCleared => {}
             Event::PhaseHeld { phase, held } => {
-                m.phase_duration.with_label_values(&[phase.as_str()]).observe(held.as_secs_f64());
-                inner.percentiles.phase(phase, at, held);
+                m.phase_duration.with_label_values(&[label, phase.as_str()]).observe(held.as_secs_f64());
+                if fleet {
+                    inner.percentiles.phase(phase, at, held);
+                }
             }
             Event::Escalation { interval, required, early } => {
                 if let Some(i) = interval {
-                    m.escalation_interval.observe(i.as_secs_f64());
-                    inner.percentiles.escalation(at, i);
+                    m.escalation_interval.with_label_values(&[label]).observe(i.as_secs_f64());
+                    if fleet {
+                        inner.percentiles.escalation(at, i);
+                    }
                 }
                 if early {
-                    m.early_escalations.inc();
-                    warn!(resource = id, interval = ?interval, required = ?required, "early escalation to hardDelete");
+                    m.early_escalations.with_label_values(&[label]).inc();
+                    warn!(resource = id, source = label, interval = ?interval, required = ?required, "early escalation to hardDelete");
                     self.anomaly(inner, "early_escalation", id, at);
                 }
             }
-            Event::Renewed(n) => m.renewals.inc_by(u64::from(n)),
+            Event::Renewed(n) => m.renewals.with_label_values(&[label]).inc_by(u64::from(n)),
             Event::Ended(outcome) => {
-                m.migrations.with_label_values(&[outcome.as_str()]).inc();
-                debug!(resource = id, outcome = outcome.as_str(), "migration ended");
+                m.migrations.with_label_values(&[label, outcome.as_str()]).inc();
+                debug!(resource = id, source = label, outcome = outcome.as_str(), "migration ended");
             }
             Event::PartialCutover => {
-                m.partial_cutovers.inc();
-                error!(resource = id, "partial cutover: location and lock disagree");
+                m.partial_cutovers.with_label_values(&[label]).inc();
+                error!(resource = id, source = label, "partial cutover: location and lock disagree");
                 self.anomaly(inner, "partial_cutover", id, at);
             }
-            Event::OrphanFound => {
+            Event::OrphanFound if fleet => {
                 warn!(resource = id, "orphaned lock: lease expired, never released or swapped");
                 self.anomaly(inner, "orphaned_lock", id, at);
+            }
+            Event::OrphanFound => {
+                debug!(resource = id, "the probe's lease-lapse check left its expired lock, as designed");
             }
         }
     }

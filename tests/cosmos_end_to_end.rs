@@ -152,17 +152,23 @@ monitor_escalation_buffer = "300ms"
         monitor = resp.json().await.unwrap_or(Value::Null);
         status = http.get(format!("http://{listen}/api/v1/status")).send().await.unwrap().json().await.unwrap();
         let cycle_done = !status["targets"][0]["lastCycles"][0].is_null();
-        if cycle_done && monitor["migrations"]["swapped"].as_u64().unwrap_or(0) >= 1 {
+        if cycle_done && monitor["probe"]["migrations"]["swapped"].as_u64().unwrap_or(0) >= 1 {
             break;
         }
     }
-    assert!(monitor["migrations"]["swapped"].as_u64().unwrap_or(0) >= 1, "the monitor saw the probe's swap: {monitor}");
-    assert_eq!(monitor["partialCutovers"], 0);
-    assert_eq!(monitor["earlyEscalations"], 0, "the probe waited out the declared delay: {monitor}");
+    assert!(
+        monitor["probe"]["migrations"]["swapped"].as_u64().unwrap_or(0) >= 1,
+        "the monitor saw the probe's swap: {monitor}"
+    );
+    assert_eq!(monitor["probe"]["partialCutovers"], 0);
+    assert_eq!(monitor["probe"]["earlyEscalations"], 0, "the probe waited out the declared delay: {monitor}");
     let cycle = &status["targets"][0]["lastCycles"][0];
     assert_eq!(cycle["result"], "passed", "{cycle}");
     let metrics = http.get(format!("http://{listen}/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("lockprobe_monitor_migrations_total{outcome=\"swapped\"}"), "one /metrics for both");
+    assert!(
+        metrics.contains("lockprobe_monitor_migrations_total{outcome=\"swapped\",source=\"probe\"}"),
+        "one /metrics for both"
+    );
     assert!(metrics.contains("lockprobe_probe_runs_total"));
     stop.cancel();
 }

@@ -192,7 +192,7 @@ async fn lockprobe_monitor_store_cosmos_watches_a_database() {
     }
     assert_eq!(seen["inFlight"], 1, "the monitor saw the pre-lock in cosmos: {seen}");
     let metrics = http.get(format!("http://{listen}/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("lockprobe_monitor_in_flight_migrations 1"), "{metrics}");
+    assert!(metrics.contains("lockprobe_monitor_in_flight_migrations{source=\"fleet\"} 1"), "{metrics}");
     shutdown.cancel();
     tokio::time::timeout(10 * S, task).await.expect("stops").unwrap().unwrap();
 }

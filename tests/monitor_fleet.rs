@@ -377,8 +377,8 @@ async fn a_clean_fleet_reports_no_anomaly() {
     assert!(interval.p50.unwrap() >= 15.0 && interval.max.unwrap() <= 19.0, "{status:?}");
 
     let text = metrics_text(&registry);
-    assert!(text.contains("lockprobe_monitor_early_escalations_total 0"));
-    assert!(text.contains("lockprobe_monitor_migrations_total{outcome=\"swapped\"} 270"));
+    assert!(text.contains("lockprobe_monitor_early_escalations_total{source=\"fleet\"} 0"));
+    assert!(text.contains("lockprobe_monitor_migrations_total{outcome=\"swapped\",source=\"fleet\"} 270"));
     assert_no_token_in(&fleet, &text, &status);
 }
 
@@ -412,10 +412,10 @@ async fn every_injected_anomaly_is_counted_exactly() {
     assert_eq!(monitor.orphan_ids(100), abandoned);
 
     let text = metrics_text(&registry);
-    assert!(text.contains("lockprobe_monitor_early_escalations_total 10"), "{text}");
-    assert!(text.contains("lockprobe_monitor_partial_cutovers_total 3"));
-    assert!(text.contains("lockprobe_monitor_orphaned_locks 5"));
-    assert!(text.contains("lockprobe_monitor_migrations_total{outcome=\"lapsed\"} 9"));
+    assert!(text.contains("lockprobe_monitor_early_escalations_total{source=\"fleet\"} 10"), "{text}");
+    assert!(text.contains("lockprobe_monitor_partial_cutovers_total{source=\"fleet\"} 3"));
+    assert!(text.contains("lockprobe_monitor_orphaned_locks{source=\"fleet\"} 5"));
+    assert!(text.contains("lockprobe_monitor_migrations_total{outcome=\"lapsed\",source=\"fleet\"} 9"));
     let status = monitor.status();
     let kinds: BTreeSet<&str> = status.recent_anomalies.iter().map(|a| a.kind.as_str()).collect();
     assert!(kinds.contains("partial_cutover") && kinds.contains("orphaned_lock"), "{status:?}");

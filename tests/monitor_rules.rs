@@ -76,6 +76,21 @@ fn monitor_metrics_pass_promtool_lint() {
     );
 }
 
+/// The monitor's phase histograms have the probe's buckets (one table, in
+/// `exposition`), so the two views of a write lock compare bucket for bucket.
+#[test]
+fn monitor_phase_buckets_are_the_probes() {
+    let text = exposition();
+    let les: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("lockprobe_monitor_phase_duration_seconds_bucket{") && l.contains("phase=\"write\""))
+        .filter(|l| l.contains("source=\"fleet\""))
+        .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next()?.parse().ok())
+        .filter(|le: &f64| le.is_finite())
+        .collect();
+    assert_eq!(les, lockprobe::exposition::PHASE_BUCKETS, "{text}");
+}
+
 #[test]
 fn every_metric_the_rules_and_dashboard_use_is_exported() {
     let exported = exposition();

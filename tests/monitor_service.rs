@@ -188,8 +188,46 @@ async fn the_command_serves_status_and_metrics_on_memory_and_stops_on_shutdown()
     let status: Value = http.get(format!("{base}{}", http::STATUS_PATH)).send().await.unwrap().json().await.unwrap();
     assert_eq!((status["inFlight"].as_u64(), status["orphanedLocks"].as_u64()), (Some(0), Some(0)), "{status}");
     let metrics = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("lockprobe_monitor_orphaned_locks 0"), "{metrics}");
+    assert!(metrics.contains("lockprobe_monitor_orphaned_locks{source=\"fleet\"} 0"), "{metrics}");
 
+    shutdown.cancel();
+    tokio::time::timeout(10 * S, task).await.expect("stops").unwrap().unwrap();
+}
+
+/// `lockprobe monitor` alone answers `/healthz` at once and `/readyz` once it has read the
+/// store in full: 503 before its first scan, 200 after.
+#[tokio::test]
+async fn the_monitor_alone_has_health_and_readiness() {
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::at_epoch());
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    let registry = prometheus::Registry::new();
+    let monitor = Arc::new(Monitor::new(store, clock, MonitorConfig::default(), &registry).unwrap());
+    let app = http::health_router(monitor.clone());
+    let get = |path: &'static str| {
+        let app = app.clone();
+        async move { app.oneshot(Request::builder().uri(path).body(Body::empty()).unwrap()).await.unwrap().status() }
+    };
+    assert_eq!(get("/healthz").await, StatusCode::OK);
+    assert_eq!(get("/readyz").await, StatusCode::SERVICE_UNAVAILABLE, "no scan yet");
+    monitor.scan_once().await.unwrap();
+    assert_eq!(get("/readyz").await, StatusCode::OK);
+
+    // And the command serves them.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run_on(parse(&["--monitor-poll-interval", "10ms"]), listener, shutdown.clone()));
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(format!("{base}/healthz")).send().await.unwrap().status(), reqwest::StatusCode::OK);
+    let mut ready = false;
+    for _ in 0..100 {
+        if http.get(format!("{base}/readyz")).send().await.unwrap().status() == reqwest::StatusCode::OK {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(ready, "the first scan runs at start, so the monitor becomes ready");
     shutdown.cancel();
     tokio::time::timeout(10 * S, task).await.expect("stops").unwrap().unwrap();
 }

@@ -380,6 +380,23 @@ fn every_alert_has_a_firing_and_a_silent_unit_test() {
     }
 }
 
+/// The success-ratio panel's expression is the one `alerts/tests/schedules_test.yml`
+/// evaluates at a 6-hourly schedule (not NaN when no cycle ran in the window), with the
+/// default window of 1h.
+#[test]
+fn the_success_ratio_tested_at_a_6_hourly_schedule_is_the_dashboards() {
+    let ratio = dashboard_exprs("1h")
+        .into_iter()
+        .find(|e| e.origin.starts_with("panel \"Probe success ratio\""))
+        .expect("a Probe success ratio panel");
+    let tests = std::fs::read_to_string(repo_path("alerts/tests/schedules_test.yml")).expect("schedules_test.yml");
+    assert!(
+        tests.contains(&format!("- expr: '{}'", ratio.expr)),
+        "schedules_test.yml does not test the dashboard's success ratio `{}`",
+        ratio.expr
+    );
+}
+
 /// The dashboard has what the issue asks of it: data source and target as template
 /// variables that every panel uses, and a panel for each signal; panels do not overlap.
 #[test]
@@ -430,6 +447,9 @@ fn dashboard_has_its_variables_and_a_panel_for_each_signal() {
         "lockprobe_convergence_declared_seconds",
         "lockprobe_convergence_observed_seconds",
         "time() - max by (target) (lockprobe_last_success_timestamp_seconds",
+        // Judged by cycles: never NaN at a 6-hourly schedule, failures in a row.
+        r#"or max by (target) (lockprobe_probe_last_cycle_passed{target=~"$target"})"#,
+        r#"max by (target) (lockprobe_probe_consecutive_failures{target=~"$target"})"#,
     ] {
         assert!(has(needle), "no dashboard panel queries {needle}");
     }
@@ -452,6 +472,12 @@ async fn every_promql_expression_parses_in_a_real_prometheus() {
             "{}: severity label must be critical or warning, got {:?}",
             rule.name,
             rule.labels["severity"]
+        );
+        assert_eq!(
+            rule.annotations["runbook_url"].as_str(),
+            Some(format!("docs/runbook.md#{}", rule.name.to_lowercase()).as_str()),
+            "{}: runbook_url must point at its section of docs/runbook.md",
+            rule.name
         );
         for key in ["summary", "runbook"] {
             assert!(

@@ -543,7 +543,7 @@ fn systemd_unit_verifies_and_is_hardened() {
 }
 
 /// Every alert of alerts/*.rules.yml has a section in docs/runbook.md under a stable anchor,
-/// its name in lower case, for its `runbook_url`.
+/// its name in lower case, and a `runbook_url` annotation pointing there.
 #[test]
 fn every_alert_has_a_runbook_section() {
     let runbook = read(root().join("docs/runbook.md"));
@@ -551,12 +551,18 @@ fn every_alert_has_a_runbook_section() {
     for entry in std::fs::read_dir(root().join("alerts")).unwrap() {
         let path = entry.unwrap().path();
         if path.to_str().unwrap().ends_with(".rules.yml") {
-            alerts.extend(
-                read(&path).lines().filter_map(|l| Some(l.trim().strip_prefix("- alert:")?.trim().to_string())),
-            );
+            let text = read(&path);
+            // Each rule's text runs from its `- alert:` line to the next one.
+            let mut rules = text.split("- alert:").skip(1);
+            for rule in rules.by_ref() {
+                let name = rule.lines().next().unwrap().trim().to_string();
+                let url = format!("runbook_url: \"docs/runbook.md#{}\"", name.to_lowercase());
+                assert!(rule.contains(&url), "{}: {name} has no {url}", path.display());
+                alerts.push(name);
+            }
         }
     }
-    assert!(alerts.len() >= 16, "found only {alerts:?}");
+    assert!(alerts.len() >= 17, "found only {alerts:?}");
     for alert in alerts {
         let section = format!("<a id=\"{}\"></a>\n### {alert} (", alert.to_lowercase());
         assert!(runbook.contains(&section), "docs/runbook.md has no section for {alert} (expected {section:?})");

@@ -207,11 +207,17 @@ fn print_banner(args: &DemoArgs, instances: &[String], probe_addr: SocketAddr) {
     println!();
 }
 
-/// One line a person can read: what the monitor saw of the demo's migrations.
+/// Two lines a person can read: what the monitor saw of the fleet's migrations (none in
+/// the demo) and of the probe's own.
 fn print_monitor_summary(status: &MonitorStatus) {
     let m = status.migrations;
     println!(
         "monitor: {} swapped, {} released, {} lapsed; early escalations {}, partial cutovers {}, orphaned locks {}",
         m.swapped, m.released, m.lapsed, status.early_escalations, status.partial_cutovers, status.orphaned_locks,
+    );
+    let p = &status.probe;
+    println!(
+        "monitor, the probe's own locks (apart, not alerted on): {} swapped, {} released, {} lapsed, orphaned locks {} (the lease-lapse check leaves one by design)",
+        p.migrations.swapped, p.migrations.released, p.migrations.lapsed, p.orphaned_locks,
     );
 }

@@ -40,7 +40,8 @@ pub struct MonitorCommand {
     /// The store and the monitor's settings.
     #[command(flatten)]
     pub section: MonitorSection,
-    /// Address serving `/metrics` and `/api/v1/monitor` (port 0 picks a free one).
+    /// Address serving `/metrics`, `/api/v1/monitor`, `/healthz` and `/readyz` (port 0
+    /// picks a free one).
     #[arg(long, default_value = "127.0.0.1:9108")]
     pub listen: SocketAddr,
 }
@@ -77,6 +78,7 @@ async fn serve(
 ) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let registry = Registry::new();
+    exposition::register_process_metrics(&registry)?;
     // `memory` watches an empty in-process store: a smoke test on its own; `serve` and
     // `demo` hand the monitor the store they run on.
     let store = section
@@ -85,7 +87,9 @@ async fn serve(
         .await
         .map_err(OpenStoreError::into_anyhow)?;
     let monitor = Arc::new(Monitor::new(store, clock, section.monitor, &registry)?);
-    let app = http::router(monitor.clone()).route(exposition::PATH, exposition::route(registry));
+    let app = http::router(monitor.clone())
+        .merge(http::health_router(monitor.clone()))
+        .route(exposition::PATH, exposition::route(registry));
     println!("lockprobe monitor: listening on http://{}", listener.local_addr()?);
     let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let (_, served) = tokio::join!(monitor.run(shutdown.clone()), serve);

@@ -43,6 +43,11 @@ pub struct ServeArgs {
     /// The TOML configuration file.
     #[arg(long)]
     pub config: PathBuf,
+    /// Address of the HTTP server (`/metrics`, `/healthz`, `/readyz`, status): overrides
+    /// the config's `listen` (whose default is 127.0.0.1:9464), e.g. `0.0.0.0:9464` in
+    /// a container without editing the mounted config.
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// Loads and validates the configuration; problems are usage errors naming the field.
@@ -104,8 +109,8 @@ async fn serve_config(
 ) -> anyhow::Result<()> {
     let targets = config.probe_targets().map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
     let state = Arc::new(StateFile::open(&config.state_file)?);
-    let listener =
-        tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    let listen = args.listen.unwrap_or(config.listen);
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     tracing::info!(addr = %listener.local_addr()?, targets = targets.len(), "probe http server listening");
     probe.run(targets, state, Arc::new(TracingObserver), listener, None, shutdown).await?;
     Ok(())

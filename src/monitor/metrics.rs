@@ -5,19 +5,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use prometheus::{
-    Histogram as PromHistogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use super::tracker::Outcome;
+use super::tracker::{Outcome, Source};
+use crate::exposition::PHASE_BUCKETS;
 use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
 use crate::routing::document::Phase;
-
-/// Buckets from a second to three days: tests run seconds, production hours.
-const BUCKETS: &[f64] = &[
-    0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 21600.0,
-    43200.0, 86400.0, 172800.0, 259200.0,
-];
 
 const PHASES: [Phase; 3] = [Phase::PreLock, Phase::HardDelete, Phase::Write];
 
@@ -26,17 +19,19 @@ const PHASES: [Phase; 3] = [Phase::PreLock, Phase::HardDelete, Phase::Write];
 #[error("cannot register monitor metrics: {0}")]
 pub struct MetricsError(#[from] prometheus::Error);
 
-/// Every metric the monitor exports.
+/// Every metric the monitor exports. Per-migration metrics carry `source`
+/// (`fleet` | `probe`, see [`Source`]) so the probe's own locks are reported apart and
+/// the fleet alerts select `source="fleet"`.
 #[derive(Debug, Clone)]
 pub struct MonitorMetrics {
     pub(crate) phase_duration: HistogramVec,
-    pub(crate) escalation_interval: PromHistogram,
+    pub(crate) escalation_interval: HistogramVec,
     pub(crate) migrations: IntCounterVec,
-    pub(crate) early_escalations: IntCounter,
-    pub(crate) partial_cutovers: IntCounter,
-    pub(crate) orphaned_locks: IntGauge,
-    pub(crate) in_flight: IntGauge,
-    pub(crate) renewals: IntCounter,
+    pub(crate) early_escalations: IntCounterVec,
+    pub(crate) partial_cutovers: IntCounterVec,
+    pub(crate) orphaned_locks: IntGaugeVec,
+    pub(crate) in_flight: IntGaugeVec,
+    pub(crate) renewals: IntCounterVec,
     pub(crate) changes: IntCounter,
     pub(crate) store_errors: IntCounterVec,
     pub(crate) scans: IntCounter,
@@ -52,34 +47,50 @@ impl MonitorMetrics {
                     "lockprobe_monitor_phase_duration_seconds",
                     "How long each lock phase was held, from its start to the next phase or the migration's end.",
                 )
-                .buckets(BUCKETS.to_vec()),
-                &["phase"],
+                .buckets(PHASE_BUCKETS.to_vec()),
+                &["source", "phase"],
             )?,
-            escalation_interval: PromHistogram::with_opts(
+            escalation_interval: HistogramVec::new(
                 HistogramOpts::new(
                     "lockprobe_monitor_escalation_interval_seconds",
                     "Observed interval from pre-lock to the hardDelete escalation.",
                 )
-                .buckets(BUCKETS.to_vec()),
+                .buckets(PHASE_BUCKETS.to_vec()),
+                &["source"],
             )?,
             migrations: IntCounterVec::new(
                 Opts::new("lockprobe_monitor_migrations_total", "Migrations that ended, by outcome."),
-                &["outcome"],
+                &["source", "outcome"],
             )?,
-            early_escalations: IntCounter::new(
-                "lockprobe_monitor_early_escalations_total",
-                "Escalations to hardDelete before the declared convergence delay plus buffer had passed.",
+            early_escalations: IntCounterVec::new(
+                Opts::new(
+                    "lockprobe_monitor_early_escalations_total",
+                    "Escalations to hardDelete before the declared convergence delay plus buffer had passed.",
+                ),
+                &["source"],
             )?,
-            partial_cutovers: IntCounter::new(
-                "lockprobe_monitor_partial_cutovers_total",
-                "Documents seen with location and lock disagreeing (moved under a lock, or locked at the target).",
+            partial_cutovers: IntCounterVec::new(
+                Opts::new(
+                    "lockprobe_monitor_partial_cutovers_total",
+                    "Documents seen with location and lock disagreeing (moved under a lock, or locked at the target).",
+                ),
+                &["source"],
             )?,
-            orphaned_locks: IntGauge::new(
-                "lockprobe_monitor_orphaned_locks",
-                "Documents holding an expired lock that was never released or swapped.",
+            orphaned_locks: IntGaugeVec::new(
+                Opts::new(
+                    "lockprobe_monitor_orphaned_locks",
+                    "Documents holding an expired lock that was never released or swapped (the probe's lease-lapse check leaves one by design).",
+                ),
+                &["source"],
             )?,
-            in_flight: IntGauge::new("lockprobe_monitor_in_flight_migrations", "Migrations holding a live lock.")?,
-            renewals: IntCounter::new("lockprobe_monitor_renewals_total", "Lease renewals observed.")?,
+            in_flight: IntGaugeVec::new(
+                Opts::new("lockprobe_monitor_in_flight_migrations", "Migrations holding a live lock."),
+                &["source"],
+            )?,
+            renewals: IntCounterVec::new(
+                Opts::new("lockprobe_monitor_renewals_total", "Lease renewals observed."),
+                &["source"],
+            )?,
             changes: IntCounter::new(
                 "lockprobe_monitor_changes_total",
                 "Document versions read from the change stream.",
@@ -108,11 +119,19 @@ impl MonitorMetrics {
         registry.register(Box::new(m.last_scan.clone()))?;
         // Label values are a closed set: pre-register them so every series exists at 0,
         // which `increase()` in the alert rules needs.
-        for p in PHASES {
-            m.phase_duration.with_label_values(&[p.as_str()]);
-        }
-        for o in Outcome::ALL {
-            m.migrations.with_label_values(&[o.as_str()]);
+        for source in Source::ALL.map(Source::as_str) {
+            for p in PHASES {
+                m.phase_duration.with_label_values(&[source, p.as_str()]);
+            }
+            for o in Outcome::ALL {
+                m.migrations.with_label_values(&[source, o.as_str()]);
+            }
+            m.escalation_interval.with_label_values(&[source]);
+            m.early_escalations.with_label_values(&[source]);
+            m.partial_cutovers.with_label_values(&[source]);
+            m.orphaned_locks.with_label_values(&[source]);
+            m.in_flight.with_label_values(&[source]);
+            m.renewals.with_label_values(&[source]);
         }
         for op in ["read_changes", "scan"] {
             m.store_errors.with_label_values(&[op]);

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::percentiles::{PhaseSummaries, Summary};
 
-/// The body of `GET /api/v1/monitor`.
+/// The body of `GET /api/v1/monitor`. Counts, ids and percentiles are the fleet's; the
+/// probe's own migrations (owner `lockprobe/<target>`) are counted apart in `probe`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MonitorStatus {
@@ -35,12 +36,31 @@ pub struct MonitorStatus {
     pub escalation_buffer_seconds: f64,
     /// The declared convergence delay the monitor was told, if any.
     pub declared_delay_seconds: Option<f64>,
+    /// The probe's own migrations, apart from the fleet's.
+    pub probe: ProbeLocks,
     /// Recent anomalies, newest first.
     pub recent_anomalies: Vec<AnomalyDocument>,
     /// How long each lock phase was held.
     pub phase_duration_seconds: PhaseSummaries,
     /// From pre-lock to the hardDelete escalation.
     pub escalation_interval_seconds: Summary,
+}
+
+/// What the monitor saw of the probe's own locks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeLocks {
+    /// The probe's migrations holding a live lock.
+    pub in_flight: usize,
+    /// Expired probe locks still in their documents: the lease-lapse check leaves one
+    /// until the next cycle on that resource, by design.
+    pub orphaned_locks: usize,
+    /// The probe's migrations ended so far, by outcome.
+    pub migrations: MigrationCounts,
+    /// Escalations of probe locks before the declared delay plus buffer.
+    pub early_escalations: u64,
+    /// Probe documents seen with location and lock disagreeing.
+    pub partial_cutovers: u64,
 }
 
 /// Migrations ended so far, by outcome.

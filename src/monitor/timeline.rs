@@ -37,7 +37,7 @@ pub struct Timeline {
     pub(crate) renewals: u32,
     /// Current phase.
     pub(crate) phase: Phase,
-    /// `EARLY_JUDGED`, `PARTIAL_COUNTED`, `LAPSED`, `ENDED`.
+    /// `EARLY_JUDGED`, `PARTIAL_COUNTED`, `LAPSED`, `ENDED`, `PROBE`.
     pub(crate) flags: u8,
 }
 
@@ -50,6 +50,9 @@ pub(crate) const LAPSED: u8 = 4;
 /// The migration ended (the lock is gone); kept briefly so late versions of it are
 /// recognised as such.
 pub(crate) const ENDED: u8 = 8;
+/// The lock was taken by lockprobe's own probe (its owner says so): reported apart from
+/// the fleet's, and its lapse is the lease-lapse check's design, not an anomaly.
+pub(crate) const PROBE: u8 = 16;
 
 /// Milliseconds since the Unix epoch.
 pub(crate) fn ms(t: DateTime<Utc>) -> i64 {

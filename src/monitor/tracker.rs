@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::timeline::{ms, Timeline, EARLY_JUDGED, ENDED, LAPSED, PARTIAL_COUNTED};
+use super::timeline::{ms, Timeline, EARLY_JUDGED, ENDED, LAPSED, PARTIAL_COUNTED, PROBE};
 use crate::routing::document::{LocationDocument, LockInfo, Phase};
 
 /// How a migration ended.
@@ -42,6 +42,55 @@ impl Outcome {
 
     /// Every outcome, for pre-registering label values.
     pub const ALL: [Outcome; 3] = [Outcome::Swapped, Outcome::Released, Outcome::Lapsed];
+}
+
+/// Whose lock a migration is: lockprobe's own probe or the fleet's orchestrators. A
+/// bounded label value on every per-migration metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Any other owner: the migrations the fleet alerts are about.
+    Fleet,
+    /// The probe's: its owner is [`PROBE_OWNER_PREFIX`] followed by the target's name.
+    Probe,
+}
+
+/// How the probe names itself as a lock's owner (`lockprobe/<target>`, with `#k` on the
+/// concurrent pre-locks of one check). The probe and the monitor share no code, so this
+/// string is the contract between them (docs/probe.md, "Probe and monitor").
+pub const PROBE_OWNER_PREFIX: &str = "lockprobe/";
+
+impl Source {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Fleet => "fleet",
+            Source::Probe => "probe",
+        }
+    }
+
+    /// Every source, for pre-registering label values.
+    pub const ALL: [Source; 2] = [Source::Fleet, Source::Probe];
+
+    /// The source of a lock held by `owner`.
+    pub fn of_owner(owner: &str) -> Self {
+        if owner.starts_with(PROBE_OWNER_PREFIX) {
+            Source::Probe
+        } else {
+            Source::Fleet
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn of_flags(flags: u8) -> Self {
+        if flags & PROBE != 0 {
+            Source::Probe
+        } else {
+            Source::Fleet
+        }
+    }
 }
 
 /// Where an observation came from.
@@ -110,9 +159,12 @@ pub struct Tracker {
     rules: Rules,
     /// Keyed with a per-process random key, so a token hash says nothing outside it.
     hasher: std::collections::hash_map::RandomState,
-    orphans: usize,
+    /// Orphaned locks, by [`Source::index`].
+    orphans: [usize; 2],
     /// Ended migrations remembered briefly (see [`Tracker::observe`]).
     ended: usize,
+    /// The probe's live timelines (neither lapsed nor ended), to split `in_flight`.
+    probe_live: usize,
 }
 
 fn millis(d: Duration) -> i64 {
@@ -126,22 +178,47 @@ fn dur(from_ms: i64, to_ms: i64) -> Duration {
 impl Tracker {
     /// An empty tracker judging escalations by `rules`.
     pub fn new(rules: Rules) -> Self {
-        Self { timelines: HashMap::new(), rules, hasher: Default::default(), orphans: 0, ended: 0 }
+        Self { timelines: HashMap::new(), rules, hasher: Default::default(), orphans: [0; 2], ended: 0, probe_live: 0 }
     }
 
-    /// Migrations in flight (tracked and not lapsed).
+    /// Migrations in flight (tracked and not lapsed), the probe's included.
     pub fn in_flight(&self) -> usize {
-        self.timelines.len() - self.orphans - self.ended
+        self.timelines.len() - self.orphans.iter().sum::<usize>() - self.ended
     }
 
-    /// Documents holding an expired lock that was never released or swapped.
+    /// Migrations of `source` in flight.
+    pub fn in_flight_of(&self, source: Source) -> usize {
+        match source {
+            Source::Probe => self.probe_live,
+            Source::Fleet => self.in_flight() - self.probe_live,
+        }
+    }
+
+    /// The fleet's documents holding an expired lock that was never released or
+    /// swapped. The probe's lease-lapse check leaves such a lock by design: those are
+    /// counted apart, in [`Tracker::orphans_of`]`(Source::Probe)`.
     pub fn orphans(&self) -> usize {
-        self.orphans
+        self.orphans_of(Source::Fleet)
     }
 
-    /// Ids of orphaned locks, at most `limit`, in no particular order.
+    /// Orphaned locks of `source`.
+    pub fn orphans_of(&self, source: Source) -> usize {
+        self.orphans[source.index()]
+    }
+
+    /// Ids of the fleet's orphaned locks, at most `limit`, in no particular order.
     pub fn orphan_ids(&self, limit: usize) -> Vec<String> {
-        self.timelines.iter().filter(|(_, t)| t.has(LAPSED)).take(limit).map(|(id, _)| id.to_string()).collect()
+        self.timelines
+            .iter()
+            .filter(|(_, t)| t.has(LAPSED) && !t.has(PROBE))
+            .take(limit)
+            .map(|(id, _)| id.to_string())
+            .collect()
+    }
+
+    /// Whose migration the document `id` holds (or last held, while remembered).
+    pub fn source_of(&self, id: &str) -> Source {
+        self.timelines.get(id).map_or(Source::Fleet, |t| Source::of_flags(t.flags))
     }
 
     /// Reserves room for `n` more timelines (for bulk loads).
@@ -154,8 +231,28 @@ impl Tracker {
         self.hasher.hash_one(s) as u32
     }
 
-    /// Applies one observed version of `doc`, seen at `at`, pushing what was learned.
-    pub fn observe(&mut self, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen, out: &mut Vec<Event>) {
+    /// Applies one observed version of `doc`, seen at `at`, pushing what was learned;
+    /// returns whose migration the events are about: the lock's owner, or when the
+    /// version holds none, the owner of the migration it ended. (A probe lock replaced
+    /// by another owner's at once would attribute its end to the new owner; the probe
+    /// locks only under its own test prefix, so that does not happen.)
+    pub fn observe(&mut self, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen, out: &mut Vec<Event>) -> Source {
+        let source = match &doc.primary.lock {
+            Some(lock) => Source::of_owner(&lock.owner),
+            None => self.source_of(&doc.id),
+        };
+        self.observe_as(doc, at, seen, source, out);
+        source
+    }
+
+    fn observe_as(
+        &mut self,
+        doc: &LocationDocument,
+        at: DateTime<Utc>,
+        seen: Seen,
+        source: Source,
+        out: &mut Vec<Event>,
+    ) {
         let at_ms = ms(at);
         let location_hash = self.hash32(&doc.primary.location);
         let current = doc.primary.lock.as_ref().map(|l| (l, ms(l.acquired_at), self.hash32(l.token.expose())));
@@ -181,6 +278,10 @@ impl Tracker {
             )
         });
         if created {
+            if source == Source::Probe {
+                tl.set(PROBE);
+                self.probe_live += 1;
+            }
             out.push(Event::Started);
         }
         if tl.has(LAPSED) {
@@ -192,8 +293,12 @@ impl Tracker {
         if tl.expires_ms.saturating_add(millis(rules.lapse_grace)) <= at_ms {
             // The version as of `at` still carries a lock whose lease ended more than
             // the grace before: nobody can use it any more.
+            let source = Source::of_flags(tl.flags);
             Self::lapse(tl, out);
-            self.orphans += 1;
+            self.orphans[source.index()] += 1;
+            if source == Source::Probe {
+                self.probe_live -= 1;
+            }
         }
     }
 
@@ -229,7 +334,7 @@ impl Tracker {
                 // Remember the end for a while: a lagging stream may still deliver
                 // this migration's older versions after a scan saw it end, and they
                 // must not start it again.
-                prev.flags = ENDED;
+                prev.flags = ENDED | (prev.flags & PROBE);
                 prev.last_seen_ms = at_ms;
                 self.timelines.insert(Box::from(id), prev);
                 self.ended += 1;
@@ -320,7 +425,11 @@ impl Tracker {
             self.timelines.iter_mut().filter(|(_, t)| !t.has(LAPSED) && !t.has(ENDED) && t.expires_ms <= cutoff)
         {
             Self::lapse(tl, &mut events);
-            self.orphans += 1;
+            let source = Source::of_flags(tl.flags);
+            self.orphans[source.index()] += 1;
+            if source == Source::Probe {
+                self.probe_live -= 1;
+            }
             out.extend(events.drain(..).map(|e| (id.to_string(), e)));
         }
     }
@@ -347,10 +456,14 @@ impl Tracker {
         at_ms: i64,
         out: &mut Vec<Event>,
     ) {
+        let source = Source::of_flags(prev.flags);
         if prev.has(LAPSED) {
-            self.orphans -= 1;
+            self.orphans[source.index()] -= 1;
             out.push(Event::OrphanCleared);
             return;
+        }
+        if source == Source::Probe {
+            self.probe_live -= 1;
         }
         let (outcome, end_ms) = if location_hash != prev.location_hash {
             // Only a swap moves the location, and no swap happens after the lease.

@@ -364,3 +364,63 @@ fn a_release_within_the_grace_of_the_lease_end_is_a_release() {
     assert_eq!(count(&out, &Event::Ended(Outcome::Released)), 1, "{out:?}");
     assert_eq!(held(&out, Phase::HardDelete), [100 * S], "the hold ends with the lease");
 }
+
+/// A migration like [`migration`]'s first three versions (never swapped), with `owner`.
+fn abandoned_by(owner: &str, id: &str) -> Vec<(LocationDocument, DateTime<Utc>)> {
+    let doc = LocationDocument::new(id, "westeurope");
+    let token = LockToken::generate();
+    let request = PreLockRequest { owner: owner.into(), ..req() };
+    let pre = lifecycle::pre_lock(&doc, &request, token.clone(), &policy(), at(0)).unwrap();
+    let hard = lifecycle::escalate(&pre, &token, Phase::HardDelete, 100 * S, &policy(), at(15)).unwrap();
+    let write = lifecycle::escalate(&hard, &token, Phase::Write, 30 * S, &policy(), at(40)).unwrap();
+    vec![(pre, at(0)), (hard, at(15)), (write, at(40))]
+}
+
+#[test]
+fn the_owner_says_whose_lock_it_is() {
+    assert_eq!(Source::of_owner("lockprobe/demo"), Source::Probe);
+    assert_eq!(Source::of_owner("lockprobe/demo#3"), Source::Probe, "the concurrent pre-lock check's owners");
+    for fleet in ["orchestrator-1", "lockprobe", "lockprobe demo", "xlockprobe/demo", ""] {
+        assert_eq!(Source::of_owner(fleet), Source::Fleet, "{fleet:?}");
+    }
+}
+
+#[test]
+fn a_probe_lock_that_lapses_is_counted_apart_from_the_fleets_orphans() {
+    let mut tracker = Tracker::new(rules());
+    let mut out = Vec::new();
+    for (doc, when) in abandoned_by("lockprobe/demo", "probe-0001") {
+        assert_eq!(tracker.observe(&doc, when, Seen::Stream, &mut out), Source::Probe);
+    }
+    for (doc, when) in abandoned_by("orch", "r9") {
+        assert_eq!(tracker.observe(&doc, when, Seen::Stream, &mut out), Source::Fleet);
+    }
+    assert_eq!((tracker.in_flight_of(Source::Probe), tracker.in_flight_of(Source::Fleet)), (1, 1));
+    let mut found = Vec::new();
+    tracker.sweep(at(80), &mut found);
+    let lapsed: Vec<(String, Source)> = found
+        .iter()
+        .filter(|(_, e)| *e == Event::Ended(Outcome::Lapsed))
+        .map(|(id, _)| (id.clone(), tracker.source_of(id)))
+        .collect();
+    assert_eq!(lapsed.len(), 2);
+    assert!(lapsed.contains(&("probe-0001".into(), Source::Probe)), "{lapsed:?}");
+    assert!(lapsed.contains(&("r9".into(), Source::Fleet)), "{lapsed:?}");
+    assert_eq!(tracker.orphans(), 1, "only the fleet's lock is the fleet's orphan");
+    assert_eq!(tracker.orphans_of(Source::Probe), 1);
+    assert_eq!(tracker.orphan_ids(10), ["r9"]);
+    assert_eq!((tracker.in_flight(), tracker.in_flight_of(Source::Probe)), (0, 0));
+
+    // The probe's next cycle on that resource pre-locks over its expired lock: the
+    // orphan clears, a new probe migration starts.
+    let expired = abandoned_by("lockprobe/demo", "probe-0001").pop().unwrap().0;
+    let request = PreLockRequest { owner: "lockprobe/demo".into(), ..req() };
+    let retry = lifecycle::pre_lock(&expired, &request, LockToken::generate(), &policy(), at(90)).unwrap();
+    let mut out = Vec::new();
+    // (A fresh document with an expired lock of the same owner: the tracker knows the
+    // resource from the sweep, so the new lock replaces it.)
+    tracker.observe(&retry, at(90), Seen::Stream, &mut out);
+    assert!(out.contains(&Event::OrphanCleared), "{out:?}");
+    assert_eq!((tracker.orphans_of(Source::Probe), tracker.in_flight_of(Source::Probe)), (0, 1));
+    assert_eq!(tracker.in_flight_of(Source::Fleet), 0);
+}

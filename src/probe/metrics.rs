@@ -20,15 +20,8 @@ use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_W
 #[error("metrics registration: {0}")]
 pub struct MetricsError(#[from] prometheus::Error);
 
-/// Buckets for lock phase durations: seconds-long test phases up to 48 h pre-locks, with
-/// the paper's 19 s production write-lock p99 as an edge.
-const PHASE_BUCKETS: &[f64] = &[
-    0.5, 1.0, 2.5, 5.0, 10.0, 19.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 21600.0, 43200.0,
-    86400.0, 172800.0, 259200.0,
-];
-/// Buckets for read-through latency: sub-millisecond to a few seconds.
-const READ_THROUGH_BUCKETS: &[f64] =
-    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+use crate::exposition::{PHASE_BUCKETS, READ_THROUGH_BUCKETS};
+
 /// Buckets for a whole probe cycle: seconds in tests, days in production.
 const CYCLE_BUCKETS: &[f64] = &[
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 172800.0,
@@ -114,7 +107,12 @@ pub struct Metrics {
     observed: GaugeVec,
     last_success: GaugeVec,
     convergence_violations: CounterVec,
+    last_passed: GaugeVec,
+    consecutive_failures: GaugeVec,
+    unresolved: GaugeVec,
     windows: Mutex<Windows>,
+    /// Per target, the label sets of `unresolved` set to 1, to clear on a passing cycle.
+    unresolved_series: Mutex<HashMap<String, Vec<[String; 4]>>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -127,6 +125,7 @@ impl Metrics {
     /// Creates the metrics on a fresh registry.
     pub fn new() -> Result<Self, MetricsError> {
         let r = Registry::new();
+        crate::exposition::register_process_metrics(&r)?;
         Ok(Self {
             runs: counter(&r, "lockprobe_probe_runs_total", "Probe cycles run, by result.", &["target", "result"])?,
             missed: counter(
@@ -193,8 +192,29 @@ impl Metrics {
                     &["target"],
                 )?,
             )?,
+            last_passed: gauge(
+                &r,
+                "lockprobe_probe_last_cycle_passed",
+                "1 when the target's last cycle passed, 0 when it failed or errored (absent before the first).",
+            )?,
+            consecutive_failures: gauge(
+                &r,
+                "lockprobe_probe_consecutive_failures",
+                "Cycles of the target that failed or errored since its last passed cycle.",
+            )?,
+            unresolved: register(
+                &r,
+                GaugeVec::new(
+                    Opts::new(
+                        "lockprobe_enforcement_violation_unresolved",
+                        "1 while an enforcement violation a cycle found has not been followed by a passed cycle of the target.",
+                    ),
+                    &["target", "phase", "op", "expected", "observed"],
+                )?,
+            )?,
             registry: r,
             windows: Mutex::new(Windows::default()),
+            unresolved_series: Mutex::new(HashMap::new()),
         })
     }
 
@@ -214,6 +234,7 @@ impl Metrics {
             self.claims.with_label_values(&[target, outcome]);
         }
         self.convergence_violations.with_label_values(&[target]);
+        self.consecutive_failures.with_label_values(&[target]);
         if let Some(e) = expected_convergence {
             self.expected.with_label_values(&[target]).set(e);
         }
@@ -276,6 +297,39 @@ impl Metrics {
         }
         if r.result == CycleResult::Passed {
             self.last_success.with_label_values(&[t]).set(r.finished_at.timestamp_millis() as f64 / 1000.0);
+        }
+        self.record_cycle_state(r);
+    }
+
+    /// The per-target state the alerts judge by cycles rather than by time windows
+    /// (a cycle may come every 10 s or every 6 h): the last result, the failures since
+    /// the last pass, and the violations no passed cycle has cleared yet.
+    fn record_cycle_state(&self, r: &CycleReport) {
+        let t = r.target.as_str();
+        let passed = r.result == CycleResult::Passed;
+        self.last_passed.with_label_values(&[t]).set(if passed { 1.0 } else { 0.0 });
+        let failures = self.consecutive_failures.with_label_values(&[t]);
+        if passed {
+            failures.set(0.0);
+        } else {
+            failures.inc();
+        }
+        let mut series = self.unresolved_series.lock().unwrap_or_else(|e| e.into_inner());
+        let known = series.entry(t.to_string()).or_default();
+        if passed {
+            // Kept at 0 rather than removed, so a dashboard shows it was cleared.
+            for [phase, op, expected, observed] in known.iter() {
+                self.unresolved.with_label_values(&[t, phase, op, expected, observed]).set(0.0);
+            }
+            known.clear();
+            return;
+        }
+        for a in r.assertions.iter().filter(|a| a.is_enforcement_violation()) {
+            let labels = [a.phase.as_str(), a.op.as_str(), a.expected.as_str(), a.observed.as_str()].map(String::from);
+            self.unresolved.with_label_values(&[t, &labels[0], &labels[1], &labels[2], &labels[3]]).set(1.0);
+            if !known.contains(&labels) {
+                known.push(labels);
+            }
         }
     }
 
@@ -381,6 +435,67 @@ mod tests {
         }
         // A failed cycle is not a success.
         assert!(!text.contains("lockprobe_last_success_timestamp_seconds{"), "{text}");
+    }
+
+    #[test]
+    fn cycle_state_counts_failures_and_holds_violations_until_a_pass() {
+        let m = Metrics::new().unwrap();
+        m.register_target("demo", None);
+        let text = m.render();
+        assert!(text.contains(r#"lockprobe_probe_consecutive_failures{target="demo"} 0"#), "{text}");
+        assert!(!text.contains("lockprobe_probe_last_cycle_passed{"), "no cycle yet: {text}");
+        let unresolved = r#"lockprobe_enforcement_violation_unresolved{expected="block",observed="allow",op="write",phase="write",target="demo"}"#;
+
+        // A violating cycle, then one that fails otherwise: the violation still stands.
+        m.record_cycle(&report());
+        let mut other_failure = report();
+        other_failure.assertions.clear();
+        other_failure.result = CycleResult::Error;
+        m.record_cycle(&other_failure);
+        let text = m.render();
+        assert!(text.contains(r#"lockprobe_probe_consecutive_failures{target="demo"} 2"#), "{text}");
+        assert!(text.contains(r#"lockprobe_probe_last_cycle_passed{target="demo"} 0"#), "{text}");
+        assert!(text.contains(&format!("{unresolved} 1")), "{text}");
+
+        // A passed cycle resets both.
+        let mut pass = report();
+        pass.assertions.clear();
+        pass.result = CycleResult::Passed;
+        m.record_cycle(&pass);
+        let text = m.render();
+        assert!(text.contains(r#"lockprobe_probe_consecutive_failures{target="demo"} 0"#), "{text}");
+        assert!(text.contains(r#"lockprobe_probe_last_cycle_passed{target="demo"} 1"#), "{text}");
+        assert!(text.contains(&format!("{unresolved} 0")), "{text}");
+    }
+
+    /// Resolution where production sits: the write lock (13 s p50, 19 s p99) and
+    /// read-through (~50 ms p99); and the process says what it is.
+    #[test]
+    fn buckets_resolve_the_production_figures_and_build_info_is_exported() {
+        let m = Metrics::new().unwrap();
+        m.record_cycle(&report());
+        let text = m.render();
+        let write: Vec<f64> = buckets(&text, "lockprobe_lock_phase_duration_seconds", "phase=\"write\"")
+            .into_iter()
+            .map(|(le, _)| le)
+            .collect();
+        let in_range: Vec<f64> = write.iter().copied().filter(|le| (10.0..=30.0).contains(le)).collect();
+        assert_eq!(in_range.first(), Some(&10.0), "{write:?}");
+        assert_eq!(in_range.last(), Some(&30.0), "{write:?}");
+        assert!(in_range.windows(2).all(|w| w[1] - w[0] <= 2.5), "a gap wider than 2.5 s in {in_range:?}");
+        let read: Vec<f64> = buckets(&text, "lockprobe_read_through_latency_seconds", "target=\"demo\"")
+            .into_iter()
+            .map(|(le, _)| le)
+            .collect();
+        for edge in [0.04, 0.05, 0.06, 0.075] {
+            assert!(read.contains(&edge), "no {edge} s bucket in {read:?}");
+        }
+        assert!(
+            text.contains(&format!("lockprobe_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))),
+            "{text}"
+        );
+        #[cfg(target_os = "linux")]
+        assert!(text.contains("process_resident_memory_bytes "), "{text}");
     }
 
     #[test]

@@ -65,7 +65,8 @@ pub struct ProbeSettings {
     pub poll_interval: Duration,
     /// Number of simultaneous pre-locks in the race check.
     pub concurrent_pre_locks: usize,
-    /// Owner string sent with every pre-lock.
+    /// Owner string sent with every pre-lock: `lockprobe/<target>`, the form the
+    /// convergence monitor recognises as the probe's (`monitor::PROBE_OWNER_PREFIX`).
     pub owner: String,
     /// Also run the eager checks (escalate the moment the service allows, then assert
     /// enforcement on every instance at once), on [`EAGER_RESOURCES`] more resources.
@@ -108,7 +109,7 @@ impl ProbeSettings {
             request_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_millis(50),
             concurrent_pre_locks: 4,
-            owner: format!("lockprobe {name}"),
+            owner: format!("lockprobe/{name}"),
             eager: false,
         }
     }
