@@ -638,3 +638,37 @@ async fn a_forced_failover_loses_a_write_the_store_saw_committed() {
     assert_eq!((status.lost_writes[0].db.as_str(), status.lost_writes[0].id.as_str()), (database.as_str(), "l1"));
     assert_eq!(status.lost_writes[0].etag.as_deref(), Some(acknowledged.etag.0.as_str()));
 }
+
+/// The service shows its store's region in `Server-Timing`, and the probe's client
+/// notes when an instance's region changes: a failover is reported as one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_reports_its_store_region_and_the_probe_sees_it_change() {
+    use lockprobe::clock::{Clock, SystemClock};
+    use lockprobe::probe::target::TargetClient;
+    use lockprobe::service::{start, ServiceConfig};
+    use tokio_util::sync::CancellationToken;
+
+    let regions = CosmosServer::start_two_regions(Duration::ZERO);
+    let (store, _) = store(&regions, Duration::from_secs(10)).await;
+    let store: Arc<dyn LocationStore> = Arc::new(store);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let shutdown = CancellationToken::new();
+    let listen = vec!["127.0.0.1:0".parse().unwrap()];
+    let running = start(ServiceConfig::new("k"), store, clock, listen, shutdown.clone()).await.unwrap();
+    let base = format!("http://{}", running.addrs[0]);
+    let probe = TargetClient::new(&[base], "k", "probe-", Duration::from_secs(10)).unwrap();
+
+    let first = probe.write(0, "probe-r1", "a", &json!(1)).await.unwrap();
+    assert_eq!(first.store_region.as_deref(), Some("westeurope"), "{first:?}");
+    regions.failover(Failover::Planned).await;
+    // Item writes only read the routing document; the pre-lock writes it, and that
+    // write, committed in the new write region, makes the service's store look.
+    let key = lockprobe::probe::target::CallKey::fresh();
+    let second = probe.pre_lock(0, "probe-r1", "probe", Duration::from_secs(5), None, key).await.unwrap();
+    let third = probe.read(0, "probe-r1", "a").await.unwrap();
+    assert!(second.status == 201 && third.status == 200, "{second:?} {third:?}");
+    assert_eq!(third.store_region.as_deref(), Some("northeurope"));
+    assert_eq!(probe.store_region_changes(), 1, "{:?}", probe.store_regions());
+    shutdown.cancel();
+    running.wait().await;
+}

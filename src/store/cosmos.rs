@@ -591,6 +591,10 @@ async fn create_if_missing(client: &CosmosClient, config: &CosmosConfig) -> Resu
 
 #[async_trait]
 impl LocationStore for CosmosStore {
+    fn region(&self) -> Option<String> {
+        Some(self.write_region())
+    }
+
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
         let (op, container) = match from {
             ReadFrom::WriteRegion => (Op::Store(OpKind::ReadWriteRegion), self.write_region.target().container),

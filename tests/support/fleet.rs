@@ -93,6 +93,9 @@ impl Recording {
 
 #[async_trait::async_trait]
 impl LocationStore for Recording {
+    fn region(&self) -> Option<String> {
+        self.inner.region()
+    }
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
         self.inner.read(id, from).await
     }
@@ -134,6 +137,9 @@ impl PerInstance {
 
 #[async_trait::async_trait]
 impl LocationStore for PerInstance {
+    fn region(&self) -> Option<String> {
+        self.store().region()
+    }
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
         self.store().read(id, from).await
     }
