@@ -185,6 +185,7 @@ async fn follow_a_migration_across_failovers(change_stream: &str) {
     drain_until(&monitor, "the hardDelete escalation", |m| m.status().phase_duration_seconds.pre_lock.max.is_some())
         .await;
     assert_eq!(monitor_store.write_region(), "northeurope", "{change_stream}: the monitor's store followed");
+    assert_eq!(monitor.status().store_region.as_deref(), Some("northeurope"), "and its status says so");
 
     regions.failover(cosmos_server::Failover::Planned).await;
     tokio::time::sleep(S).await;

@@ -51,10 +51,22 @@ impl AccountReader {
         Ok(Self { http, endpoint: config.endpoint.clone(), auth: config.auth.clone() })
     }
 
-    /// Reads the account document and returns its regions.
+    /// Reads the account document and returns its regions. A read that failed before
+    /// an answer came is tried once more (it is an idempotent GET, and a pooled
+    /// connection the server had just closed fails that way).
     pub async fn read(&self) -> Result<AccountTopology, String> {
+        match self.read_once().await {
+            Err(ReadError::Transport(_)) => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                self.read_once().await.map_err(ReadError::into_message)
+            }
+            other => other.map_err(ReadError::into_message),
+        }
+    }
+
+    async fn read_once(&self) -> Result<AccountTopology, ReadError> {
         let date = Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
-        let authorization = self.authorization(&date).await?;
+        let authorization = self.authorization(&date).await.map_err(ReadError::Other)?;
         let response = self
             .http
             .get(self.endpoint.clone())
@@ -64,18 +76,16 @@ impl AccountReader {
             .header("accept", "application/json")
             .send()
             .await
-            .map_err(|e| format!("account read failed: {e}"))?;
+            .map_err(|e| ReadError::Transport(format!("account read failed: {}", error_chain(&e))))?;
         let status = response.status();
         if !status.is_success() {
             let sub = response.headers().get("x-ms-substatus").and_then(|v| v.to_str().ok()).unwrap_or("");
-            return Err(format!(
-                "account read answered {}{}",
-                status.as_u16(),
-                if sub.is_empty() { String::new() } else { format!("/{sub}") }
-            ));
+            let sub = if sub.is_empty() { String::new() } else { format!("/{sub}") };
+            return Err(ReadError::Other(format!("account read answered {}{sub}", status.as_u16())));
         }
-        let body: Value = response.json().await.map_err(|e| format!("account document is not JSON: {e}"))?;
-        topology(&body)
+        let body: Value =
+            response.json().await.map_err(|e| ReadError::Other(format!("account document is not JSON: {e}")))?;
+        topology(&body).map_err(ReadError::Other)
     }
 
     async fn authorization(&self, date: &str) -> Result<String, String> {
@@ -95,6 +105,33 @@ impl AccountReader {
         };
         Ok(form_encode(&token))
     }
+}
+
+enum ReadError {
+    /// No answer came.
+    Transport(String),
+    /// An answer that is not an account document, or no request could be made.
+    Other(String),
+}
+
+impl ReadError {
+    fn into_message(self) -> String {
+        match self {
+            ReadError::Transport(m) | ReadError::Other(m) => m,
+        }
+    }
+}
+
+/// An error and its causes, `: `-separated (reqwest's own message hides the cause).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
 }
 
 /// The master-key string to sign for a read of the account itself: verb, empty
