@@ -672,3 +672,60 @@ async fn the_service_reports_its_store_region_and_the_probe_sees_it_change() {
     shutdown.cancel();
     running.wait().await;
 }
+
+/// `validate` against a service whose Cosmos account fails over in the middle of the
+/// cycle: the cycle passes or fails, and its report names the failover it saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_during_a_failover_names_it_in_its_report() {
+    use lockprobe::clock::{Clock, SystemClock};
+    use lockprobe::probe::observer::PrintObserver;
+    use lockprobe::probe::report::CycleResult;
+    use lockprobe::probe::validate::{self, ValidateOptions};
+    use lockprobe::service::{start, ServiceConfig};
+    use tokio_util::sync::CancellationToken;
+
+    let regions = Arc::new(CosmosServer::start_two_regions(Duration::from_millis(200)));
+    let (store, _) = store(&regions, Duration::from_secs(10)).await;
+    let store: Arc<dyn LocationStore> = Arc::new(store);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let half = Duration::from_millis(500);
+    let config = ServiceConfig { cache_ttls: vec![half], replication_bound: half, ..ServiceConfig::new("k") };
+    let shutdown = CancellationToken::new();
+    let listen = vec!["127.0.0.1:0".parse().unwrap()];
+    let running = start(config, store, clock, listen, shutdown.clone()).await.unwrap();
+    let options = ValidateOptions {
+        endpoints: vec![format!("http://{}", running.addrs[0])],
+        expect_convergence: None,
+        buffer: Duration::from_millis(200),
+        test_prefix: "probe-".into(),
+        api_key: "k".into(),
+        state_file: None,
+    };
+    let failover = tokio::spawn({
+        let regions = regions.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            regions.failover(Failover::Planned).await
+        }
+    });
+    let report = validate::run(&options, Arc::new(PrintObserver), CancellationToken::new()).await.unwrap();
+    failover.await.unwrap();
+    println!(
+        "validate during a failover: {} ({} assertions, {} failed); notes: {:?}",
+        report.result.as_str(),
+        report.assertions.len(),
+        report.failed_assertions(),
+        report.notes
+    );
+    let named =
+        report.notes.iter().any(|n| n.contains("store region changed") && n.contains("westeurope -> northeurope"));
+    assert!(named, "the report names the failover: {:?}", report.notes);
+    assert!(
+        matches!(report.result, CycleResult::Passed | CycleResult::Failed),
+        "{:?}: {:?}",
+        report.result,
+        report.error
+    );
+    shutdown.cancel();
+    running.wait().await;
+}

@@ -168,6 +168,25 @@ pub struct TargetClient {
     /// The store region each instance (by origin) last reported.
     regions: Arc<Mutex<HashMap<String, String>>>,
     region_changes: Arc<AtomicU64>,
+    /// Changes not yet taken into a report.
+    region_events: Arc<Mutex<Vec<RegionChange>>>,
+}
+
+/// An instance's store region changed between two of its answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionChange {
+    /// The instance (its origin, `http://host:port`).
+    pub instance: String,
+    /// The region it reported before.
+    pub from: String,
+    /// The region it reports now.
+    pub to: String,
+}
+
+impl std::fmt::Display for RegionChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} -> {}", self.instance, self.from, self.to)
+    }
 }
 
 const PROBLEM_PREFIX: &str = "urn:lockprobe:error:";
@@ -191,6 +210,7 @@ impl TargetClient {
             prefix: prefix.to_string(),
             regions: Arc::default(),
             region_changes: Arc::default(),
+            region_events: Arc::default(),
         })
     }
 
@@ -198,6 +218,11 @@ impl TargetClient {
     /// (a Cosmos DB failover the service followed).
     pub fn store_region_changes(&self) -> u64 {
         self.region_changes.load(Ordering::Relaxed)
+    }
+
+    /// The region changes seen since the last call.
+    pub fn take_store_region_changes(&self) -> Vec<RegionChange> {
+        std::mem::take(&mut *self.region_events.lock().expect("region events lock"))
     }
 
     /// The store region each instance (by origin) last reported.
@@ -212,6 +237,11 @@ impl TargetClient {
         match regions.insert(origin.clone(), region.to_string()) {
             Some(before) if before != region => {
                 self.region_changes.fetch_add(1, Ordering::Relaxed);
+                self.region_events.lock().expect("region events lock").push(RegionChange {
+                    instance: origin.clone(),
+                    from: before.clone(),
+                    to: region.to_string(),
+                });
                 tracing::warn!(
                     instance = %origin,
                     from = %before,
