@@ -13,7 +13,8 @@
 //!    - [`percentiles`]: exact percentiles over a sliding window, for status documents.
 //!    - [`exposition`]: the Prometheus text format and the one `GET /metrics` route.
 //! 2. [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
-//!    [`store::cosmos`] the Azure Cosmos DB backend, [`store::faults`] a wrapper around
+//!    [`store::cosmos`] the Azure Cosmos DB backend (which discovers the account's write
+//!    region and follows a failover), [`store::faults`] a wrapper around
 //!    either that injects slow, late, ambiguous and failed calls. It knows documents, not
 //!    lock rules, and no command line.
 //! 3. [`routing`]: the lock lifecycle (pure, with the commit-time rules and idempotency
