@@ -720,6 +720,7 @@ async fn validate_during_a_failover_names_it_in_its_report() {
     let named =
         report.notes.iter().any(|n| n.contains("store region changed") && n.contains("westeurope -> northeurope"));
     assert!(named, "the report names the failover: {:?}", report.notes);
+    assert_eq!(report.store_region_changes.len(), 1, "{:?}", report.store_region_changes);
     assert!(
         matches!(report.result, CycleResult::Passed | CycleResult::Failed),
         "{:?}: {:?}",

@@ -110,6 +110,7 @@ pub struct Metrics {
     observed: GaugeVec,
     last_success: GaugeVec,
     convergence_violations: CounterVec,
+    store_region_changes: IntCounterVec,
     windows: Mutex<Windows>,
 }
 
@@ -176,6 +177,12 @@ impl Metrics {
                     &["target"],
                 )?,
             )?,
+            store_region_changes: counter(
+                &r,
+                "lockprobe_probe_store_region_changes_total",
+                "Changes of the store region an instance reports in Server-Timing (a failover of the service's store), seen by the probe.",
+                &["target"],
+            )?,
             registry: r,
             windows: Mutex::new(Windows::default()),
         })
@@ -194,6 +201,7 @@ impl Metrics {
         }
         self.missed.with_label_values(&[target]);
         self.convergence_violations.with_label_values(&[target]);
+        self.store_region_changes.with_label_values(&[target]);
         if let Some(e) = expected_convergence {
             self.expected.with_label_values(&[target]).set(e);
         }
@@ -218,6 +226,9 @@ impl Metrics {
                     .with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), a.observed.as_str()])
                     .inc();
             }
+        }
+        if !r.store_region_changes.is_empty() {
+            self.store_region_changes.with_label_values(&[t]).inc_by(r.store_region_changes.len() as u64);
         }
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let at = r.finished_at;
@@ -313,6 +324,7 @@ mod tests {
                 InstanceConvergence { instance: "b".into(), observed_seconds: None, bound_seconds: 2.0 },
             ],
             notes: Vec::new(),
+            store_region_changes: Vec::new(),
         }
     }
 

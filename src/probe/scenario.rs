@@ -243,6 +243,7 @@ impl Scenario {
             expected_convergence_seconds: self.settings.expected_convergence.map(|d| d.as_secs_f64()),
             observed_convergence: std::mem::take(&mut *lock(&rec.convergence)),
             notes: std::mem::take(&mut *lock(&rec.notes)),
+            store_region_changes: Vec::new(),
         };
         let moves = self.client.take_store_region_changes();
         if !moves.is_empty() {
@@ -251,6 +252,7 @@ impl Scenario {
                 "the service's store region changed during this cycle ({}): a failover; failures in this cycle may be the failover's",
                 moves.join(", ")
             ));
+            report.store_region_changes = moves;
         }
         self.observer.step(
             &self.settings.name,
