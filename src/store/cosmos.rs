@@ -163,11 +163,6 @@ impl CosmosStore {
         self.write_region.region().as_str().to_owned()
     }
 
-    /// Looks the account's write region up now, as the timer would.
-    pub async fn refresh_write_region(&self) {
-        self.write_region.refresh(Reason::Timer, None).await;
-    }
-
     /// The settings this store runs with.
     pub fn config(&self) -> &CosmosConfig {
         &self.config
