@@ -15,7 +15,8 @@
 //!      histogram buckets the probe and the monitor share, and the build and process
 //!      metrics every process exports.
 //! 2. [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
-//!    [`store::cosmos`] the Azure Cosmos DB backend, [`store::faults`] a wrapper around
+//!    [`store::cosmos`] the Azure Cosmos DB backend (which discovers the account's write
+//!    region and follows a failover), [`store::faults`] a wrapper around
 //!    either that injects slow, late, ambiguous and failed calls. It knows documents, not
 //!    lock rules, and no command line.
 //! 3. [`routing`]: the lock lifecycle (pure, with the commit-time rules and idempotency

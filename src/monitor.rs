@@ -339,6 +339,7 @@ impl Monitor {
                 .collect(),
             phase_duration_seconds,
             escalation_interval_seconds,
+            store_region: self.store.region(),
         }
     }
 

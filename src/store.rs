@@ -177,6 +177,13 @@ pub trait LocationStore: Debug + Send + Sync + 'static {
     /// Up to `limit` documents with ids greater than `after` (all ids when `None`), in id
     /// order, read from the write region. For periodic full scans.
     async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError>;
+
+    /// The region authoritative reads and writes go to now, for stores that have
+    /// regions (Cosmos DB: the account's write region as last discovered, normalised like
+    /// `westeurope`). The service shows it in `Server-Timing` so a client sees a failover.
+    fn region(&self) -> Option<String> {
+        None
+    }
 }
 
 /// How long a change-stream consumer waits between empty polls.

@@ -2,10 +2,10 @@
 //! it does, shown with plain HTTP against each region's endpoint, and what the SDK
 //! (through `CosmosStore`) makes of it.
 //!
-//! Tests named `known_bug_*` characterise the store as it is today, with the write
-//! region a static setting (`--cosmos-write-region`): they pass while the bug is there.
-//! Issue 18 asks for the write region to be discovered; once it is, their assertions
-//! flip and they must be rewritten as the proof of the fix.
+//! The store discovers the account's write region and follows a failover (issue 18).
+//! Tests named `legacy_*` run the store with `legacy_static_write_region` (the
+//! behaviour before: the write region a static setting) and show the bug the
+//! discovery fixes, so the assertions of the fixed tests are shown to fail without it.
 
 #[path = "support/cosmos_server.rs"]
 mod cosmos_server;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockprobe::routing::LocationDocument;
-use lockprobe::store::cosmos::CosmosStore;
+use lockprobe::store::cosmos::{CosmosConfig, CosmosStore};
 use lockprobe::store::{LocationStore, ReadFrom, StoreError};
 use prometheus::Registry;
 use reqwest::Method;
@@ -77,12 +77,35 @@ async fn wait_for(
 /// A store on the two-region account, configured as a service in the read region
 /// would be: write region West Europe (static), replica reads from North Europe.
 async fn store(regions: &CosmosRegions, request_timeout: Duration) -> (CosmosStore, String) {
+    let (store, database, _) = store_with(regions, request_timeout, |_| {}).await;
+    (store, database)
+}
+
+/// Like [`store`], after `adjust` has changed the validated settings; returns the
+/// registry its metrics are on.
+async fn store_with(
+    regions: &CosmosRegions,
+    request_timeout: Duration,
+    adjust: impl FnOnce(&mut CosmosConfig),
+) -> (CosmosStore, String, Registry) {
     let database = unique_database("regions-sdk");
     let mut args = two_region_args(regions, &database);
     args.request_timeout = request_timeout;
-    let store =
-        CosmosStore::connect(config_from(&args), &Registry::new()).await.expect("connects to the two-region account");
-    (store, database)
+    let mut config = config_from(&args);
+    adjust(&mut config);
+    let registry = Registry::new();
+    let store = CosmosStore::connect(config, &registry).await.expect("connects to the two-region account");
+    (store, database, registry)
+}
+
+fn metrics_text(registry: &Registry) -> String {
+    prometheus::TextEncoder::new().encode_to_string(&registry.gather()).expect("metrics encode")
+}
+
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no sample {series} in:\n{text}"))
 }
 
 // --- the launcher, over plain HTTP ---------------------------------------------------
@@ -423,42 +446,146 @@ async fn the_sdk_follows_a_failover_for_writes_after_one_403_3() {
     assert_eq!(back.body, raw.body, "and replicated back to West Europe");
 }
 
-/// KNOWN BUG (issue 18): the store's write-region client is pinned to the configured
-/// `--cosmos-write-region`. After a failover its writes follow the SDK to the new
-/// write region, but its write-region reads (every lock decision, every read-through)
-/// keep reading the old region, which is now a lagging replica.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn known_bug_after_a_failover_write_region_reads_go_to_the_old_region() {
-    let regions = CosmosServer::start_two_regions(Duration::ZERO);
-    let (store, database) = store(&regions, Duration::from_secs(10)).await;
+/// The scenario of the bug issue 18 fixes: a failover, then a write that lands in the
+/// new write region, then write-region reads. Returns (the read of `b1`, the read of
+/// `b2`, the etags written, the etag of the first version).
+async fn write_after_a_failover_then_read(
+    regions: &CosmosRegions,
+    store: &CosmosStore,
+    database: &str,
+) -> (Result<lockprobe::store::Versioned, StoreError>, Result<lockprobe::store::Versioned, StoreError>, (String, String))
+{
     let v1 = LocationDocument::new("b1", "westeurope");
     let e1 = store.create(&v1).await.unwrap().etag;
     regions.failover(Failover::Planned).await;
     regions.set_lag(Duration::from_secs(3600)).await;
-
-    // A write lands in the new write region...
     let mut v2 = v1.clone();
     v2.primary.location = "northeurope".into();
     let e2 = store.replace(&v2, &e1).await.expect("the write follows the failover").etag;
     let created = store.create(&LocationDocument::new("b2", "westeurope")).await.expect("so does a create");
     assert_eq!(
-        regions.read_document(READ_REGION, &database, CONTAINER, "b1").await.body["_etag"].as_str(),
-        Some(e2.0.as_str())
+        regions.read_document(READ_REGION, database, CONTAINER, "b1").await.body["_etag"].as_str(),
+        Some(e2.0.as_str()),
+        "committed in the new write region"
     );
+    let b1 = store.read("b1", ReadFrom::WriteRegion).await;
+    let b2 = store.read("b2", ReadFrom::WriteRegion).await;
+    (b1, b2, (e2.0, created.etag.0))
+}
 
-    // ...but a write-region read answers from West Europe, which has not got it.
-    let read = store.read("b1", ReadFrom::WriteRegion).await.unwrap();
-    assert_eq!((&read.etag, &read.doc), (&e1, &v1), "BUG: the 'write region' read returned the old version");
+/// Issue 18: after a failover, the first write the SDK commits in the new write region
+/// tells the store the account moved; it looks the account up and its write-region
+/// reads (lock decisions, read-through) go to the new write region from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_write_region_reads_follow_the_new_write_region() {
+    let regions = CosmosServer::start_two_regions(Duration::ZERO);
+    let (store, database, registry) = store_with(&regions, Duration::from_secs(10), |_| {}).await;
+    assert_eq!(store.write_region(), "westeurope");
+    let (b1, b2, (e2, created)) = write_after_a_failover_then_read(&regions, &store, &database).await;
+    assert_eq!(store.write_region(), "northeurope", "the store found the new write region");
+    assert_eq!(b1.expect("b1 in the new write region").etag.0, e2, "the read saw the write just made");
+    assert_eq!(b2.expect("b2 in the new write region").etag.0, created);
+    let text = metrics_text(&registry);
+    assert_eq!(sample(&text, "lockprobe_cosmos_failovers_total"), 1.0);
+    assert_eq!(sample(&text, "lockprobe_cosmos_write_region{region=\"northeurope\"}"), 1.0);
+    assert_eq!(sample(&text, "lockprobe_cosmos_write_region{region=\"westeurope\"}"), 0.0);
     assert_eq!(
-        store.read("b2", ReadFrom::WriteRegion).await,
-        Err(StoreError::NotFound),
-        "BUG: the new document is not found"
+        sample(&text, "lockprobe_cosmos_write_region_mismatch"),
+        1.0,
+        "--cosmos-write-region said West Europe: reported, not followed"
     );
-    // A lock mutation decided on that read is refused for ever (412), however often
-    // it re-reads, until the replica catches up.
-    assert_eq!(store.replace(&v1, &read.etag).await, Err(StoreError::PreconditionFailed));
-    // The replica client, preferring North Europe, is the one that sees the truth.
-    assert_eq!(store.read("b2", ReadFrom::Replica).await.unwrap().etag, created.etag);
+    assert!(
+        sample(&text, "lockprobe_cosmos_write_region_refreshes_total{outcome=\"changed\",reason=\"write_elsewhere\"}")
+            >= 1.0
+    );
+}
+
+/// The same scenario with the write region a static setting (the behaviour before
+/// issue 18): write-region reads keep going to the old region, now a lagging replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_static_write_region_reads_the_old_region_after_a_failover() {
+    let regions = CosmosServer::start_two_regions(Duration::ZERO);
+    let (store, database, _) =
+        store_with(&regions, Duration::from_secs(10), |c| c.legacy_static_write_region = true).await;
+    let (b1, b2, (e2, created)) = write_after_a_failover_then_read(&regions, &store, &database).await;
+    assert_eq!(store.write_region(), "westeurope");
+    let b1 = b1.unwrap();
+    assert_ne!(b1.etag.0, e2, "the old version, from the old region");
+    assert_eq!(b1.doc.primary.location, "westeurope");
+    assert_eq!(b2, Err(StoreError::NotFound), "the new document is not found");
+    // A lock mutation decided on that read is refused (412) for as long as the old
+    // region lags; the replica client, preferring North Europe, sees the truth.
+    assert_eq!(store.replace(&b1.doc, &b1.etag).await, Err(StoreError::PreconditionFailed));
+    assert_eq!(store.read("b2", ReadFrom::Replica).await.unwrap().etag.0, created);
+}
+
+/// A store that only reads gets no write-path signal: its timer finds the new write
+/// region. Until then it reads the old region, which keeps receiving the new write
+/// region's writes at the replication lag (the safety argument in docs/cosmos.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_only_reads_finds_the_new_write_region_on_its_timer() {
+    let regions = CosmosServer::start_two_regions(Duration::ZERO);
+    let refresh = Duration::from_secs(1);
+    let (store, database, registry) =
+        store_with(&regions, Duration::from_secs(5), |c| c.region_refresh_interval = refresh).await;
+    regions.failover(Failover::Planned).await;
+    regions.set_lag(Duration::from_secs(3600)).await;
+    let written = regions
+        .create_document(
+            READ_REGION,
+            &database,
+            CONTAINER,
+            &json!({
+                "id": "t1", "schemaVersion": 1, "migrating": false, "secondary": null,
+                "primary": {"location": "northeurope", "lock": null}
+            }),
+        )
+        .await;
+    assert_eq!(written.status, 201, "{written:?}");
+    let started = Instant::now();
+    loop {
+        let believed = store.write_region();
+        match store.read("t1", ReadFrom::WriteRegion).await {
+            Ok(found) => {
+                assert_eq!(found.etag.0, written.body["_etag"].as_str().unwrap());
+                break;
+            }
+            Err(StoreError::NotFound) => {
+                assert_eq!(believed, "westeurope", "not found only while the old region is believed");
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < refresh * 3, "the timer did not find the new write region");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(store.write_region(), "northeurope");
+    let text = metrics_text(&registry);
+    assert_eq!(
+        sample(&text, "lockprobe_cosmos_write_region_refreshes_total{outcome=\"changed\",reason=\"timer\"}"),
+        1.0
+    );
+}
+
+/// `--cosmos-write-region` is an expectation: a wrong one is reported, and the store
+/// reads the account's real write region.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_write_region_expectation_is_reported_and_not_followed() {
+    let regions = CosmosServer::start_two_regions(Duration::from_secs(3600));
+    let (store, _, registry) =
+        store_with(&regions, Duration::from_secs(5), |c| c.write_region = Some(READ_REGION.into())).await;
+    assert_eq!(store.write_region(), "westeurope");
+    assert_eq!(sample(&metrics_text(&registry), "lockprobe_cosmos_write_region_mismatch"), 1.0);
+    let committed = store.create(&LocationDocument::new("x1", "westeurope")).await.unwrap();
+    let read =
+        store.read("x1", ReadFrom::WriteRegion).await.expect("read in West Europe, not the lagging North Europe");
+    assert_eq!(read.etag, committed.etag);
+
+    let (_, _, registry) = store_with(&regions, Duration::from_secs(5), |c| c.write_region = None).await;
+    assert_eq!(
+        sample(&metrics_text(&registry), "lockprobe_cosmos_write_region_mismatch"),
+        0.0,
+        "no expectation, no mismatch"
+    );
 }
 
 /// What the SDK does with a write while a planned failover drains: every region
@@ -510,4 +637,97 @@ async fn a_forced_failover_loses_a_write_the_store_saw_committed() {
     assert_eq!(status.lost_writes.len(), 1);
     assert_eq!((status.lost_writes[0].db.as_str(), status.lost_writes[0].id.as_str()), (database.as_str(), "l1"));
     assert_eq!(status.lost_writes[0].etag.as_deref(), Some(acknowledged.etag.0.as_str()));
+}
+
+/// The service shows its store's region in `Server-Timing`, and the probe's client
+/// notes when an instance's region changes: a failover is reported as one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_reports_its_store_region_and_the_probe_sees_it_change() {
+    use lockprobe::clock::{Clock, SystemClock};
+    use lockprobe::probe::target::TargetClient;
+    use lockprobe::service::{start, ServiceConfig};
+    use tokio_util::sync::CancellationToken;
+
+    let regions = CosmosServer::start_two_regions(Duration::ZERO);
+    let (store, _) = store(&regions, Duration::from_secs(10)).await;
+    let store: Arc<dyn LocationStore> = Arc::new(store);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let shutdown = CancellationToken::new();
+    let listen = vec!["127.0.0.1:0".parse().unwrap()];
+    let running = start(ServiceConfig::new("k"), store, clock, listen, shutdown.clone()).await.unwrap();
+    let base = format!("http://{}", running.addrs[0]);
+    let probe = TargetClient::new(&[base], "k", "probe-", Duration::from_secs(10)).unwrap();
+
+    let first = probe.write(0, "probe-r1", "a", &json!(1)).await.unwrap();
+    assert_eq!(first.store_region.as_deref(), Some("westeurope"), "{first:?}");
+    regions.failover(Failover::Planned).await;
+    // Item writes only read the routing document; the pre-lock writes it, and that
+    // write, committed in the new write region, makes the service's store look.
+    let key = lockprobe::probe::target::CallKey::fresh();
+    let second = probe.pre_lock(0, "probe-r1", "probe", Duration::from_secs(5), None, key).await.unwrap();
+    let third = probe.read(0, "probe-r1", "a").await.unwrap();
+    assert!(second.status == 201 && third.status == 200, "{second:?} {third:?}");
+    assert_eq!(third.store_region.as_deref(), Some("northeurope"));
+    assert_eq!(probe.store_region_changes(), 1, "{:?}", probe.store_regions());
+    shutdown.cancel();
+    running.wait().await;
+}
+
+/// `validate` against a service whose Cosmos account fails over in the middle of the
+/// cycle: the cycle passes or fails, and its report names the failover it saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_during_a_failover_names_it_in_its_report() {
+    use lockprobe::clock::{Clock, SystemClock};
+    use lockprobe::probe::observer::PrintObserver;
+    use lockprobe::probe::report::CycleResult;
+    use lockprobe::probe::validate::{self, ValidateOptions};
+    use lockprobe::service::{start, ServiceConfig};
+    use tokio_util::sync::CancellationToken;
+
+    let regions = Arc::new(CosmosServer::start_two_regions(Duration::from_millis(200)));
+    let (store, _) = store(&regions, Duration::from_secs(10)).await;
+    let store: Arc<dyn LocationStore> = Arc::new(store);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let half = Duration::from_millis(500);
+    let config = ServiceConfig { cache_ttls: vec![half], replication_bound: half, ..ServiceConfig::new("k") };
+    let shutdown = CancellationToken::new();
+    let listen = vec!["127.0.0.1:0".parse().unwrap()];
+    let running = start(config, store, clock, listen, shutdown.clone()).await.unwrap();
+    let options = ValidateOptions {
+        endpoints: vec![format!("http://{}", running.addrs[0])],
+        expect_convergence: None,
+        buffer: Duration::from_millis(200),
+        test_prefix: "probe-".into(),
+        api_key: "k".into(),
+        state_file: None,
+        ..ValidateOptions::default()
+    };
+    let failover = tokio::spawn({
+        let regions = regions.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            regions.failover(Failover::Planned).await
+        }
+    });
+    let report = validate::run(&options, Arc::new(PrintObserver::default()), CancellationToken::new()).await.unwrap();
+    failover.await.unwrap();
+    println!(
+        "validate during a failover: {} ({} assertions, {} failed); notes: {:?}",
+        report.result.as_str(),
+        report.assertions.len(),
+        report.failed_assertions(),
+        report.notes
+    );
+    let named =
+        report.notes.iter().any(|n| n.contains("store region changed") && n.contains("westeurope -> northeurope"));
+    assert!(named, "the report names the failover: {:?}", report.notes);
+    assert_eq!(report.store_region_changes.len(), 1, "{:?}", report.store_region_changes);
+    assert!(
+        matches!(report.result, CycleResult::Passed | CycleResult::Failed),
+        "{:?}: {:?}",
+        report.result,
+        report.error
+    );
+    shutdown.cancel();
+    running.wait().await;
 }

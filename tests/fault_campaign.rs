@@ -7,6 +7,10 @@
 //! Inside the scheme's assumptions the oracle must find nothing, seed after seed; with a
 //! legacy behaviour switched back on it must find the hole within 1,000 seeds.
 //!
+//! On the two-region test account (docs/cosmos-regions.md) a failover is made in the
+//! middle of each lifecycle step in turn, with user traffic on every instance and each
+//! instance on a Cosmos store of its own that must discover the new write region.
+//!
 //! `LOCKPROBE_CAMPAIGN_SEEDS=N` runs N seeds instead of the suite's 1,000 (figures for
 //! RELIABILITY.md); `LOCKPROBE_CAMPAIGN_FIRST_SEED` moves the window.
 
@@ -22,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use fleet::{Answer, Fleet, FleetOptions};
+use fleet::{Answer, Fleet, FleetOptions, PerInstance};
 use lockprobe::clock::TokioClock;
 use lockprobe::routing::Phase;
 use lockprobe::service::Fault;
@@ -77,6 +81,8 @@ struct SeedReport {
     /// Faults injected, by the phase the resource was in.
     by_phase: BTreeMap<(&'static str, FaultKind), u64>,
     skew_ms: i64,
+    /// The failover made, if the seed had a plan and its step came.
+    failover: Option<cosmos_server::FailoverRecord>,
 }
 
 /// What the fleet's actors record for the oracle.
@@ -127,8 +133,84 @@ enum Backend {
     Given(Arc<dyn LocationStore>),
 }
 
+/// A failover of the two-region account, made once, when an orchestrator first sends
+/// a call of `step` (the failover and the call then run at the same time).
+struct FailoverPlan {
+    regions: Arc<cosmos_server::CosmosRegions>,
+    step: &'static str,
+    mode: cosmos_server::Failover,
+    task: Mutex<Option<tokio::task::JoinHandle<cosmos_server::FailoverRecord>>>,
+    fired: std::sync::atomic::AtomicBool,
+    /// The replication lag set once the failover is made (the old write region, now a
+    /// replica, then lags this far behind the new one).
+    lag_after: Option<Duration>,
+    /// Whether the failover waits for the call's acknowledgement (so a forced failover
+    /// can lose what the call committed) instead of starting when the call is sent.
+    after_ack: bool,
+}
+
+impl FailoverPlan {
+    fn new(regions: Arc<cosmos_server::CosmosRegions>, step: &'static str, mode: cosmos_server::Failover) -> Self {
+        Self {
+            regions,
+            step,
+            mode,
+            task: Mutex::new(None),
+            fired: Default::default(),
+            lag_after: None,
+            after_ack: false,
+        }
+    }
+
+    /// Makes the failover right after the step's first acknowledged call.
+    fn after_ack(mut self) -> Self {
+        self.after_ack = true;
+        self
+    }
+
+    /// Sets the replication lag to `lag` once the failover is made.
+    fn then_lag(mut self, lag: Duration) -> Self {
+        self.lag_after = Some(lag);
+        self
+    }
+
+    /// Starts the failover if `step` is the plan's and it has not been made yet.
+    fn at(&self, step: &'static str) {
+        if step == self.step && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let (regions, mode, lag_after) = (self.regions.clone(), self.mode, self.lag_after);
+            *self.task.lock().unwrap() = Some(tokio::spawn(async move {
+                let record = regions.failover(mode).await;
+                if let Some(lag) = lag_after {
+                    regions.set_lag(lag).await;
+                }
+                record
+            }));
+        }
+    }
+
+    /// The failover made, once it finished (none if the step never came).
+    async fn record(&self) -> Option<cosmos_server::FailoverRecord> {
+        let task = self.task.lock().unwrap().take();
+        match task {
+            Some(task) => Some(task.await.expect("the failover request panicked")),
+            None => None,
+        }
+    }
+}
+
 /// Runs one seed to the end and judges it.
 async fn run_seed(seed: u64, legacy: &[Fault], backend: Backend, shape: Shape) -> SeedReport {
+    run_seed_with(seed, legacy, backend, shape, None).await
+}
+
+/// Like [`run_seed`]; with a failover plan, the failover is the seed's only fault.
+async fn run_seed_with(
+    seed: u64,
+    legacy: &[Fault],
+    backend: Backend,
+    shape: Shape,
+    failover: Option<Arc<FailoverPlan>>,
+) -> SeedReport {
     let mut rng = StdRng::seed_from_u64(seed);
     // One instance runs off true time by up to the skew margin, either way.
     let skew_ms = rng.random_range(-(MARGIN.as_millis() as i64) + 50..=MARGIN.as_millis() as i64 - 50);
@@ -149,15 +231,27 @@ async fn run_seed(seed: u64, legacy: &[Fault], backend: Backend, shape: Shape) -
         Backend::Memory => Fleet::new(opts),
         Backend::Given(store) => Fleet::over(opts, store, Arc::new(TokioClock::new(Utc::now()))),
     });
-    for rule in fault_rules(&mut rng) {
-        fleet.store.add_rule(rule);
+    let rules = fault_rules(&mut rng);
+    if failover.is_none() {
+        for rule in rules {
+            fleet.store.add_rule(rule);
+        }
     }
     let shared: Shared = Arc::default();
     let deadline = fleet.now() + to_delta(shape.active);
     let mut tasks = Vec::new();
     for o in 0..ORCHESTRATORS {
         let rng = StdRng::seed_from_u64(rng.random());
-        tasks.push(tokio::spawn(orchestrate(fleet.clone(), shared.clone(), o, rng, deadline, shape.pre_lock_lease)));
+        let plan = failover.clone();
+        tasks.push(tokio::spawn(orchestrate(
+            fleet.clone(),
+            shared.clone(),
+            o,
+            rng,
+            deadline,
+            shape.pre_lock_lease,
+            plan,
+        )));
     }
     for u in 0..USERS {
         let rng = StdRng::seed_from_u64(rng.random());
@@ -166,6 +260,10 @@ async fn run_seed(seed: u64, legacy: &[Fault], backend: Backend, shape: Shape) -
     for task in tasks {
         task.await.expect("an actor panicked");
     }
+    let failover = match failover {
+        Some(plan) => plan.record().await,
+        None => None,
+    };
     // Quiet: no more faults, every late write landed, every lease and cache ran out.
     fleet.store.clear_rules();
     fleet.store.settle().await;
@@ -197,6 +295,7 @@ async fn run_seed(seed: u64, legacy: &[Fault], backend: Backend, shape: Shape) -
         faults: fleet.store.stats(),
         by_phase,
         skew_ms,
+        failover,
     }
 }
 
@@ -285,10 +384,20 @@ struct Orchestrator {
     unanswered: Vec<(String, String, f64, Option<String>)>,
     /// The pre-locks' lease, seconds.
     lease: f64,
+    /// A failover to make when a call of its step is first sent.
+    failover: Option<Arc<FailoverPlan>>,
 }
 
-async fn orchestrate(fleet: Arc<Fleet>, shared: Shared, me: usize, rng: StdRng, deadline: DateTime<Utc>, lease: f64) {
-    let mut o = Orchestrator { fleet, shared, me, rng, unanswered: Vec::new(), lease };
+async fn orchestrate(
+    fleet: Arc<Fleet>,
+    shared: Shared,
+    me: usize,
+    rng: StdRng,
+    deadline: DateTime<Utc>,
+    lease: f64,
+    failover: Option<Arc<FailoverPlan>>,
+) {
+    let mut o = Orchestrator { fleet, shared, me, rng, unanswered: Vec::new(), lease, failover };
     while o.fleet.now() < deadline {
         o.migrate().await;
         let pause = ms(o.rng.random_range(0..1_500));
@@ -315,12 +424,21 @@ impl Orchestrator {
         // Once an answer was unknown, only a decision settles it: a later "nothing was
         // applied" speaks for that attempt, not for the one that may still land.
         let mut unknown = false;
+        let failover = self.failover.clone();
+        if let Some(plan) = failover.as_ref().filter(|p| !p.after_ack) {
+            plan.at(step);
+        }
         for _ in 0..6 {
             let instance = self.instance();
             let answer = in_step(step, send(self.fleet.clone(), instance)).await;
             log(&self.shared).lock_calls += 1;
             match (answer.status, answer.problem()) {
-                (200..=299, _) => return Outcome::Done(answer),
+                (200..=299, _) => {
+                    if let Some(plan) = failover.as_ref().filter(|p| p.after_ack) {
+                        plan.at(step);
+                    }
+                    return Outcome::Done(answer);
+                }
                 (503, Some("outcome-unknown")) => unknown = true,
                 (503, _) if unknown => {}
                 // Nothing was applied, or the decision was refused: a definite answer.
@@ -688,4 +806,157 @@ async fn store_faults_on_the_cosmos_server_break_nothing() {
     let injected: u64 = reports.iter().map(|(_, r)| r.faults.injected_total()).sum();
     let swaps: usize = reports.iter().map(|(_, r)| r.migrations_swapped).sum();
     assert!(injected > 0 && swaps > 0, "faults were injected ({injected}) and migrations got through ({swaps})");
+}
+
+/// The replication lag of the failover campaign's accounts: within the declared bound.
+const FAILOVER_LAG: Duration = Duration::from_millis(200);
+
+/// A store on `database` of the two-region account, as one instance would have it.
+async fn two_region_store(
+    regions: &cosmos_server::CosmosRegions,
+    database: &str,
+    legacy_static_write_region: bool,
+) -> Arc<dyn LocationStore> {
+    let args = cosmos_server::two_region_args(regions, database);
+    let mut config = cosmos_server::config_from(&args);
+    config.legacy_static_write_region = legacy_static_write_region;
+    let store = lockprobe::store::cosmos::CosmosStore::connect(config, &prometheus::Registry::new())
+        .await
+        .expect("connects to the two-region account");
+    Arc::new(store)
+}
+
+/// A planned failover (replication lag within the bound) in the middle of each
+/// lifecycle step, on a two-region account of its own, with users reading, writing and
+/// deleting on both instances, each instance on its own store: 0 violations, and each
+/// failover made and followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_in_each_lifecycle_step_breaks_nothing() {
+    let steps = ["preLock", "escalate", "renew", "swap", "release"];
+    let runs = steps.iter().enumerate().map(|(i, step)| async move {
+        let regions = Arc::new(cosmos_server::CosmosServer::start_two_regions(FAILOVER_LAG));
+        let database = cosmos_server::unique_database(&format!("failover-{step}"));
+        let stores = vec![
+            two_region_store(&regions, &database, false).await,
+            two_region_store(&regions, &database, false).await,
+        ];
+        let plan = Arc::new(FailoverPlan::new(regions.clone(), step, cosmos_server::Failover::Planned));
+        let backend = Backend::Given(Arc::new(PerInstance(stores)));
+        let report = run_seed_with(200 + i as u64, &[], backend, COSMOS, Some(plan)).await;
+        let status = regions.status().await;
+        (*step, report, status)
+    });
+    let results = futures::future::join_all(runs).await;
+    println!("failover campaign (planned, lag {FAILOVER_LAG:?}, bound {BOUND:?}):");
+    println!(
+        "  {:<10} {:>9} {:>8} {:>8} {:>7} {:>6} {:>10}",
+        "step", "failovers", "took ms", "user ops", "calls", "swaps", "violations"
+    );
+    let mut violations = Vec::new();
+    for (step, report, status) in &results {
+        let took = report.failover.as_ref().map_or(0, |f| f.took_ms);
+        println!(
+            "  {:<10} {:>9} {:>8} {:>8} {:>7} {:>6} {:>10}",
+            step,
+            status.failovers.len(),
+            took,
+            report.user_ops,
+            report.lock_calls,
+            report.migrations_swapped,
+            report.violations.len()
+        );
+        for v in &report.violations {
+            println!("    {step}: {} - {}", v.kind, v.detail);
+            violations.push((*step, v.clone()));
+        }
+    }
+    for (step, report, status) in &results {
+        let record = report.failover.as_ref().unwrap_or_else(|| panic!("no {step} call came: no failover made"));
+        assert_eq!((record.mode.as_str(), record.lost_writes), ("planned", 0), "{step}");
+        assert_eq!(status.write_region, cosmos_server::READ_REGION, "{step}");
+        assert!(report.user_ops > 0 && report.lock_calls > 0, "{step}: traffic ran");
+    }
+    assert!(violations.is_empty(), "{} violations; first: {:?}", violations.len(), violations.first());
+}
+
+/// After a failover the old write region is a replica; here it then lags 4 s, far beyond
+/// the declared bound. Stores that follow the write region never read it for a lock
+/// decision: 0 violations. Stores with the write region a static setting (the behaviour
+/// before issue 18) keep deciding on it, and the oracle catches what that lets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_only_a_store_that_follows_the_write_region_stays_safe_when_the_old_one_lags() {
+    let runs = [false, true].into_iter().map(|legacy| async move {
+        let regions = Arc::new(cosmos_server::CosmosServer::start_two_regions(FAILOVER_LAG));
+        let database = cosmos_server::unique_database(&format!("failover-lag-{legacy}"));
+        // With `legacy`, instance 1 keeps the static write region while instance 0
+        // follows the account, as a fleet with one instance not yet upgraded would.
+        let stores = vec![
+            two_region_store(&regions, &database, false).await,
+            two_region_store(&regions, &database, legacy).await,
+        ];
+        let plan = FailoverPlan::new(regions.clone(), "preLock", cosmos_server::Failover::Planned)
+            .then_lag(Duration::from_secs(4));
+        let backend = Backend::Given(Arc::new(PerInstance(stores)));
+        (legacy, run_seed_with(300, &[], backend, COSMOS, Some(Arc::new(plan))).await)
+    });
+    let results = futures::future::join_all(runs).await;
+    for (legacy, report) in &results {
+        let kinds: BTreeMap<&str, usize> = report.violations.iter().fold(BTreeMap::new(), |mut m, v| {
+            *m.entry(v.kind).or_default() += 1;
+            m
+        });
+        println!(
+            "{}: {} user ops, {} lock calls, {} swaps, violations {kinds:?}",
+            if *legacy { "static write region" } else { "discovered write region" },
+            report.user_ops,
+            report.lock_calls,
+            report.migrations_swapped
+        );
+        for v in report.violations.iter().take(5) {
+            println!("  {} - {}", v.kind, v.detail);
+        }
+        assert!(report.failover.is_some(), "the failover was made");
+    }
+    let (_, following) = &results[0];
+    let (_, legacy) = &results[1];
+    assert!(following.violations.is_empty(), "{:?}", following.violations.first());
+    assert!(!legacy.violations.is_empty(), "the oracle must catch decisions made on the lagging old region");
+}
+
+/// A forced failover (outside the assumptions: it loses the commits the new write
+/// region had not received) right after an escalation was acknowledged, replication
+/// 400 ms behind (so the escalation is lost).
+/// Violations may follow; each must be one the oracle names, and the run's figures go to
+/// RELIABILITY.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_failover_loses_commits_and_every_violation_is_named() {
+    let regions = Arc::new(cosmos_server::CosmosServer::start_two_regions(Duration::from_millis(400)));
+    let database = cosmos_server::unique_database("failover-forced");
+    let stores =
+        vec![two_region_store(&regions, &database, false).await, two_region_store(&regions, &database, false).await];
+    let plan = FailoverPlan::new(regions.clone(), "escalate", cosmos_server::Failover::Forced).after_ack();
+    let backend = Backend::Given(Arc::new(PerInstance(stores)));
+    let report = run_seed_with(400, &[], backend, COSMOS, Some(Arc::new(plan))).await;
+    let record = report.failover.as_ref().expect("an escalation came: the failover was made");
+    let status = regions.status().await;
+    let lost: Vec<String> = status.lost_writes.iter().map(|w| format!("{} {}", w.op, w.id)).collect();
+    let kinds: BTreeMap<&str, usize> = report.violations.iter().fold(BTreeMap::new(), |mut m, v| {
+        *m.entry(v.kind).or_default() += 1;
+        m
+    });
+    println!(
+        "forced failover after an escalation: {} writes lost {lost:?}; {} user ops, {} lock calls, {} swaps; violations {kinds:?}",
+        record.lost_writes, report.user_ops, report.lock_calls, report.migrations_swapped
+    );
+    for v in report.violations.iter().take(5) {
+        println!("  {} - {}", v.kind, v.detail);
+    }
+    assert_eq!(record.mode, "forced");
+    assert_eq!(status.write_region, cosmos_server::READ_REGION);
+    for v in &report.violations {
+        assert!(
+            ["enforcement", "lost-write", "resurrected", "two-holders", "orphan"].contains(&v.kind),
+            "an unnamed violation: {v:?}"
+        );
+    }
 }

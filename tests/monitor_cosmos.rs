@@ -123,6 +123,103 @@ async fn the_monitor_follows_cosmos_through_the_change_feed() {
     watch_a_service_driven_migration("change-feed").await;
 }
 
+/// Drains the monitor until `done` holds (events reach a lagging region late).
+async fn drain_until(monitor: &Monitor, what: &str, done: impl Fn(&Monitor) -> bool) {
+    for _ in 0..100 {
+        monitor.drain().await.unwrap();
+        if done(monitor) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the monitor did not see {what}: {:?}", monitor.status());
+}
+
+/// A migration driven through the service on the two-region account, with a planned
+/// failover after the pre-lock and another (back) after the hardDelete escalation. The
+/// service and the monitor each hold a store of their own, as separate processes do;
+/// the monitor's only reads the change stream, so its timer (1 s here) finds the moves.
+async fn follow_a_migration_across_failovers(change_stream: &str) {
+    let regions = CosmosServer::start_two_regions(Duration::from_millis(200));
+    let database = cosmos_server::unique_database("monitor-failover");
+    let connect = |refresh: Duration| {
+        let mut args = cosmos_server::two_region_args(&regions, &database);
+        args.change_stream = clap::ValueEnum::from_str(change_stream, false).unwrap();
+        args.region_refresh_interval = refresh;
+        async move {
+            lockprobe::store::cosmos::CosmosStore::connect(cosmos_server::config_from(&args), &Registry::new())
+                .await
+                .expect("connects to the two-region account")
+        }
+    };
+    let service_store: Arc<dyn LocationStore> = Arc::new(connect(Duration::from_secs(30)).await);
+    let monitor_store = Arc::new(connect(S).await);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let config = ServiceConfig { cache_ttls: vec![S / 2], replication_bound: S / 2, ..ServiceConfig::new(KEY) };
+    let shutdown = CancellationToken::new();
+    let listen = vec!["127.0.0.1:0".parse::<SocketAddr>().unwrap()];
+    let running = start(config, service_store, clock.clone(), listen, shutdown.clone()).await.unwrap();
+    let base = format!("http://{}", running.addrs[0]);
+    let http = reqwest::Client::new();
+    let monitor_config = MonitorConfig {
+        escalation_buffer: Duration::ZERO,
+        declared_delay: Some(S),
+        lapse_grace: S,
+        ..MonitorConfig::default()
+    };
+    let watched: Arc<dyn LocationStore> = monitor_store.clone();
+    let monitor = Monitor::new(watched, clock, monitor_config, &Registry::new()).unwrap();
+
+    let lock = format!("{base}/v1/resources/res-f/lock");
+    let (st, pre) =
+        post(&http, &lock, json!({"owner": "orch", "durationSeconds": 60, "targetLocation": "northeurope"})).await;
+    assert_eq!(st, StatusCode::CREATED, "{pre}");
+    let token = pre["token"].as_str().unwrap().to_owned();
+    drain_until(&monitor, "the pre-lock", |m| m.in_flight() == 1).await;
+
+    regions.failover(cosmos_server::Failover::Planned).await;
+    until_effective(&pre).await;
+    let esc = format!("{lock}/escalate");
+    let (st, body) = post(&http, &esc, json!({"token": token, "phase": "hardDelete", "durationSeconds": 30})).await;
+    assert_eq!(st, StatusCode::OK, "{change_stream}: hardDelete after the failover: {body}");
+    drain_until(&monitor, "the hardDelete escalation", |m| m.status().phase_duration_seconds.pre_lock.max.is_some())
+        .await;
+    assert_eq!(monitor_store.write_region(), "northeurope", "{change_stream}: the monitor's store followed");
+    assert_eq!(monitor.status().store_region.as_deref(), Some("northeurope"), "and its status says so");
+
+    regions.failover(cosmos_server::Failover::Planned).await;
+    tokio::time::sleep(S).await;
+    let (st, body) = post(&http, &esc, json!({"token": token, "phase": "write", "durationSeconds": 30})).await;
+    assert_eq!(st, StatusCode::OK, "{change_stream}: write escalation after the failover back: {body}");
+    // The change stream gives each document's latest version: seen before the swap
+    // overwrites it.
+    drain_until(&monitor, "the write escalation", |m| m.status().phase_duration_seconds.hard_delete.max.is_some())
+        .await;
+    let (st, body) =
+        post(&http, &format!("{lock}/swap"), json!({"token": token, "targetLocation": "northeurope"})).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    drain_until(&monitor, "the swap", |m| m.outcomes(Outcome::Swapped) == 1).await;
+
+    assert_eq!(monitor.early_escalations(), 0, "{change_stream}");
+    assert_eq!(monitor.partial_cutovers(), 0, "{change_stream}");
+    let status = monitor.status();
+    assert!(status.phase_duration_seconds.write.max.is_some(), "{change_stream}: every phase seen: {status:?}");
+    assert_eq!(monitor_store.write_region(), "westeurope", "{change_stream}: and followed it back");
+    assert_eq!(regions.status().await.failovers.len(), 2);
+    shutdown.cancel();
+    running.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_follows_the_ts_poll_across_failovers() {
+    follow_a_migration_across_failovers("poll").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_follows_the_change_feed_across_failovers() {
+    follow_a_migration_across_failovers("change-feed").await;
+}
+
 #[derive(Debug, clap::Parser)]
 struct Cli {
     #[command(flatten)]

@@ -3,7 +3,9 @@
 //!
 //! Backends: the in-memory store, and the Cosmos DB store against the local
 //! Cosmos-compatible test server (started here; `scripts/setup-cosmos.sh` installs it),
-//! once with the `_ts` poll and once reading the change feed.
+//! once with the `_ts` poll and once reading the change feed; and against the
+//! two-region test account (docs/cosmos-regions.md): replica reads 1 s behind, and an
+//! account that failed over after the store connected (the store must follow it).
 //! Each Cosmos test gets its own database, so tests do not see each other's documents.
 
 #[path = "support/cosmos_server.rs"]
@@ -332,6 +334,71 @@ async fn cosmos_change_feed_store() -> Arc<dyn LocationStore> {
     )
 }
 
+/// The two-region account for the whole test binary: West Europe takes writes, North
+/// Europe (the store's preferred replica region) is 1 s behind.
+fn two_regions() -> &'static cosmos_server::CosmosRegions {
+    static REGIONS: std::sync::OnceLock<cosmos_server::CosmosRegions> = std::sync::OnceLock::new();
+    REGIONS.get_or_init(|| cosmos_server::CosmosServer::start_two_regions(Duration::from_secs(1)))
+}
+
+async fn two_region_store(regions: &cosmos_server::CosmosRegions) -> lockprobe::store::cosmos::CosmosStore {
+    let args = cosmos_server::two_region_args(regions, &cosmos_server::unique_database("conformance-regions"));
+    lockprobe::store::cosmos::CosmosStore::connect(cosmos_server::config_from(&args), &prometheus::Registry::new())
+        .await
+        .expect("connects to the two-region account")
+}
+
+/// The Cosmos store on the two-region account, a fresh database per test.
+async fn cosmos_two_regions_store() -> Arc<dyn LocationStore> {
+    Arc::new(two_region_store(two_regions()).await)
+}
+
+/// The Cosmos store on a two-region account of its own that made a planned failover
+/// after the store connected: the store believes West Europe takes writes, the
+/// account says North Europe. (`--cosmos-write-region` still says West Europe.)
+async fn cosmos_after_failover_store() -> Arc<dyn LocationStore> {
+    let regions = cosmos_server::CosmosServer::start_two_regions(Duration::from_millis(200));
+    let store = two_region_store(&regions).await;
+    regions.failover(cosmos_server::Failover::Planned).await;
+    Arc::new(WithAccount { store, _regions: regions })
+}
+
+/// A store that keeps its test account running for as long as it lives.
+#[derive(Debug)]
+struct WithAccount {
+    store: lockprobe::store::cosmos::CosmosStore,
+    _regions: cosmos_server::CosmosRegions,
+}
+
+#[async_trait::async_trait]
+impl LocationStore for WithAccount {
+    async fn read(&self, id: &str, from: ReadFrom) -> Result<lockprobe::store::Versioned, StoreError> {
+        self.store.read(id, from).await
+    }
+    async fn create(&self, doc: &LocationDocument) -> Result<lockprobe::store::Committed, StoreError> {
+        self.store.create(doc).await
+    }
+    async fn replace(
+        &self,
+        doc: &LocationDocument,
+        if_match: &ETag,
+    ) -> Result<lockprobe::store::Committed, StoreError> {
+        self.store.replace(doc, if_match).await
+    }
+    async fn read_changes(
+        &self,
+        cursor: &ChangeCursor,
+        limit: usize,
+    ) -> Result<lockprobe::store::ChangeBatch, StoreError> {
+        self.store.read_changes(cursor, limit).await
+    }
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<lockprobe::store::Versioned>, StoreError> {
+        self.store.scan(after, limit).await
+    }
+}
+
 conformance_suite!(memory, memory_store());
 conformance_suite!(cosmos, cosmos_store());
 conformance_suite!(cosmos_change_feed, cosmos_change_feed_store());
+conformance_suite!(cosmos_two_regions, cosmos_two_regions_store());
+conformance_suite!(cosmos_after_failover, cosmos_after_failover_store());

@@ -44,6 +44,10 @@ pub struct MonitorStatus {
     pub phase_duration_seconds: PhaseSummaries,
     /// From pre-lock to the hardDelete escalation.
     pub escalation_interval_seconds: Summary,
+    /// The region the monitor's store reads now, for stores with regions (Cosmos DB: the
+    /// write region it discovered, so a failover it followed shows here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_region: Option<String>,
 }
 
 /// What the monitor saw of the probe's own locks.

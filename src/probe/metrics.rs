@@ -110,6 +110,7 @@ pub struct Metrics {
     last_passed: GaugeVec,
     consecutive_failures: GaugeVec,
     unresolved: GaugeVec,
+    store_region_changes: IntCounterVec,
     windows: Mutex<Windows>,
     /// Per target, the label sets of `unresolved` set to 1, to clear on a passing cycle.
     unresolved_series: Mutex<HashMap<String, Vec<[String; 4]>>>,
@@ -212,6 +213,12 @@ impl Metrics {
                     &["target", "phase", "op", "expected", "observed"],
                 )?,
             )?,
+            store_region_changes: counter(
+                &r,
+                "lockprobe_probe_store_region_changes_total",
+                "Changes of the store region an instance reports in Server-Timing (a failover of the service's store), seen by the probe.",
+                &["target"],
+            )?,
             registry: r,
             windows: Mutex::new(Windows::default()),
             unresolved_series: Mutex::new(HashMap::new()),
@@ -235,6 +242,7 @@ impl Metrics {
         }
         self.convergence_violations.with_label_values(&[target]);
         self.consecutive_failures.with_label_values(&[target]);
+        self.store_region_changes.with_label_values(&[target]);
         if let Some(e) = expected_convergence {
             self.expected.with_label_values(&[target]).set(e);
         }
@@ -264,6 +272,9 @@ impl Metrics {
                     .with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), a.observed.as_str()])
                     .inc();
             }
+        }
+        if !r.store_region_changes.is_empty() {
+            self.store_region_changes.with_label_values(&[t]).inc_by(r.store_region_changes.len() as u64);
         }
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let at = r.finished_at;
@@ -408,6 +419,7 @@ mod tests {
                 },
             ],
             notes: Vec::new(),
+            store_region_changes: Vec::new(),
         }
     }
 

@@ -158,6 +158,9 @@ pub struct CycleReport {
     /// What a reader must know that is not an assertion (for example, that the service
     /// ignores idempotency keys, so the probe fell back to contract 1.0 behaviour).
     pub notes: Vec<String>,
+    /// Store-region changes the instances reported during the cycle (a failover of the
+    /// service's store), as `http://host:port: westeurope -> northeurope`.
+    pub store_region_changes: Vec<String>,
 }
 
 impl CycleReport {
@@ -368,6 +371,7 @@ mod tests {
             expected_convergence_seconds: None,
             observed_convergence: vec![],
             notes: Vec::new(),
+            store_region_changes: Vec::new(),
         }
     }
 

@@ -263,6 +263,8 @@ impl Scenario {
     pub async fn run_cycle(&self, resources: &[String], cancel: CancellationToken) -> CycleReport {
         assert!(resources.len() >= RESOURCES_PER_CYCLE, "a cycle needs {RESOURCES_PER_CYCLE} resources");
         let started_at = Utc::now();
+        // Changes seen before this cycle belong to no cycle's report.
+        let _ = self.client.take_store_region_changes();
         // A release that failed last time (target unreachable) is retried before reuse.
         self.recover_resources(resources).await;
         let rec = Recorder::default();
@@ -315,7 +317,7 @@ impl Scenario {
         } else {
             CycleResult::Passed
         };
-        let report = CycleReport {
+        let mut report = CycleReport {
             target: self.settings.name.clone(),
             resource: resources[0].clone(),
             started_at,
@@ -330,7 +332,17 @@ impl Scenario {
             expected_convergence_seconds: self.settings.expected_convergence.map(|d| d.as_secs_f64()),
             observed_convergence: std::mem::take(&mut *lock(&rec.convergence)),
             notes: std::mem::take(&mut *lock(&rec.notes)),
+            store_region_changes: Vec::new(),
         };
+        let moves = self.client.take_store_region_changes();
+        if !moves.is_empty() {
+            let moves: Vec<String> = moves.iter().map(ToString::to_string).collect();
+            report.notes.push(format!(
+                "the service's store region changed during this cycle ({}): a failover; failures in this cycle may be the failover's",
+                moves.join(", ")
+            ));
+            report.store_region_changes = moves;
+        }
         self.observer.step(
             &self.settings.name,
             "cycle",

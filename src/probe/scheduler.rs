@@ -321,6 +321,7 @@ mod tests {
                 expected_convergence_seconds: None,
                 observed_convergence: vec![],
                 notes: Vec::new(),
+                store_region_changes: Vec::new(),
             }
         }
 

@@ -315,6 +315,7 @@ mod tests {
             expected_convergence_seconds: Some(3.0),
             observed_convergence: vec![],
             notes: Vec::new(),
+            store_region_changes: Vec::new(),
         }
     }
 

@@ -1,6 +1,9 @@
 //! HTTP client for the probe contract (see `docs/architecture.md`). The probe's only way to
 //! reach a service: it shares no code with the routing library it judges.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -67,6 +70,20 @@ pub fn parse_server_timing(header: &str) -> Option<ServerTiming> {
     None
 }
 
+/// The region the service's store reads lock decisions from, from
+/// `Server-Timing: store;desc="westeurope"` (absent for stores without regions).
+pub fn parse_store_region(header: &str) -> Option<String> {
+    header.split(',').find_map(|metric| {
+        let mut parts = metric.split(';').map(str::trim);
+        (parts.next() == Some("store")).then_some(())?;
+        parts.find_map(|param| {
+            let (k, v) = param.split_once('=')?;
+            let v = v.trim().trim_matches('"');
+            (k.trim() == "desc" && !v.is_empty()).then(|| v.to_string())
+        })
+    })
+}
+
 /// One HTTP answer, reduced to what assertions look at.
 #[derive(Debug, Clone)]
 pub struct Reply {
@@ -80,6 +97,8 @@ pub struct Reply {
     pub retry_after: Option<String>,
     /// `Server-Timing` route metric, if present.
     pub timing: Option<ServerTiming>,
+    /// `Server-Timing` store region, if the service reports one.
+    pub store_region: Option<String>,
     /// Wall time the request took.
     pub elapsed: Duration,
 }
@@ -146,6 +165,28 @@ pub struct TargetClient {
     instances: Vec<String>,
     api_key: String,
     prefix: String,
+    /// The store region each instance (by origin) last reported.
+    regions: Arc<Mutex<HashMap<String, String>>>,
+    region_changes: Arc<AtomicU64>,
+    /// Changes not yet taken into a report.
+    region_events: Arc<Mutex<Vec<RegionChange>>>,
+}
+
+/// An instance's store region changed between two of its answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionChange {
+    /// The instance (its origin, `http://host:port`).
+    pub instance: String,
+    /// The region it reported before.
+    pub from: String,
+    /// The region it reports now.
+    pub to: String,
+}
+
+impl std::fmt::Display for RegionChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} -> {}", self.instance, self.from, self.to)
+    }
 }
 
 const PROBLEM_PREFIX: &str = "urn:lockprobe:error:";
@@ -167,7 +208,49 @@ impl TargetClient {
             instances: instances.iter().map(|s| s.trim_end_matches('/').to_string()).collect(),
             api_key: api_key.to_string(),
             prefix: prefix.to_string(),
+            regions: Arc::default(),
+            region_changes: Arc::default(),
+            region_events: Arc::default(),
         })
+    }
+
+    /// How many times an instance's store region changed between two of its answers
+    /// (a Cosmos DB failover the service followed).
+    pub fn store_region_changes(&self) -> u64 {
+        self.region_changes.load(Ordering::Relaxed)
+    }
+
+    /// The region changes seen since the last call.
+    pub fn take_store_region_changes(&self) -> Vec<RegionChange> {
+        std::mem::take(&mut *self.region_events.lock().expect("region events lock"))
+    }
+
+    /// The store region each instance (by origin) last reported.
+    pub fn store_regions(&self) -> HashMap<String, String> {
+        self.regions.lock().expect("regions lock").clone()
+    }
+
+    /// Notes the region an instance reported; a change is logged and counted, so a
+    /// failover shows up as what it is rather than as the odd failures around it.
+    fn note_region(&self, origin: String, region: &str) {
+        let mut regions = self.regions.lock().expect("regions lock");
+        match regions.insert(origin.clone(), region.to_string()) {
+            Some(before) if before != region => {
+                self.region_changes.fetch_add(1, Ordering::Relaxed);
+                self.region_events.lock().expect("region events lock").push(RegionChange {
+                    instance: origin.clone(),
+                    from: before.clone(),
+                    to: region.to_string(),
+                });
+                tracing::warn!(
+                    instance = %origin,
+                    from = %before,
+                    to = %region,
+                    "the service's store region changed: a failover; failures around it may be the failover's"
+                );
+            }
+            _ => {}
+        }
     }
 
     /// Base URLs of the instances.
@@ -197,7 +280,12 @@ impl TargetClient {
         let status = resp.status().as_u16();
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
         let retry_after = header("retry-after");
-        let timing = header("server-timing").and_then(|h| parse_server_timing(&h));
+        let server_timing = header("server-timing");
+        let timing = server_timing.as_deref().and_then(parse_server_timing);
+        let store_region = server_timing.as_deref().and_then(parse_store_region);
+        if let Some(region) = &store_region {
+            self.note_region(resp.url().origin().ascii_serialization(), region);
+        }
         let bytes = resp.bytes().await.map_err(|e| TargetError::Transport(error_chain(&e)))?;
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let problem = if status >= 400 {
@@ -210,7 +298,7 @@ impl TargetClient {
         } else {
             None
         };
-        Ok(Reply { status, body, problem, retry_after, timing, elapsed: started.elapsed() })
+        Ok(Reply { status, body, problem, retry_after, timing, store_region, elapsed: started.elapsed() })
     }
 
     fn lock_call(&self, method: reqwest::Method, url: String, key: &CallKey) -> reqwest::RequestBuilder {
@@ -397,6 +485,15 @@ mod tests {
         let t = parse_server_timing("db;dur=3, route;dur=0.25;desc=cache").unwrap();
         assert_eq!(t.source, "cache");
         assert_eq!(t.duration, Duration::from_micros(250));
+    }
+
+    #[test]
+    fn the_store_region_is_read_beside_the_route_metric() {
+        let header = r#"route;desc="store";dur=2.000, store;desc="northeurope""#;
+        assert_eq!(parse_store_region(header).as_deref(), Some("northeurope"));
+        assert_eq!(parse_server_timing(header).unwrap().source, "store", "the route metric is unaffected");
+        assert_eq!(parse_store_region(r#"route;desc="cache";dur=0.1"#), None, "a store without regions");
+        assert_eq!(parse_store_region(r#"store;dur=1"#), None);
     }
 
     #[test]

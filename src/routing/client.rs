@@ -180,6 +180,11 @@ impl RoutingClient {
         &self.policy
     }
 
+    /// The store's region now (see [`LocationStore::region`]).
+    pub fn store_region(&self) -> Option<String> {
+        self.store.region()
+    }
+
     /// The clock this client reads.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock

@@ -26,10 +26,16 @@ pub struct WriteBody {
     value: Value,
 }
 
-/// Adds `Server-Timing` describing how the route was resolved.
-fn timed(source: Source, store_time: Duration, response: impl IntoResponse) -> Response {
+/// Adds `Server-Timing` describing how the route was resolved and, for a store with
+/// regions, `store;desc="<region>"`: the region lock decisions read now, so a client sees
+/// a failover.
+fn timed(instance: &Instance, source: Source, store_time: Duration, response: impl IntoResponse) -> Response {
     let mut response = response.into_response();
-    let value = format!("route;desc=\"{}\";dur={:.3}", source.as_str(), store_time.as_secs_f64() * 1000.0);
+    let mut value = format!("route;desc=\"{}\";dur={:.3}", source.as_str(), store_time.as_secs_f64() * 1000.0);
+    if let Some(region) = instance.routing.store_region() {
+        let region: String = region.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+        value.push_str(&format!(", store;desc=\"{region}\""));
+    }
     if let Ok(v) = HeaderValue::from_str(&value) {
         response.headers_mut().insert("server-timing", v);
     }
@@ -37,8 +43,8 @@ fn timed(source: Source, store_time: Duration, response: impl IntoResponse) -> R
 }
 
 /// A resolve failure, still timed (a miss that found nothing was a store read).
-fn unresolved(e: RoutingError) -> Response {
-    timed(Source::Store, Duration::ZERO, ApiError::from(e))
+fn unresolved(instance: &Instance, e: RoutingError) -> Response {
+    timed(instance, Source::Store, Duration::ZERO, ApiError::from(e))
 }
 
 /// The decision for `op`, bent by deliberately injected faults.
@@ -63,14 +69,14 @@ pub async fn route(State(instance): State<Arc<Instance>>, PathParams(id): PathPa
     }
     let resolved = match instance.routing.resolve(&id).await {
         Ok(r) => r,
-        Err(e) => return unresolved(e),
+        Err(e) => return unresolved(&instance, e),
     };
     let now = instance.routing.clock().now();
     let lock = resolved.record.doc.live_lock(now).map(
         |l| json!({ "phase": l.phase, "effectiveAt": l.effective_at, "expiresAt": l.expires_at, "owner": l.owner }),
     );
     let body = json!({ "location": resolved.location(), "lock": lock, "source": resolved.source.as_str() });
-    timed(resolved.source, resolved.store_time, Json(body))
+    timed(&instance, resolved.source, resolved.store_time, Json(body))
 }
 
 /// `GET /v1/resources/{id}/items/{key}`: reads are never blocked.
@@ -83,14 +89,14 @@ pub async fn read_item(
     }
     let resolved = match instance.routing.resolve(&id).await {
         Ok(r) => r,
-        Err(e) => return unresolved(e),
+        Err(e) => return unresolved(&instance, e),
     };
     debug_assert_eq!(decide(&instance, Operation::Read, &resolved), Decision::Allow);
     let answer = match instance.items.get(resolved.location(), &id, &key) {
         Some(item) => Json(json!({ "key": key, "value": item.value, "tombstone": item.tombstone })).into_response(),
         None => ApiError::not_found(format!("no item {key:?}")).into_response(),
     };
-    timed(resolved.source, resolved.store_time, answer)
+    timed(&instance, resolved.source, resolved.store_time, answer)
 }
 
 /// `PUT /v1/resources/{id}/items/{key}`: 423 while a write lock is in force.
@@ -106,7 +112,7 @@ pub async fn write_item(
     };
     let resolved = match instance.routing.resolve_or_create(&id, &instance.config.home_location).await {
         Ok(r) => r,
-        Err(e) => return unresolved(e),
+        Err(e) => return unresolved(&instance, e),
     };
     let answer = match decide(&instance, Operation::Write, &resolved) {
         Decision::Block { retry_after } => blocked(&instance, retry_after).into_response(),
@@ -118,7 +124,7 @@ pub async fn write_item(
             (status, Json(json!({ "key": key, "value": body.value, "tombstone": false }))).into_response()
         }
     };
-    timed(resolved.source, resolved.store_time, answer)
+    timed(&instance, resolved.source, resolved.store_time, answer)
 }
 
 /// `DELETE /v1/resources/{id}/items/{key}`: 204 deleted, 202 tombstoned, 423 blocked.
@@ -131,7 +137,7 @@ pub async fn delete_item(
     }
     let resolved = match instance.routing.resolve(&id).await {
         Ok(r) => r,
-        Err(e) => return unresolved(e),
+        Err(e) => return unresolved(&instance, e),
     };
     let location = resolved.location();
     let missing = || ApiError::not_found(format!("no item {key:?}")).into_response();
@@ -143,5 +149,5 @@ pub async fn delete_item(
         Decision::Allow if instance.items.remove(location, &id, &key) => StatusCode::NO_CONTENT.into_response(),
         Decision::Tombstone | Decision::Allow => missing(),
     };
-    timed(resolved.source, resolved.store_time, answer)
+    timed(&instance, resolved.source, resolved.store_time, answer)
 }

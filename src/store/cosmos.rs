@@ -4,11 +4,12 @@
 //! [`LocationDocument::to_json`]. Cosmos system fields are stripped on read and never
 //! written back. Two SDK clients share one runtime:
 //!
-//! - the **write-region client** prefers only the configured write region, excludes
-//!   every other configured region, never hedges and reads with `LatestCommitted`:
-//!   it serves writes, [`ReadFrom::WriteRegion`] reads (the routing library's
-//!   read-through), scans and the `_ts` poll, so a lock decision never rests on a
-//!   replica;
+//! - the **write-region client** prefers only the account's write region, excludes
+//!   every other region, never hedges and reads with `LatestCommitted`: it serves
+//!   writes, [`ReadFrom::WriteRegion`] reads (the routing library's read-through),
+//!   scans and the change stream, so a lock decision never rests on a replica. The
+//!   write region is discovered from the account document and followed across a
+//!   failover ([`region`]); `--cosmos-write-region` is only an expectation;
 //! - the **replica client** uses the preferred regions for [`ReadFrom::Replica`].
 //!
 //! Every call has an end-to-end deadline (`request_timeout`, SDK retries included);
@@ -20,11 +21,14 @@
 //! the change feed is not usable (the local test server's is a stub); see
 //! [`ChangeStreamMode`] and `docs/cosmos.md`.
 
+pub mod account;
 pub mod config;
 pub mod metrics;
 pub mod poll;
+pub mod region;
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -48,6 +52,7 @@ pub use config::{is_local_emulator, ChangeStreamMode, CosmosAuth, CosmosConfig};
 pub use metrics::{CosmosMetrics, Op};
 
 use self::poll::{Candidate, PollCursor};
+use self::region::{Reason, WriteRegion, PRECONDITION_REFRESH_INTERVAL};
 use super::{
     Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned,
 };
@@ -83,7 +88,7 @@ pub enum CosmosStoreError {
 
 /// The Cosmos DB [`LocationStore`].
 pub struct CosmosStore {
-    write_region: ContainerClient,
+    write_region: Arc<WriteRegion>,
     replica: ContainerClient,
     config: CosmosConfig,
     metrics: CosmosMetrics,
@@ -95,7 +100,8 @@ impl std::fmt::Debug for CosmosStore {
             .field("endpoint", &self.config.endpoint.as_str())
             .field("database", &self.config.database)
             .field("container", &self.config.container)
-            .field("write_region", &self.config.write_region)
+            .field("write_region", &self.write_region.region().as_str())
+            .field("expected_write_region", &self.config.write_region)
             .field("change_stream", &self.config.change_stream)
             .finish_non_exhaustive()
     }
@@ -108,14 +114,18 @@ impl CosmosStore {
     pub async fn connect(config: CosmosConfig, registry: &Registry) -> Result<Self, CosmosStoreError> {
         let metrics = CosmosMetrics::new()?;
         let runtime = build_runtime(&config).await?;
-        let write_client = build_client(&config, &runtime, Role::WriteRegion).await?;
-        let replica_client = build_client(&config, &runtime, Role::Replica).await?;
+        let (reader, topology) = WriteRegion::read_account(&config, &metrics).await?;
+        let replica_role = Role::Replica { write_region: topology.write_region.clone() };
+        let replica_client = build_client(&config, &runtime, replica_role).await?;
         let open_error = |reason: String| CosmosStoreError::Open {
             database: config.database.clone(),
             container: config.container.clone(),
             reason,
         };
         if config.create_if_missing {
+            let exclude = region::known_regions(&config, &topology);
+            let write_role = Role::WriteRegion { region: topology.write_region.clone(), exclude };
+            let write_client = build_client(&config, &runtime, write_role).await?;
             let started = Instant::now();
             match create_if_missing(&write_client, &config).await {
                 Ok(charge) => metrics.observe(Op::Setup, "ok", charge, started.elapsed()),
@@ -126,22 +136,31 @@ impl CosmosStore {
                 }
             }
         }
-        let open = |client: CosmosClient| {
-            let (database, container) = (config.database.clone(), config.container.clone());
-            async move { client.database_client(database).container_client(container, None).await }
-        };
-        let write_region = open(write_client).await.map_err(|e| open_error(e.to_string()))?;
-        let replica = open(replica_client).await.map_err(|e| open_error(e.to_string()))?;
+        let write_region =
+            Arc::new(WriteRegion::open(config.clone(), runtime, metrics.clone(), reader, &topology).await?);
+        let replica = replica_client
+            .database_client(config.database.clone())
+            .container_client(config.container.clone(), None)
+            .await
+            .map_err(|e| open_error(e.to_string()))?;
         metrics.register(registry)?;
+        WriteRegion::spawn_timer(&write_region, config.region_refresh_interval);
         tracing::info!(
             endpoint = %config.endpoint,
             database = %config.database,
             container = %config.container,
-            write_region = %config.write_region,
+            write_region = write_region.region().as_str(),
+            expected_write_region = ?config.write_region,
             change_stream = ?config.change_stream,
             "cosmos store connected"
         );
         Ok(Self { write_region, replica, config, metrics })
+    }
+
+    /// The account's write region as the store last discovered it (normalised, as the
+    /// SDK spells it: `westeurope`).
+    pub fn write_region(&self) -> String {
+        self.write_region.region().as_str().to_owned()
     }
 
     /// The settings this store runs with.
@@ -161,9 +180,11 @@ impl CosmosStore {
     {
         let started = Instant::now();
         let result = fut.await;
+        let mut write_forbidden = false;
         let (outcome, charge, mapped) = match result {
             Ok((value, charge)) => ("ok", charge, Ok(value)),
             Err(CallError::Cosmos(err)) => {
+                write_forbidden = refused_for_region(&err);
                 let charge = err.diagnostics().map(|d| d.total_request_charge().value()).unwrap_or(0.0);
                 let mapped = classify(&err, op.is_write());
                 (outcome_label(&mapped), charge, Err(mapped))
@@ -176,7 +197,23 @@ impl CosmosStore {
         if let Err(StoreError::Unavailable(reason) | StoreError::OutcomeUnknown(reason)) = &mapped {
             tracing::debug!(op = op.as_str(), %reason, "cosmos call failed");
         }
+        // Signs that the account's write region may have moved; the refresh finishes
+        // before the caller sees the answer, so its next read goes to the region it finds.
+        if write_forbidden {
+            self.write_region.refresh(Reason::WriteForbidden, None).await;
+        } else if matches!(mapped, Err(StoreError::PreconditionFailed)) {
+            self.write_region.refresh(Reason::PreconditionFailed, Some(PRECONDITION_REFRESH_INTERVAL)).await;
+        }
         mapped
+    }
+
+    /// After a write: if the SDK committed it in a region other than the one the store
+    /// believes takes writes (it follows the account's writable location by itself),
+    /// the account has moved.
+    async fn after_write(&self, believed: &Region, committed_in: Option<Region>) {
+        if committed_in.is_some_and(|region| region != *believed) {
+            self.write_region.refresh(Reason::WriteElsewhere, None).await;
+        }
     }
 
     async fn read_changes_by_poll(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
@@ -191,7 +228,7 @@ impl CosmosStore {
         };
         let rows = self
             .call(Op::Store(OpKind::ReadChanges), async {
-                let (rows, charge) = run_query(&self.write_region, query).await?;
+                let (rows, charge) = run_query(&self.write_region.target().container, query).await?;
                 let candidates = rows
                     .into_iter()
                     .map(candidate)
@@ -220,9 +257,9 @@ impl CosmosStore {
         if let Some(token) = token {
             options = options.with_continuation_token(token);
         }
+        let container = self.write_region.target().container;
         self.call(Op::Store(OpKind::ReadChanges), async {
-            let mut pages = self
-                .write_region
+            let mut pages = container
                 .query_change_feed::<Value>(FeedScope::full_container(), ChangeFeedStartFrom::Beginning, Some(options))
                 .await?;
             let page = match pages.next().await {
@@ -315,6 +352,22 @@ fn write_was_refused(code: u16, sub_status: Option<u16>) -> bool {
     let judged_and_refused = (400..500).contains(&code) && code != 408;
     let never_sent = code == 503 && sub_status.is_some_and(|s| NEVER_SENT.contains(&s));
     judged_and_refused || never_sent
+}
+
+/// Whether Cosmos DB (403/3, WriteForbidden) or the SDK once its retries were spent
+/// (503/20311, ClientWriteForbidden) refused a write as sent to a region that does not
+/// take writes.
+fn refused_for_region(err: &CosmosError) -> bool {
+    let status = err.status();
+    status.is_write_forbidden() || status.sub_status().map(u16::from) == Some(CLIENT_WRITE_FORBIDDEN)
+}
+
+/// The SDK's sub-status for a write no region accepted after its own recovery.
+const CLIENT_WRITE_FORBIDDEN: u16 = 20311;
+
+/// The region that answered the last attempt of an operation.
+fn served_by(diagnostics: &azure_data_cosmos::diagnostics::DiagnosticsContext) -> Option<Region> {
+    diagnostics.requests().iter().rev().find_map(|request| request.region().cloned())
 }
 
 fn outcome_label(e: &StoreError) -> &'static str {
@@ -420,10 +473,13 @@ async fn run_query(container: &ContainerClient, query: Query) -> Result<(Vec<Val
     Ok((rows, charge))
 }
 
-#[derive(Debug, Clone, Copy)]
+/// Which of the store's clients is built, and around which write region.
+#[derive(Debug, Clone)]
 enum Role {
-    WriteRegion,
-    Replica,
+    /// Reads only in `region`; every region in `exclude` but `region` is excluded.
+    WriteRegion { region: Region, exclude: Vec<Region> },
+    /// Reads in the preferred regions (in `write_region` when none are configured).
+    Replica { write_region: Region },
 }
 
 async fn build_runtime(config: &CosmosConfig) -> Result<CosmosRuntime, CosmosStoreError> {
@@ -452,26 +508,28 @@ async fn build_runtime(config: &CosmosConfig) -> Result<CosmosRuntime, CosmosSto
 
 /// The regions and default operation options of one of the store's two clients.
 fn client_plan(config: &CosmosConfig, role: Role) -> (Vec<Region>, OperationOptions) {
-    let write_region = Region::new(config.write_region.clone());
     let mut options = OperationOptions::default();
     let regions = match role {
-        Role::WriteRegion => {
+        Role::WriteRegion { region, exclude } => {
             // Only the write region: a read that cannot reach it fails (unavailable)
             // instead of quietly falling back to a replica that may lag.
             let mut excluded = ExcludedRegions::new();
-            for region in config.preferred_regions.iter().map(|r| Region::new(r.clone())) {
-                if region != write_region {
-                    excluded = excluded.with_region(region);
+            let configured = config.preferred_regions.iter().map(|r| Region::new(r.clone()));
+            let mut seen = Vec::new();
+            for other in exclude.into_iter().chain(configured) {
+                if other != region && !seen.contains(&other) {
+                    seen.push(other.clone());
+                    excluded = excluded.with_region(other);
                 }
             }
             options.excluded_regions = Some(excluded);
             options.availability_strategy = Some(AvailabilityStrategy::Disabled);
             options.hedging_enabled = Some(false);
             options.read_consistency_strategy = Some(ReadConsistencyStrategy::LatestCommitted);
-            vec![write_region]
+            vec![region]
         }
-        Role::Replica if config.preferred_regions.is_empty() => vec![write_region],
-        Role::Replica => config.preferred_regions.iter().map(|r| Region::new(r.clone())).collect(),
+        Role::Replica { write_region } if config.preferred_regions.is_empty() => vec![write_region],
+        Role::Replica { .. } => config.preferred_regions.iter().map(|r| Region::new(r.clone())).collect(),
     };
     (regions, options)
 }
@@ -528,10 +586,14 @@ async fn create_if_missing(client: &CosmosClient, config: &CosmosConfig) -> Resu
 
 #[async_trait]
 impl LocationStore for CosmosStore {
+    fn region(&self) -> Option<String> {
+        Some(self.write_region())
+    }
+
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
         let (op, container) = match from {
-            ReadFrom::WriteRegion => (Op::Store(OpKind::ReadWriteRegion), &self.write_region),
-            ReadFrom::Replica => (Op::Store(OpKind::ReadReplica), &self.replica),
+            ReadFrom::WriteRegion => (Op::Store(OpKind::ReadWriteRegion), self.write_region.target().container),
+            ReadFrom::Replica => (Op::Store(OpKind::ReadReplica), self.replica.clone()),
         };
         self.call(op, async {
             let response = container.read_item(id.to_owned(), id, None).await?;
@@ -545,21 +607,34 @@ impl LocationStore for CosmosStore {
 
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
         let body = strip_system_fields(doc.to_json());
-        self.call(Op::Store(OpKind::Create), async {
-            let response = self.write_region.create_item(doc.id.clone(), &doc.id, &body, Some(write_options())).await?;
-            committed(response, "create").await
-        })
-        .await
+        let target = self.write_region.target();
+        let mut committed_in = None;
+        let result = self
+            .call(Op::Store(OpKind::Create), async {
+                let response =
+                    target.container.create_item(doc.id.clone(), &doc.id, &body, Some(write_options())).await?;
+                committed_in = served_by(&response.diagnostics());
+                committed(response, "create").await
+            })
+            .await;
+        self.after_write(&target.region, committed_in).await;
+        result
     }
 
     async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
         let body = strip_system_fields(doc.to_json());
         let options = write_options().with_precondition(Precondition::if_match(if_match.0.clone()));
-        self.call(Op::Store(OpKind::Replace), async {
-            let response = self.write_region.replace_item(doc.id.clone(), &doc.id, &body, Some(options)).await?;
-            committed(response, "replace").await
-        })
-        .await
+        let target = self.write_region.target();
+        let mut committed_in = None;
+        let result = self
+            .call(Op::Store(OpKind::Replace), async {
+                let response = target.container.replace_item(doc.id.clone(), &doc.id, &body, Some(options)).await?;
+                committed_in = served_by(&response.diagnostics());
+                committed(response, "replace").await
+            })
+            .await;
+        self.after_write(&target.region, committed_in).await;
+        result
     }
 
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
@@ -579,8 +654,9 @@ impl LocationStore for CosmosStore {
                 .map_err(|e| StoreError::Unavailable(format!("cannot build scan query: {e}")))?,
             None => Query::from(format!("SELECT TOP {limit} * FROM c ORDER BY c.id")),
         };
+        let container = self.write_region.target().container;
         self.call(Op::Store(OpKind::Scan), async {
-            let (rows, charge) = run_query(&self.write_region, query).await?;
+            let (rows, charge) = run_query(&container, query).await?;
             let docs = rows
                 .into_iter()
                 .map(|row| versioned(row, None))
@@ -621,22 +697,26 @@ mod tests {
             database: "d".into(),
             container: "c".into(),
             preferred_regions: preferred.iter().map(|r| r.to_string()).collect(),
-            write_region: write.into(),
+            write_region: Some(write.into()),
             create_if_missing: false,
             change_stream: ChangeStreamMode::ChangeFeed,
             poll_interval: Duration::from_secs(1),
             poll_overlap: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
+            region_refresh_interval: Duration::from_secs(30),
+            legacy_static_write_region: false,
         }
     }
 
     #[test]
     fn the_write_region_client_can_reach_only_the_write_region() {
         let config = config(&["North Europe", "West Europe", "East US"], "West Europe");
-        let (regions, options) = client_plan(&config, Role::WriteRegion);
+        let role =
+            Role::WriteRegion { region: Region::WEST_EUROPE, exclude: vec![Region::WEST_EUROPE, Region::UK_SOUTH] };
+        let (regions, options) = client_plan(&config, role);
         assert_eq!(regions, [Region::WEST_EUROPE]);
         let excluded: Vec<&Region> = options.excluded_regions.as_ref().unwrap().iter().collect();
-        assert_eq!(excluded, [&Region::NORTH_EUROPE, &Region::EAST_US]);
+        assert_eq!(excluded, [&Region::UK_SOUTH, &Region::NORTH_EUROPE, &Region::EAST_US]);
         assert_eq!(options.hedging_enabled, Some(false));
         assert!(matches!(options.availability_strategy, Some(AvailabilityStrategy::Disabled)));
         assert_eq!(options.read_consistency_strategy, Some(ReadConsistencyStrategy::LatestCommitted));
@@ -644,10 +724,11 @@ mod tests {
 
     #[test]
     fn the_replica_client_follows_the_preferred_regions() {
-        let (regions, options) = client_plan(&config(&["North Europe", "West Europe"], "West Europe"), Role::Replica);
+        let replica = || Role::Replica { write_region: Region::WEST_EUROPE };
+        let (regions, options) = client_plan(&config(&["North Europe", "West Europe"], "West Europe"), replica());
         assert_eq!(regions, [Region::NORTH_EUROPE, Region::WEST_EUROPE]);
         assert!(options.excluded_regions.is_none() && options.read_consistency_strategy.is_none());
-        let (regions, _) = client_plan(&config(&[], "West Europe"), Role::Replica);
+        let (regions, _) = client_plan(&config(&[], "West Europe"), replica());
         assert_eq!(regions, [Region::WEST_EUROPE], "without preferred regions, replica reads use the write region");
     }
 

@@ -752,6 +752,10 @@ impl Seen {
 
 #[async_trait]
 impl LocationStore for FaultyStore {
+    fn region(&self) -> Option<String> {
+        self.inner.region()
+    }
+
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
         let kind = match from {
             ReadFrom::WriteRegion => OpKind::ReadWriteRegion,

@@ -164,6 +164,7 @@ pub fn test_args(endpoint: &str, database: &str) -> CosmosArgs {
         poll_interval: Duration::from_millis(100),
         poll_overlap: Duration::from_secs(2),
         request_timeout: Duration::from_secs(3),
+        region_refresh_interval: Duration::from_secs(30),
     }
 }
 

@@ -93,6 +93,9 @@ impl Recording {
 
 #[async_trait::async_trait]
 impl LocationStore for Recording {
+    fn region(&self) -> Option<String> {
+        self.inner.region()
+    }
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
         self.inner.read(id, from).await
     }
@@ -111,6 +114,46 @@ impl LocationStore for Recording {
     }
     async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
         self.inner.scan(after, limit).await
+    }
+}
+
+tokio::task_local! {
+    static INSTANCE: usize;
+}
+
+/// One store per instance behind one [`LocationStore`]: each call goes to the store of
+/// the instance whose request made it (work outside a request goes to the first), so
+/// instances over one account each discover its write region on their own, as separate
+/// processes would.
+#[derive(Debug)]
+pub struct PerInstance(pub Vec<Arc<dyn LocationStore>>);
+
+impl PerInstance {
+    fn store(&self) -> &Arc<dyn LocationStore> {
+        let i = INSTANCE.try_with(|i| *i).unwrap_or(0);
+        &self.0[i.min(self.0.len() - 1)]
+    }
+}
+
+#[async_trait::async_trait]
+impl LocationStore for PerInstance {
+    fn region(&self) -> Option<String> {
+        self.store().region()
+    }
+    async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
+        self.store().read(id, from).await
+    }
+    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
+        self.store().create(doc).await
+    }
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
+        self.store().replace(doc, if_match).await
+    }
+    async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
+        self.store().read_changes(cursor, limit).await
+    }
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+        self.store().scan(after, limit).await
     }
 }
 
@@ -235,7 +278,7 @@ impl Fleet {
             Some(b) => req.header(header::CONTENT_TYPE, "application/json").body(Body::from(b.to_string())).unwrap(),
             None => req.body(Body::empty()).unwrap(),
         };
-        let resp = self.routers[i].clone().oneshot(req).await.unwrap();
+        let resp = INSTANCE.scope(i, self.routers[i].clone().oneshot(req)).await.unwrap();
         let status = resp.status().as_u16();
         let retry_after =
             resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());

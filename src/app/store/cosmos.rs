@@ -73,7 +73,9 @@ pub struct CosmosArgs {
     #[serde(rename = "cosmos_preferred_region")]
     pub preferred_regions: Vec<String>,
 
-    /// The account's write region: lock decisions and read-through reads go only here.
+    /// The write region you expect the account to have. Optional: the store discovers
+    /// the write region from the account (and follows a failover); a mismatch with this
+    /// is logged and exported as `lockprobe_cosmos_write_region_mismatch`.
     #[arg(long = "cosmos-write-region", env = "LOCKPROBE_COSMOS_WRITE_REGION", value_name = "REGION")]
     #[serde(rename = "cosmos_write_region", skip_serializing_if = "Option::is_none")]
     pub write_region: Option<String>,
@@ -105,6 +107,13 @@ pub struct CosmosArgs {
     #[arg(long = "cosmos-request-timeout", env = "LOCKPROBE_COSMOS_REQUEST_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = crate::usage::parse_bounded_duration)]
     #[serde(rename = "cosmos_request_timeout", with = "crate::usage::duration")]
     pub request_timeout: Duration,
+
+    /// How often the account's write region is looked up when nothing suggested that it
+    /// moved (a write refused by a read region, or committed elsewhere, triggers a
+    /// lookup at once).
+    #[arg(long = "cosmos-region-refresh-interval", env = "LOCKPROBE_COSMOS_REGION_REFRESH_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = crate::usage::parse_bounded_duration)]
+    #[serde(rename = "cosmos_region_refresh_interval", with = "crate::usage::duration")]
+    pub region_refresh_interval: Duration,
 }
 
 impl Default for CosmosArgs {
@@ -125,6 +134,7 @@ impl Default for CosmosArgs {
             poll_interval: Duration::from_secs(1),
             poll_overlap: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
+            region_refresh_interval: Duration::from_secs(30),
         }
     }
 }
@@ -201,7 +211,6 @@ const ENDPOINT: (&str, &str) = ("--cosmos-endpoint", "LOCKPROBE_COSMOS_ENDPOINT"
 const KEY_ENV: (&str, &str) = ("--cosmos-key-env", "LOCKPROBE_COSMOS_KEY_ENV");
 const DATABASE: (&str, &str) = ("--cosmos-database", "LOCKPROBE_COSMOS_DATABASE");
 const CONTAINER: (&str, &str) = ("--cosmos-container", "LOCKPROBE_COSMOS_CONTAINER");
-const WRITE_REGION: (&str, &str) = ("--cosmos-write-region", "LOCKPROBE_COSMOS_WRITE_REGION");
 
 fn required(value: &Option<String>, (flag, env): (&'static str, &'static str)) -> Result<String, CosmosConfigError> {
     match value.as_deref().map(str::trim) {
@@ -293,7 +302,7 @@ impl CosmosArgs {
         };
         let database = required(&args.database, DATABASE)?;
         let container = required(&args.container, CONTAINER)?;
-        let write_region = required(&args.write_region, WRITE_REGION)?;
+        let write_region = args.write_region.as_deref().map(str::trim).filter(|r| !r.is_empty()).map(str::to_owned);
         let preferred_regions: Vec<String> =
             args.preferred_regions.iter().map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()).collect();
         let change_stream = match args.change_stream {
@@ -307,6 +316,12 @@ impl CosmosArgs {
             return Err(CosmosConfigError::Invalid {
                 flag: "--cosmos-poll-interval",
                 reason: "must be positive".into(),
+            });
+        }
+        if args.region_refresh_interval < Duration::from_secs(1) {
+            return Err(CosmosConfigError::Invalid {
+                flag: "--cosmos-region-refresh-interval",
+                reason: "must be at least 1s".into(),
             });
         }
         if request_timeout < Duration::from_secs(1) {
@@ -327,6 +342,8 @@ impl CosmosArgs {
             poll_interval,
             poll_overlap,
             request_timeout,
+            region_refresh_interval: args.region_refresh_interval,
+            legacy_static_write_region: false,
         })
     }
 }
@@ -351,6 +368,7 @@ mod tests {
             poll_interval: Duration::from_secs(1),
             poll_overlap: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
+            region_refresh_interval: Duration::from_secs(30),
         }
     }
 
@@ -370,12 +388,11 @@ mod tests {
     #[test]
     fn each_missing_setting_is_named() {
         type Unset = fn(&mut CosmosArgs);
-        let cases: [(Unset, &str); 5] = [
+        let cases: [(Unset, &str); 4] = [
             (|a| a.endpoint = None, "--cosmos-endpoint"),
             (|a| a.key_env = None, "--cosmos-key-env"),
             (|a| a.database = Some(" ".into()), "--cosmos-database"),
             (|a| a.container = None, "--cosmos-container"),
-            (|a| a.write_region = None, "--cosmos-write-region"),
         ];
         for (unset, flag) in cases {
             let mut a = args();
@@ -384,6 +401,19 @@ mod tests {
             assert!(err.to_string().contains(flag), "{err} should name {flag}");
             assert!(err.to_string().contains("LOCKPROBE_COSMOS_"), "{err} should name the variable");
         }
+    }
+
+    #[test]
+    fn the_write_region_is_an_optional_expectation() {
+        let mut a = args();
+        a.write_region = None;
+        assert_eq!(a.to_config(env).unwrap().write_region, None, "the store discovers it");
+        a.write_region = Some(" ".into());
+        assert_eq!(a.to_config(env).unwrap().write_region, None);
+        assert_eq!(args().to_config(env).unwrap().write_region.as_deref(), Some("West Europe"));
+        a.region_refresh_interval = Duration::from_millis(500);
+        let err = a.to_config(env).unwrap_err().to_string();
+        assert!(err.contains("--cosmos-region-refresh-interval"), "{err}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ fn reply(status: u16, body: Value, retry_after: Option<&str>) -> Reply {
         body,
         retry_after: retry_after.map(str::to_string),
         timing: None,
+        store_region: None,
         elapsed: Duration::ZERO,
     }
 }

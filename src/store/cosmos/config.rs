@@ -50,8 +50,9 @@ pub struct CosmosConfig {
     pub container: String,
     /// Regions for replica reads, nearest first (the write region is used when empty).
     pub preferred_regions: Vec<String>,
-    /// The write region: authoritative reads go only here.
-    pub write_region: String,
+    /// The write region the operator expects. Not the source of truth: the store
+    /// discovers the write region from the account and reports a mismatch.
+    pub write_region: Option<String>,
     /// Create the database and container when missing.
     pub create_if_missing: bool,
     /// Change stream source.
@@ -62,6 +63,13 @@ pub struct CosmosConfig {
     pub poll_overlap: Duration,
     /// Upper bound on one store call, retries included.
     pub request_timeout: Duration,
+    /// How often the account's write region is looked up again when nothing suggested
+    /// that it moved.
+    pub region_refresh_interval: Duration,
+    /// The behaviour before the write region was discovered, kept so tests can show
+    /// what discovery fixes: the write region is `write_region` (then required), never
+    /// looked up, never followed across a failover. Not reachable from the flags.
+    pub legacy_static_write_region: bool,
 }
 
 /// True for hosts the SDK treats as a local emulator (and the test server runs on).
