@@ -682,6 +682,15 @@ fn campaign(
     all
 }
 
+/// One test of this binary at a time. The real-time ones (on the local Cosmos server)
+/// judge what gets through in seconds of wall time, and the seeded campaigns keep both
+/// cores busy: run side by side on a 2-core machine, the real-time ones starved and
+/// neither their traffic nor their violations were what they measure.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static SLOT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SLOT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -730,6 +739,7 @@ fn summarize(reports: &[(u64, SeedReport)]) -> Vec<(u64, Violation)> {
 /// every fault kind hits every phase of the lifecycle.
 #[test]
 fn a_thousand_seeds_of_store_faults_break_nothing() {
+    let _slot = one_at_a_time();
     let first = env_u64("LOCKPROBE_CAMPAIGN_FIRST_SEED", 0);
     let n = env_u64("LOCKPROBE_CAMPAIGN_SEEDS", 1_000);
     let started = std::time::Instant::now();
@@ -773,12 +783,14 @@ fn caught(legacy: &'static [Fault]) {
 /// The legacy `effectiveAt` (from decide time) is found within 1,000 seeds.
 #[test]
 fn the_legacy_effective_at_is_caught_within_a_thousand_seeds() {
+    let _slot = one_at_a_time();
     caught(&[Fault::LegacyEffectiveAt]);
 }
 
 /// The legacy renewal (no lapse rule) is found within 1,000 seeds.
 #[test]
 fn the_legacy_renewal_is_caught_within_a_thousand_seeds() {
+    let _slot = one_at_a_time();
     caught(&[Fault::LegacyRenewal]);
 }
 
@@ -787,7 +799,10 @@ fn the_legacy_renewal_is_caught_within_a_thousand_seeds() {
 /// version to be in force from the instant its write was answered, which is never before
 /// its commit: it can miss a violation in that gap, never invent one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The slot is held for the whole test on purpose; no other task of its runtime takes it.
+#[allow(clippy::await_holding_lock)]
 async fn store_faults_on_the_cosmos_server_break_nothing() {
+    let _slot = one_at_a_time();
     let n = env_u64("LOCKPROBE_COSMOS_CAMPAIGN_SEEDS", 4);
     let server = cosmos_server::CosmosServer::start();
     let seeds = (0..n).map(|seed| {
@@ -831,7 +846,10 @@ async fn two_region_store(
 /// deleting on both instances, each instance on its own store: 0 violations, and each
 /// failover made and followed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The slot is held for the whole test on purpose; no other task of its runtime takes it.
+#[allow(clippy::await_holding_lock)]
 async fn a_planned_failover_in_each_lifecycle_step_breaks_nothing() {
+    let _slot = one_at_a_time();
     let steps = ["preLock", "escalate", "renew", "swap", "release"];
     let runs = steps.iter().enumerate().map(|(i, step)| async move {
         let regions = Arc::new(cosmos_server::CosmosServer::start_two_regions(FAILOVER_LAG));
@@ -884,7 +902,26 @@ async fn a_planned_failover_in_each_lifecycle_step_breaks_nothing() {
 /// decision: 0 violations. Stores with the write region a static setting (the behaviour
 /// before issue 18) keep deciding on it, and the oracle catches what that lets through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The slot is held for the whole test on purpose; no other task of its runtime takes it.
+#[allow(clippy::await_holding_lock)]
 async fn after_a_failover_only_a_store_that_follows_the_write_region_stays_safe_when_the_old_one_lags() {
+    let _slot = one_at_a_time();
+    // Whether the static instance happens to decide on the lagging region during the
+    // lag is a matter of timing: up to three attempts for it to show; the following
+    // fleet must stay safe in every one.
+    for attempt in 1..=LAG_ATTEMPTS {
+        if lagging_old_region_run(attempt).await {
+            return;
+        }
+    }
+    panic!("the oracle must catch decisions made on the lagging old region (none in {LAG_ATTEMPTS} attempts)");
+}
+
+/// Attempts of [`after_a_failover_only_a_store_that_follows_the_write_region_stays_safe_when_the_old_one_lags`].
+const LAG_ATTEMPTS: u32 = 3;
+
+/// One run of the lag test; returns whether the static fleet's violations showed.
+async fn lagging_old_region_run(attempt: u32) -> bool {
     let runs = [false, true].into_iter().map(|legacy| async move {
         let regions = Arc::new(cosmos_server::CosmosServer::start_two_regions(FAILOVER_LAG));
         let database = cosmos_server::unique_database(&format!("failover-lag-{legacy}"));
@@ -919,8 +956,11 @@ async fn after_a_failover_only_a_store_that_follows_the_write_region_stays_safe_
     }
     let (_, following) = &results[0];
     let (_, legacy) = &results[1];
-    assert!(following.violations.is_empty(), "{:?}", following.violations.first());
-    assert!(!legacy.violations.is_empty(), "the oracle must catch decisions made on the lagging old region");
+    assert!(following.violations.is_empty(), "attempt {attempt}: {:?}", following.violations.first());
+    if legacy.violations.is_empty() {
+        println!("attempt {attempt}: the static instance made no decision on the lagging region this time");
+    }
+    !legacy.violations.is_empty()
 }
 
 /// A forced failover (outside the assumptions: it loses the commits the new write
@@ -929,7 +969,10 @@ async fn after_a_failover_only_a_store_that_follows_the_write_region_stays_safe_
 /// Violations may follow; each must be one the oracle names, and the run's figures go to
 /// RELIABILITY.md.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The slot is held for the whole test on purpose; no other task of its runtime takes it.
+#[allow(clippy::await_holding_lock)]
 async fn a_forced_failover_loses_commits_and_every_violation_is_named() {
+    let _slot = one_at_a_time();
     let regions = Arc::new(cosmos_server::CosmosServer::start_two_regions(Duration::from_millis(400)));
     let database = cosmos_server::unique_database("failover-forced");
     let stores =
