@@ -65,10 +65,13 @@ impl Drop for Service {
 fn fuzz(schema: &str, url: &str, extra: &[&str]) -> Output {
     // Its example database and reports go to the working directory: not the repository.
     let scratch = tempfile::tempdir().unwrap();
+    // One worker: with two threads, CPython 3.11's AST constructor now and then raises a
+    // spurious "recursion depth mismatch" SystemError (python/cpython#106905) inside
+    // schemathesis, reported as a runtime error of the run, not of the service.
     Command::new(schemathesis())
         .current_dir(scratch.path())
         .args(["run", schema, "--url", url, "--checks", CHECKS, "--seed", "20261201"])
-        .args(["--header", "Authorization: Bearer fuzz-key", "--no-color", "--workers", "2"])
+        .args(["--header", "Authorization: Bearer fuzz-key", "--no-color", "--workers", "1"])
         .args(["--suppress-health-check", "all"])
         .args(extra)
         .output()
