@@ -16,7 +16,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor, MonitorConfig, MonitorStatus};
 use crate::probe::observer::PrintObserver;
 use crate::probe::runtime::Probe;
-use crate::probe::scheduler::TargetSchedule;
+use crate::probe::scheduler::{parse_schedule, TargetSchedule};
 use crate::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use crate::probe::state::StateFile;
 use crate::service::{self, ServiceConfig};
@@ -94,8 +94,7 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
 /// The flags a demo cannot run with are usage errors, found before anything starts;
 /// returns the schedule.
 fn check(args: &DemoArgs) -> Result<cron::Schedule, UsageError> {
-    let schedule = cron::Schedule::from_str(&args.schedule)
-        .map_err(|e| UsageError::new(format!("--schedule: invalid cron expression: {e}")))?;
+    let schedule = parse_schedule(&args.schedule).map_err(|e| UsageError::new(format!("--schedule: {e}")))?;
     if args.cycles == Some(0) {
         return Err(UsageError::new("--cycles: must be at least 1"));
     }

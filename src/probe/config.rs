@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::scheduler::TargetSchedule;
+use super::scheduler::{parse_schedule, TargetSchedule};
 use super::settings::{
     CycleWaits, Leases, ProbeSettings, CONVERGENCE_TOLERANCE_CONSTANT, PRIMING_LIMIT, RESOURCES_PER_CYCLE,
     SKEW_MARGIN_WAIT,
@@ -266,8 +266,8 @@ impl TargetConfig {
                 ),
             ));
         }
-        if let Err(e) = cron::Schedule::from_str(&self.schedule) {
-            return Err(ConfigError::invalid(field("schedule"), format!("invalid cron expression: {e}")));
+        if let Err(e) = parse_schedule(&self.schedule) {
+            return Err(ConfigError::invalid(field("schedule"), e));
         }
         if self.concurrent_pre_locks < 2 {
             return Err(ConfigError::invalid(field("concurrent_pre_locks"), "must be at least 2"));
@@ -361,9 +361,8 @@ impl Config {
 impl TargetConfig {
     /// The schedule of this target, with its pool `<prefix>0001` ... `<prefix>NNNN`.
     pub fn schedule(&self, index: usize) -> Result<TargetSchedule, ConfigError> {
-        let schedule = cron::Schedule::from_str(&self.schedule).map_err(|e| {
-            ConfigError::invalid(format!("targets[{index}].schedule"), format!("invalid cron expression: {e}"))
-        })?;
+        let schedule =
+            parse_schedule(&self.schedule).map_err(|e| ConfigError::invalid(format!("targets[{index}].schedule"), e))?;
         Ok(TargetSchedule {
             name: self.name.clone(),
             schedule,

@@ -12,6 +12,7 @@
 //! scheduler is tested on a paused tokio clock without sleeping.
 
 use std::collections::VecDeque;
+use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,6 +83,33 @@ pub trait CycleSink: Send + Sync + 'static {
     fn missed(&self, target: &str, n: u64);
     /// A claim on a group of `target`'s pool gave `claim` (held, busy or unavailable).
     fn claimed(&self, _target: &str, _claim: &Claim) {}
+}
+
+/// Parses a schedule: the standard 5-field cron (`minute hour day month weekday`, run at
+/// second 0) or the 6/7-field form with seconds first (and an optional year) that the
+/// `cron` crate reads. In the 5-field form the weekday must be named (`MON-FRI`), since
+/// cron dialects number weekdays differently (0 or 1 for Sunday) and a silent shift by
+/// one day is worse than a refusal. Errors say what was expected.
+pub fn parse_schedule(expr: &str) -> Result<cron::Schedule, String> {
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    let full = match fields.len() {
+        5 => {
+            if fields[4].chars().any(|c| c.is_ascii_digit()) {
+                return Err(format!(
+                    "{expr:?}: name the weekdays in a 5-field cron ({:?} -> e.g. MON-FRI): cron dialects number them differently",
+                    fields[4]
+                ));
+            }
+            format!("0 {}", fields.join(" "))
+        }
+        6 | 7 => fields.join(" "),
+        n => {
+            return Err(format!(
+                "{expr:?} has {n} fields; expected 5 (minute hour day month weekday) or 6 with seconds first (second minute hour day month weekday)"
+            ))
+        }
+    };
+    cron::Schedule::from_str(&full).map_err(|e| format!("invalid cron expression {expr:?}: {e}"))
 }
 
 /// Wall time derived from tokio's clock: `base_wall` at `base`, advancing with tokio time.
@@ -489,6 +517,38 @@ mod tests {
         let r = run(100, 1, 7, 0, 5, 20).await;
         assert_eq!(*r.runner.cancelled.lock().unwrap(), 2);
         assert_eq!(*r.sink.cycles.lock().unwrap(), 2);
+    }
+
+    #[test]
+    fn a_standard_five_field_cron_runs_at_second_zero_and_six_fields_are_seconds_first() {
+        let at = |expr: &str| {
+            let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+            parse_schedule(expr).unwrap().after(&base).take(2).collect::<Vec<_>>()
+        };
+        let six_hourly = vec![
+            Utc.with_ymd_and_hms(2026, 1, 1, 6, 0, 0).unwrap(),
+            Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap(),
+        ];
+        assert_eq!(at("0 */6 * * *"), six_hourly, "5 fields: minute first");
+        assert_eq!(at("0 0 */6 * * *"), six_hourly, "6 fields: seconds first");
+        assert_eq!(at("*/10 * * * * *")[0], Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 10).unwrap());
+        // 2026-01-01 is a Thursday: the next weekday-only 09:30 after Friday's is Monday's.
+        let weekdays = parse_schedule("30 9 * * MON-FRI").unwrap();
+        let friday = Utc.with_ymd_and_hms(2026, 1, 2, 9, 30, 0).unwrap();
+        assert_eq!(weekdays.after(&friday).next(), Some(Utc.with_ymd_and_hms(2026, 1, 5, 9, 30, 0).unwrap()));
+    }
+
+    #[test]
+    fn a_schedule_that_cannot_be_read_says_what_was_expected() {
+        for (expr, says) in [
+            ("0 9 * * 1-5", "name the weekdays"),
+            ("* * * *", "has 4 fields; expected 5"),
+            ("", "has 0 fields"),
+            ("61 * * * *", "invalid cron expression"),
+        ] {
+            let e = parse_schedule(expr).expect_err(expr);
+            assert!(e.contains(says), "{expr:?}: {e}");
+        }
     }
 
     #[test]
