@@ -3,7 +3,6 @@
 //! schedule, printing each step and serving its metrics on a local port.
 
 use std::net::SocketAddr;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -361,8 +361,8 @@ impl Config {
 impl TargetConfig {
     /// The schedule of this target, with its pool `<prefix>0001` ... `<prefix>NNNN`.
     pub fn schedule(&self, index: usize) -> Result<TargetSchedule, ConfigError> {
-        let schedule =
-            parse_schedule(&self.schedule).map_err(|e| ConfigError::invalid(format!("targets[{index}].schedule"), e))?;
+        let schedule = parse_schedule(&self.schedule)
+            .map_err(|e| ConfigError::invalid(format!("targets[{index}].schedule"), e))?;
         Ok(TargetSchedule {
             name: self.name.clone(),
             schedule,
