@@ -35,8 +35,11 @@ pub enum Profile {
     SlowCommit,
     /// Lock writes land at once, their answers come 1-2 s later.
     LateAck,
-    /// Half the lock writes time out at 500 ms and commit at 2 s anyway
-    /// (`outcome-unknown`); the probe repeats them under their keys.
+    /// Half the lock writes time out at 250 ms and commit at 600 ms anyway
+    /// (`outcome-unknown`); the probe repeats them under their keys. The commit stays
+    /// inside the shortest lease the probe asks for (1 s): a write lease that ends before
+    /// its escalation commits is honestly answered 410, which would be the profile's
+    /// doing, not the candidate's.
     Ambiguous,
     /// Replicas lag by a 2 s declared replication bound (twice the others').
     ReplicaLag,
@@ -98,7 +101,7 @@ impl Profile {
                 "replace:late-ack=1s step=swap",
             ],
             Profile::Ambiguous => {
-                &["--store-fault", "replace:late-commit=2s,timeout=500ms@0.5", "--store-fault-seed", "7"]
+                &["--store-fault", "replace:late-commit=600ms,timeout=250ms@0.5", "--store-fault-seed", "7"]
             }
             Profile::ReplicaLag => &["--replication-bound", "2s"],
             Profile::ClockAhead => &["--clock-skew", "1=+2s", "--skew-margin", "2500ms"],

@@ -27,8 +27,8 @@ use tracing::Instrument;
 use super::report::CycleReport;
 use super::settings::RESOURCES_PER_CYCLE;
 
-/// What claiming a group of resources for one cycle gave.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What claiming a group of resources for one cycle gave. `Debug` never shows the token.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Claim {
     /// This replica holds the group until it gives the claim back.
     Held {
@@ -42,6 +42,16 @@ pub enum Claim {
     /// The claim could not be asked for (the target is down): the cycle runs anyway and
     /// reports what it finds, rather than hiding an outage behind a skipped cycle.
     Unavailable,
+}
+
+impl std::fmt::Debug for Claim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Claim::Held { resource, .. } => f.debug_struct("Held").field("resource", resource).finish_non_exhaustive(),
+            Claim::Busy => f.write_str("Busy"),
+            Claim::Unavailable => f.write_str("Unavailable"),
+        }
+    }
 }
 
 /// Runs one cycle on the given resources (implemented by [`super::scenario::Scenario`]).
