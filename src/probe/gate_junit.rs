@@ -1,19 +1,18 @@
 //! The release gate's JUnit report: one `<testsuite>` per fault profile, one
 //! `<testcase>` per assertion of the probe's run under that profile.
 //!
-//! Test case names are stable across runs and machines, so CI keeps their history: the
-//! check goes in the classname, the name says phase, operation and expectation, and the
-//! instance is its index (never its URL, which changes with every port). An assertion
-//! made twice under the same name gets ` #2`, ` #3`, ... in the order the run made them.
+//! Test cases are named as `validate`'s are ([`super::report::junit_case_names`]), with
+//! the profile in the class: `lockprobe.gate.<profile>.<check>[.instance<N>]` and
+//! `phase/op expects <outcome>`, a repeat under one name numbered ` #2`, ` #3`, ... So
+//! names stay the same across runs and machines (never a URL, which changes with every
+//! port) and CI keeps their history.
 //! A profile beyond the scheme's assumptions reports what broke as `<skipped>`, with the
 //! reason, rather than failing the gate or passing silently.
-
-use std::collections::HashMap;
 
 use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, Event};
 use quick_xml::Writer;
 
-use super::report::{Assertion, CycleReport, CycleResult};
+use super::report::{junit_case_names, Assertion, CycleReport, CycleResult};
 
 /// The probe's run under one fault profile, as the gate reports it.
 pub struct ProfileRun<'a> {
@@ -129,13 +128,9 @@ fn write_suite(w: &mut Writer<Vec<u8>>, run: &ProfileRun<'_>, counts: &Counts) {
     match &run.report {
         Err(why) => error_case(w, &classname("run"), "service started and probed", why, false),
         Ok(report) => {
-            let mut seen: HashMap<(String, String), usize> = HashMap::new();
-            for a in &report.assertions {
-                let name = case_name(a, run.instances);
-                let n = seen.entry((a.check.clone(), name.clone())).or_default();
-                *n += 1;
-                let name = if *n == 1 { name } else { format!("{name} #{n}") };
-                assertion_case(w, &classname(&a.check), &name, a, run.beyond_assumptions);
+            let names = junit_case_names(&report.assertions, |a| classname(&a.check), run.instances);
+            for (a, (class, name)) in report.assertions.iter().zip(&names) {
+                assertion_case(w, class, name, a, run.beyond_assumptions);
             }
             left_behind_case(w, &classname("gate"), run.left_behind, run.beyond_assumptions);
             if let Some(err) = &report.error {
@@ -144,18 +139,6 @@ fn write_suite(w: &mut Writer<Vec<u8>>, run: &ProfileRun<'_>, counts: &Counts) {
         }
     }
     let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
-}
-
-/// `hardDelete/delete expects tombstone on instance 1`: no URL, no running number.
-fn case_name(a: &Assertion, instances: &[String]) -> String {
-    let mut name = format!("{} expects {}", a.name(), a.expected);
-    if let Some(url) = &a.instance {
-        match instances.iter().position(|i| i.trim_end_matches('/') == url.trim_end_matches('/')) {
-            Some(i) => name.push_str(&format!(" on instance {i}")),
-            None => name.push_str(" on an unlisted instance"),
-        }
-    }
-    name
 }
 
 fn assertion_case(w: &mut Writer<Vec<u8>>, classname: &str, name: &str, a: &Assertion, beyond: bool) {

@@ -254,16 +254,9 @@ impl CycleReport {
         let _ = w.write_event(Event::Start(self.junit_suite_start(check, cases.len(), failures, 0, time)));
         junit_instances(w, instances);
         let classname = format!("lockprobe.{}.{}", self.target, check.replace('/', "."));
-        // The same check repeated on one instance (one write per seeded item) would share
-        // a name; the repeats are told apart by their ordinal among that name alone, so
-        // adding or removing an assertion elsewhere renames nothing.
-        let mut seen: Vec<(String, String)> = Vec::new();
-        for a in cases {
-            let (class, name) = junit_names(a, &classname, instances);
-            let repeat = seen.iter().filter(|(c, n)| *c == class && *n == name).count();
-            let shown = if repeat == 0 { name.clone() } else { format!("{name} #{}", repeat + 1) };
-            junit_case(w, a, &class, &shown);
-            seen.push((class, name));
+        let names = junit_case_names(cases.iter().copied(), |_| classname.clone(), instances);
+        for (a, (class, name)) in cases.iter().zip(&names) {
+            junit_case(w, a, class, name);
         }
         let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
     }
@@ -299,6 +292,28 @@ fn junit_instances(w: &mut Writer<Vec<u8>>, instances: &[String]) {
         let _ = w.write_event(Event::Empty(p));
     }
     let _ = w.write_event(Event::End(BytesEnd::new("properties")));
+}
+
+/// The class and name of each assertion's test case, in order (see [`junit_names`]).
+/// The same check repeated on one instance (one write per seeded item) would share a
+/// name; the repeats are told apart by their ordinal among that name alone (` #2`, ...),
+/// so adding or removing an assertion elsewhere renames nothing. `classname` gives an
+/// assertion's class before its instance is added.
+pub(super) fn junit_case_names<'a>(
+    cases: impl IntoIterator<Item = &'a Assertion>,
+    classname: impl Fn(&Assertion) -> String,
+    instances: &[String],
+) -> Vec<(String, String)> {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let mut names = Vec::new();
+    for a in cases {
+        let (class, name) = junit_names(a, &classname(a), instances);
+        let repeat = seen.iter().filter(|(c, n)| *c == class && *n == name).count();
+        let shown = if repeat == 0 { name.clone() } else { format!("{name} #{}", repeat + 1) };
+        names.push((class.clone(), shown));
+        seen.push((class, name));
+    }
+    names
 }
 
 /// The class and name of an assertion's test case: `<suite class>[.instance<N>]` and
