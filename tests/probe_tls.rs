@@ -300,3 +300,35 @@ fn runs(scrape: &str, result: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// The release gate's probe trusts `--ca-file` and presents `--client-cert` to a
+/// candidate started with the service's TLS flags (after `--`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_probes_a_candidate_over_mutual_tls() {
+    let pki = Pki::generate();
+    let gate = |tls: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lockprobe"));
+        command.args(["gate", "--profile", "baseline"]).args(tls).args([
+            "--",
+            "--tls-cert",
+            s(&pki.server_cert),
+            "--tls-key",
+            s(&pki.server_key),
+            "--tls-client-ca",
+            s(&pki.client_ca),
+        ]);
+        command.env("RUST_LOG", "error").output()
+    };
+    let ca = ["--ca-file", s(&pki.server_ca)];
+    let out = gate(&[&ca[..], &["--client-cert", s(&pki.client_cert), "--client-key", s(&pki.client_key)]].concat())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("gate: PASSED"), "{stdout}");
+
+    let out = gate(&ca).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "without its client certificate the gate's probe is refused: {stdout}");
+    assert!(stdout.contains("CertificateRequired"), "{stdout}");
+}
