@@ -8,6 +8,8 @@
 //!   that ignores write locks), finds data for every expression, fires the violation
 //!   alert for the broken target only, and its `histogram_quantile` agrees with the
 //!   `/api/v1/status` percentiles.
+//! - The monitor over a Cosmos DB store (the local test server) is scraped by a real
+//!   Prometheus, and the monitor dashboard's request-charge panel shows RU/s by operation.
 //! - A headless Chromium renders the status page of the running demo.
 //!
 //! The tools are not optional: when `promtool`, `prometheus` or `chromium` is missing the
@@ -24,6 +26,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+#[path = "support/cosmos_server.rs"]
+mod cosmos_server;
 
 // ---------------------------------------------------------------------------------------
 // Tools and child processes
@@ -526,6 +531,58 @@ fn dashboard_has_its_variables_and_a_panel_for_each_signal() {
     ] {
         assert!(has(needle), "no dashboard panel queries {needle}");
     }
+}
+
+/// The monitor over a Cosmos DB store is scraped by a real Prometheus, and the monitor
+/// dashboard's request-charge query (RU/s by operation) returns data from that scrape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_charge_panel_shows_a_scraped_cosmos_monitors_charges() {
+    let server = cosmos_server::CosmosServer::start();
+    let database = cosmos_server::unique_database("observability");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut monitor = ChildGuard::spawn(
+        "lockprobe monitor",
+        Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+            .args(["monitor", "--listen", &listen, "--store", "cosmos", "--cosmos-endpoint", &server.endpoint()])
+            .args(["--cosmos-key-env", "OBSERVABILITY_COSMOS_KEY", "--cosmos-database", &database])
+            .args(["--cosmos-container", "locations", "--cosmos-create-if-missing", "--cosmos-poll-interval", "200ms"])
+            .args(["--cosmos-write-region", "South Central US", "--cosmos-preferred-region", "South Central US"])
+            // The local server checks no key; the flag wants one.
+            .env("OBSERVABILITY_COSMOS_KEY", "bG9ja3Byb2Jl")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let prom = Prometheus::start(&[&listen]).await;
+    let charge = dashboard_exprs_of(MONITOR_DASHBOARD, "30s")
+        .into_iter()
+        .find(|e| e.expr.contains("lockprobe_cosmos_request_charge_total"))
+        .expect("a request-charge panel");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ops = loop {
+        monitor.assert_running("while Prometheus scrapes it");
+        let series = prom.query(&charge.expr).await;
+        let ops: BTreeSet<String> = series
+            .iter()
+            .filter(|s| sample_value(s).is_some_and(|v| v > 0.0))
+            .filter_map(|s| s["metric"]["op"].as_str().map(str::to_owned))
+            .collect();
+        if !ops.is_empty() {
+            break ops;
+        }
+        assert!(Instant::now() < deadline, "{}: no request charge within 60 s: `{}`", charge.origin, charge.expr);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // One series per operation, as the panel's legend shows them.
+    assert!(series_are_by_op(&prom.query(&charge.expr).await), "{ops:?}");
+    drop(server);
+}
+
+/// Every series of a request-charge answer is labelled by `op` and nothing else.
+fn series_are_by_op(series: &[Value]) -> bool {
+    series.iter().all(|s| s["metric"].as_object().is_some_and(|m| m.keys().eq(["op"])))
 }
 
 /// The monitor's dashboard filters every metric by job and instance, and shows what the
