@@ -628,4 +628,22 @@ short_write = "30s"
         let e = c.targets[0].settings(0).unwrap_err().to_string();
         assert!(e.starts_with("targets[0].api_key_env:"), "{e}");
     }
+
+    #[test]
+    fn a_key_from_a_file_is_read_at_load_and_never_debug_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "file-key-value\n").unwrap();
+        let text = GOOD
+            .replace("name = \"demo\"", &format!("name = \"demo\"\napi_key_file = {:?}", key.display().to_string()));
+        let c: Config = text.parse().unwrap();
+        // Read when loaded: the file may go (a rotated secret) without the settings changing.
+        std::fs::remove_file(&key).unwrap();
+        assert_eq!(c.targets[0].settings(0).unwrap().api_key, "file-key-value");
+        assert!(!format!("{c:?}").contains("file-key-value"), "{c:?}");
+        let e = err_of(&text);
+        assert!(e.starts_with("targets[0].api_key_file:") && e.contains("cannot read"), "{e}");
+        let both = text.replace("api_key_file", "api_key_env = \"SOME_VAR\"\napi_key_file");
+        assert!(err_of(&both).starts_with("targets[0].api_key_file: give either"), "{}", err_of(&both));
+    }
 }

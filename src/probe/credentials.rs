@@ -204,3 +204,53 @@ fn chain(e: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn a_key_file_loses_its_trailing_newline_and_nothing_else() {
+        for (text, key) in [("k1\n", "k1"), ("k2\r\n", "k2"), ("k3", "k3"), (" spaced key \n", " spaced key ")] {
+            let (_dir, path) = key_file(text);
+            assert_eq!(read_api_key(&path).unwrap(), key, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_or_multi_line_key_file_is_refused_without_showing_it() {
+        for text in ["", "\n", "  \n", "first\nsecond\n", "tab\there"] {
+            let (_dir, path) = key_file(text);
+            let e = read_api_key(&path).unwrap_err();
+            assert_eq!(e.file, CredentialFile::ApiKey);
+            assert!(e.to_string().starts_with(&path.display().to_string()), "{e}");
+            assert!(!e.to_string().contains("second") && !e.to_string().contains("tab"), "{e}");
+        }
+        let e = read_api_key(Path::new("/nonexistent/lockprobe-key")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/lockprobe-key") && e.to_string().contains("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn one_half_of_a_client_identity_is_refused_naming_the_missing_half() {
+        let (_dir, path) = key_file("not read");
+        let only_cert = TlsFiles { client_cert: Some(path.clone()), ..TlsFiles::default() };
+        assert_eq!(TargetTls::load(&only_cert).unwrap_err().file, CredentialFile::ClientKey);
+        let only_key = TlsFiles { client_key: Some(path), ..TlsFiles::default() };
+        assert_eq!(TargetTls::load(&only_key).unwrap_err().file, CredentialFile::ClientCert);
+        assert!(TargetTls::load(&TlsFiles::default()).unwrap().is_default());
+    }
+
+    #[test]
+    fn debug_never_shows_the_identity() {
+        let tls = TargetTls { roots: vec![vec![1]], identity_pem: Some(b"-----BEGIN PRIVATE KEY-----secret".to_vec()) };
+        let shown = format!("{tls:?}");
+        assert_eq!(shown, "TargetTls { extra_roots: 1, client_identity: true }");
+    }
+}
