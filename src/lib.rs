@@ -25,12 +25,13 @@
 //! 4. Three components, none using another or the wiring:
 //!    - [`service`]: the reference service speaking the probe contract
 //!      (`docs/contract.md`) over the routing library, with the contract's OpenAPI 3.1
-//!      description at `GET /openapi.json`.
+//!      description at `GET /openapi.json`, over HTTP or HTTPS (optionally mutual TLS).
 //!    - [`monitor`]: the convergence monitor; reads the store's change stream and settles
 //!      what it reads with the routing lifecycle's rules.
 //!    - [`probe`]: the black-box probe (contract client, cycles with eager checks,
 //!      scheduler, reports and the release gate's JUnit, its
-//!      `serve` configuration, metrics, HTTP server and status page). It speaks HTTP to
+//!      `serve` configuration and credentials (key files, CA files, client
+//!      certificates), metrics, HTTP server and status page). It speaks HTTP to
 //!      the service it judges and uses only [`clock`], [`usage`], [`percentiles`] and
 //!      [`exposition`].
 //! 5. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,

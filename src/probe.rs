@@ -4,6 +4,7 @@
 //! the store: a probe that shares code paths with what it judges can share its bugs.
 
 pub mod config;
+pub mod credentials;
 pub mod gate_junit;
 pub mod metrics;
 pub mod observer;

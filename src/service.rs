@@ -8,6 +8,7 @@
 //! - [`items`]: user data, one item store per location.
 //! - [`input`], [`error`]: request checks and problem+json errors.
 //! - [`openapi`]: the contract's OpenAPI 3.1 description, served at `GET /openapi.json`.
+//! - [`tls`]: HTTPS, optionally requiring client certificates.
 //!
 //! Several instances share one routing store and one set of item stores, but each has
 //! its own `RoutingClient` and so its own cache tiers: that is how stale caches and
@@ -19,6 +20,7 @@ pub mod input;
 pub mod items;
 pub mod lock_api;
 pub mod openapi;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -106,6 +108,8 @@ pub struct ServiceConfig {
     pub clock_skews: Vec<ClockSkew>,
     /// Store metrics (e.g. Cosmos request charges), served at `GET /metrics` when set.
     pub metrics: Option<prometheus::Registry>,
+    /// Serve HTTPS with this configuration ([`tls::server_config`]) instead of HTTP.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 impl ServiceConfig {
@@ -126,6 +130,7 @@ impl ServiceConfig {
             faults: Vec::new(),
             clock_skews: Vec::new(),
             metrics: None,
+            tls: None,
         }
     }
 
@@ -357,14 +362,24 @@ pub async fn start(
         tasks.push(tokio::spawn(evict_periodically(state.clone(), shutdown.clone())));
         let app = router(state);
         let stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
-            let served = axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await;
-            if let Err(e) = served {
-                tracing::error!(instance = index, error = %e, "service instance failed");
-            }
-        }));
+        tasks.push(match &config.tls {
+            None => tokio::spawn(serve(listener, app, stop, index)),
+            Some(tls) => tokio::spawn(serve(tls::TlsListener::new(listener, tls.clone())?, app, stop, index)),
+        });
     }
     Ok(RunningService { addrs, tasks })
+}
+
+/// Serves `app` on `listener` (plain TCP or TLS) until `stop`.
+async fn serve<L>(listener: L, app: Router, stop: CancellationToken, index: usize)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let served = axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await;
+    if let Err(e) = served {
+        tracing::error!(instance = index, error = %e, "service instance failed");
+    }
 }
 
 /// Keeps caches from growing without bound in a long-running service.

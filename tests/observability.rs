@@ -8,6 +8,8 @@
 //!   that ignores write locks), finds data for every expression, fires the violation
 //!   alert for the broken target only, and its `histogram_quantile` agrees with the
 //!   `/api/v1/status` percentiles.
+//! - The monitor over a Cosmos DB store (the local test server) is scraped by a real
+//!   Prometheus, and the monitor dashboard's request-charge panel shows RU/s by operation.
 //! - A headless Chromium renders the status page of the running demo.
 //!
 //! The tools are not optional: when `promtool`, `prometheus` or `chromium` is missing the
@@ -24,6 +26,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+#[path = "support/cosmos_server.rs"]
+mod cosmos_server;
 
 // ---------------------------------------------------------------------------------------
 // Tools and child processes
@@ -137,6 +142,7 @@ fn http() -> reqwest::Client {
 
 const RULES: &str = "alerts/lockprobe.rules.yml";
 const DASHBOARD: &str = "dashboards/lockprobe.json";
+const MONITOR_DASHBOARD: &str = "dashboards/lockprobe-monitor.json";
 
 fn rule_test_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo_path("alerts/tests"))
@@ -162,10 +168,15 @@ struct DashboardExpr {
     expr: String,
 }
 
-/// Every expression of the dashboard: panel targets (rows included) and the query of each
-/// query variable (`label_values(selector, label)` is Grafana's, so its selector is used).
+/// Every expression of the probe's dashboard (see [`dashboard_exprs_of`]).
 fn dashboard_exprs(window: &str) -> Vec<DashboardExpr> {
-    let text = std::fs::read_to_string(repo_path(DASHBOARD)).expect(DASHBOARD);
+    dashboard_exprs_of(DASHBOARD, window)
+}
+
+/// Every expression of `file`: panel targets (rows included) and the query of each
+/// query variable (`label_values(selector, label)` is Grafana's, so its selector is used).
+fn dashboard_exprs_of(file: &str, window: &str) -> Vec<DashboardExpr> {
+    let text = std::fs::read_to_string(repo_path(file)).expect(file);
     let dash: Value = serde_json::from_str(&text).expect("dashboard is JSON");
     let mut out = Vec::new();
     fn walk(panels: &Value, out: &mut Vec<(String, String)>) {
@@ -193,19 +204,80 @@ fn dashboard_exprs(window: &str) -> Vec<DashboardExpr> {
             raw.push((format!("variable {}", var["name"]), inner));
         }
     }
-    // The variables a panel may use, with the values the tests give them: every target
-    // (the variable's allValue) and a window long enough to cover the whole demo run.
+    // The variables a panel may use, with the values the tests give them: every job,
+    // instance and target (the variables' allValue) and a window long enough to cover the
+    // whole demo run (Grafana's own `$__rate_interval` too).
     for (origin, expr) in raw {
-        let expr = expr
-            .replace("${target}", ".*")
-            .replace("$target", ".*")
-            .replace("${window}", window)
-            .replace("$window", window);
+        let mut expr = expr;
+        for (name, value) in [("job", ".*"), ("instance", ".*"), ("target", ".*"), ("window", window)] {
+            expr = expr.replace(&format!("${{{name}}}"), value).replace(&format!("${name}"), value);
+        }
+        let expr = expr.replace("$__rate_interval", window);
         assert!(!expr.contains('$'), "{origin}: unknown template variable in {expr}");
         out.push(DashboardExpr { origin, expr });
     }
     assert!(out.len() > 10, "suspiciously few dashboard expressions");
     out
+}
+
+/// Every `lockprobe_*` metric in `expr` with its label matchers (`""` when it has none).
+fn metric_selectors(expr: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("lockprobe_") {
+        let name: String = rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        rest = &rest[at + name.len()..];
+        let matchers = match rest.strip_prefix('{').and_then(|r| r.split_once('}')) {
+            Some((inside, after)) => {
+                rest = after;
+                inside.to_string()
+            }
+            None => String::new(),
+        };
+        out.push((name, matchers));
+    }
+    out
+}
+
+/// Asserts that every metric every panel of `file` reads is filtered by each of
+/// `filters` (the dashboard's variables), and returns the panels' expressions.
+fn assert_every_selector_filtered(file: &str, filters: &[&str]) -> Vec<String> {
+    let dash: Value = serde_json::from_str(&std::fs::read_to_string(repo_path(file)).expect(file)).expect("JSON");
+    let vars = dash["templating"]["list"].as_array().expect("templating.list");
+    for name in ["job", "instance"] {
+        let var = vars.iter().find(|v| v["name"] == name).unwrap_or_else(|| panic!("{file}: no ${name} variable"));
+        assert_eq!(var["type"], "query", "{file}: ${name}");
+        assert_eq!(var["multi"], true, "{file}: ${name} takes several values");
+        assert_eq!(var["includeAll"], true, "{file}: ${name} has All");
+        assert_eq!(var["allValue"], ".*", "{file}: ${name}'s All matches every value");
+        let query = var["query"]["query"].as_str().or(var["query"].as_str()).expect("query");
+        assert!(query.starts_with("label_values(lockprobe_") && query.ends_with(&format!(", {name})")), "{query}");
+    }
+    let mut exprs = Vec::new();
+    let mut selectors = 0;
+    // Collapsed rows keep their panels inside them.
+    let mut panels: Vec<&Value> = dash["panels"].as_array().expect("panels").iter().collect();
+    while let Some(panel) = panels.pop() {
+        panels.extend(panel["panels"].as_array().into_iter().flatten());
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("expr");
+            let found = metric_selectors(expr);
+            assert!(!found.is_empty(), "{file}: {} reads no lockprobe metric: {expr}", panel["title"]);
+            for (metric, matchers) in found {
+                for filter in filters {
+                    assert!(
+                        matchers.contains(filter),
+                        "{file}: {} reads {metric} without {filter}: {expr}",
+                        panel["title"]
+                    );
+                }
+                selectors += 1;
+            }
+            exprs.push(expr.to_string());
+        }
+    }
+    assert!(selectors > 10, "{file}: suspiciously few selectors ({selectors})");
+    exprs
 }
 
 // ---------------------------------------------------------------------------------------
@@ -397,8 +469,9 @@ fn the_success_ratio_tested_at_a_6_hourly_schedule_is_the_dashboards() {
     );
 }
 
-/// The dashboard has what the issue asks of it: data source and target as template
-/// variables that every panel uses, and a panel for each signal; panels do not overlap.
+/// The dashboard has what the issue asks of it: data source, job, instance and target as
+/// template variables that every panel uses (every metric of every query is filtered by
+/// job, instance and target), and a panel for each signal; panels do not overlap.
 #[test]
 fn dashboard_has_its_variables_and_a_panel_for_each_signal() {
     let dash: Value = serde_json::from_str(&std::fs::read_to_string(repo_path(DASHBOARD)).expect(DASHBOARD))
@@ -436,10 +509,15 @@ fn dashboard_has_its_variables_and_a_panel_for_each_signal() {
             exprs.push(e.to_string());
         }
     }
+    let filtered = assert_every_selector_filtered(
+        DASHBOARD,
+        &[r#"job=~"$job""#, r#"instance=~"$instance""#, r#"target=~"$target""#],
+    );
+    assert_eq!(filtered.len(), exprs.len(), "every panel's queries were checked");
     let has = |needle: &str| exprs.iter().any(|e| e.contains(needle));
     for needle in [
-        r#"lockprobe_probe_runs_total{target=~"$target",result="passed"}"#,
-        r#"lockprobe_assertions_total{target=~"$target",result="failed"}"#,
+        r#"lockprobe_probe_runs_total{job=~"$job",instance=~"$instance",target=~"$target",result="passed"}"#,
+        r#"lockprobe_assertions_total{job=~"$job",instance=~"$instance",target=~"$target",result="failed"}"#,
         "lockprobe_enforcement_violations_total",
         "histogram_quantile(0.5, sum by (target, phase, le) (rate(lockprobe_lock_phase_duration_seconds_bucket",
         "histogram_quantile(0.99, sum by (target, phase, le) (rate(lockprobe_lock_phase_duration_seconds_bucket",
@@ -448,11 +526,76 @@ fn dashboard_has_its_variables_and_a_panel_for_each_signal() {
         "lockprobe_convergence_observed_seconds",
         "time() - max by (target) (lockprobe_last_success_timestamp_seconds",
         // Judged by cycles: never NaN at a 6-hourly schedule, failures in a row.
-        r#"or max by (target) (lockprobe_probe_last_cycle_passed{target=~"$target"})"#,
-        r#"max by (target) (lockprobe_probe_consecutive_failures{target=~"$target"})"#,
+        r#"or max by (target) (lockprobe_probe_last_cycle_passed{job=~"$job",instance=~"$instance",target=~"$target"})"#,
+        r#"max by (target) (lockprobe_probe_consecutive_failures{job=~"$job",instance=~"$instance",target=~"$target"})"#,
     ] {
         assert!(has(needle), "no dashboard panel queries {needle}");
     }
+}
+
+/// The monitor over a Cosmos DB store is scraped by a real Prometheus, and the monitor
+/// dashboard's request-charge query (RU/s by operation) returns data from that scrape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_charge_panel_shows_a_scraped_cosmos_monitors_charges() {
+    let server = cosmos_server::CosmosServer::start();
+    let database = cosmos_server::unique_database("observability");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut monitor = ChildGuard::spawn(
+        "lockprobe monitor",
+        Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+            .args(["monitor", "--listen", &listen, "--store", "cosmos", "--cosmos-endpoint", &server.endpoint()])
+            .args(["--cosmos-key-env", "OBSERVABILITY_COSMOS_KEY", "--cosmos-database", &database])
+            .args(["--cosmos-container", "locations", "--cosmos-create-if-missing", "--cosmos-poll-interval", "200ms"])
+            .args(["--cosmos-write-region", "South Central US", "--cosmos-preferred-region", "South Central US"])
+            // The local server checks no key; the flag wants one.
+            .env("OBSERVABILITY_COSMOS_KEY", "bG9ja3Byb2Jl")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let prom = Prometheus::start(&[&listen]).await;
+    let charge = dashboard_exprs_of(MONITOR_DASHBOARD, "30s")
+        .into_iter()
+        .find(|e| e.expr.contains("lockprobe_cosmos_request_charge_total"))
+        .expect("a request-charge panel");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ops = loop {
+        monitor.assert_running("while Prometheus scrapes it");
+        let series = prom.query(&charge.expr).await;
+        let ops: BTreeSet<String> = series
+            .iter()
+            .filter(|s| sample_value(s).is_some_and(|v| v > 0.0))
+            .filter_map(|s| s["metric"]["op"].as_str().map(str::to_owned))
+            .collect();
+        if !ops.is_empty() {
+            break ops;
+        }
+        assert!(Instant::now() < deadline, "{}: no request charge within 60 s: `{}`", charge.origin, charge.expr);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // One series per operation, as the panel's legend shows them.
+    assert!(series_are_by_op(&prom.query(&charge.expr).await), "{ops:?}");
+    drop(server);
+}
+
+/// Every series of a request-charge answer is labelled by `op` and nothing else.
+fn series_are_by_op(series: &[Value]) -> bool {
+    series.iter().all(|s| s["metric"].as_object().is_some_and(|m| m.keys().eq(["op"])))
+}
+
+/// The monitor's dashboard filters every metric by job and instance, and shows what the
+/// Cosmos DB store costs: request units per second by operation.
+#[test]
+fn monitor_dashboard_filters_by_job_and_instance_and_shows_the_request_charge() {
+    let exprs = assert_every_selector_filtered(MONITOR_DASHBOARD, &[r#"job=~"$job""#, r#"instance=~"$instance""#]);
+    assert!(
+        exprs.iter().any(|e| e.starts_with(
+            r#"sum by (op) (rate(lockprobe_cosmos_request_charge_total{job=~"$job",instance=~"$instance"}[$__rate_interval]))"#
+        )),
+        "no request-charge panel (RU/s by op): {exprs:#?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -489,7 +632,7 @@ async fn every_promql_expression_parses_in_a_real_prometheus() {
         prom.query(&rule.query).await;
     }
 
-    for e in dashboard_exprs("5m") {
+    for e in dashboard_exprs("5m").into_iter().chain(dashboard_exprs_of(MONITOR_DASHBOARD, "5m")) {
         let body = prom.query_raw(&e.expr).await;
         assert_eq!(body["status"], "success", "{}: Prometheus rejected `{}`: {}", e.origin, e.expr, body["error"]);
     }

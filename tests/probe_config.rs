@@ -2,6 +2,9 @@
 
 use std::process::Command;
 
+#[path = "support/pki.rs"]
+mod pki;
+
 const GOOD: &str = r#"
 listen = "127.0.0.1:9464"
 state_file = "/var/lib/lockprobe/state.json"
@@ -90,4 +93,76 @@ fn a_timeout_below_the_worst_case_cycle_exits_64_with_the_arithmetic() {
     assert!(stderr.contains("worst-case cycle of") && stderr.contains("wait before escalating 2s"), "{stderr}");
     let (code, stdout, stderr) = check(&short.replace("timeout = \"3s\"", "timeout = \"2m\""));
     assert_eq!(code, Some(0), "{stdout}{stderr}");
+}
+
+/// GOOD with its key from `key_file` instead of a variable, and `tls` (TOML lines) added
+/// to the target.
+fn with_files(key_file: &std::path::Path, tls: &str) -> String {
+    GOOD.replace(
+        "api_key_env = \"ORDERS_LOCK_API_KEY\"",
+        &format!("api_key_file = {:?}\n{tls}", key_file.display().to_string()),
+    )
+}
+
+#[test]
+fn key_and_tls_files_are_read_and_checked_when_the_config_is_loaded() {
+    let pki = pki::Pki::generate();
+    let key = pki.write("orders-key", "the-key\n");
+    let toml_path = |p: &std::path::Path| format!("{:?}", p.display().to_string());
+    let tls = format!(
+        "ca_file = {}\nclient_cert_file = {}\nclient_key_file = {}",
+        toml_path(&pki.server_ca),
+        toml_path(&pki.client_cert),
+        toml_path(&pki.client_key)
+    );
+    let (code, stdout, stderr) = check(&with_files(&key, &tls));
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+
+    let empty = pki.write("empty-key", "\n");
+    let missing = pki.dir.join("missing");
+    let garbage = pki.write("garbage.pem", "-----BEGIN CERTIFICATE-----\n%%%\n-----END CERTIFICATE-----\n");
+    let only_ca = format!("ca_file = {}", toml_path(&pki.server_ca));
+    for (text, field, path) in [
+        (with_files(&empty, ""), "targets[0].api_key_file", &empty),
+        (with_files(&missing, ""), "targets[0].api_key_file", &missing),
+        (
+            GOOD.replace("test_prefix", &format!("api_key_file = {}\ntest_prefix", toml_path(&key))),
+            "targets[0].api_key_file",
+            &key,
+        ),
+        (with_files(&key, &format!("ca_file = {}", toml_path(&missing))), "targets[0].ca_file", &missing),
+        (with_files(&key, &format!("ca_file = {}", toml_path(&garbage))), "targets[0].ca_file", &garbage),
+        (with_files(&key, &format!("ca_file = {}", toml_path(&pki.client_key))), "targets[0].ca_file", &pki.client_key),
+        (
+            with_files(&key, &format!("{only_ca}\nclient_cert_file = {}", toml_path(&pki.client_cert))),
+            "targets[0].client_key_file",
+            &pki.client_cert,
+        ),
+        (
+            with_files(&key, &format!("{only_ca}\nclient_key_file = {}", toml_path(&pki.client_key))),
+            "targets[0].client_cert_file",
+            &pki.client_key,
+        ),
+        (
+            with_files(
+                &key,
+                &format!(
+                    "client_cert_file = {}\nclient_key_file = {}",
+                    toml_path(&pki.client_cert),
+                    toml_path(&pki.stranger_key)
+                ),
+            ),
+            "targets[0].client_key_file",
+            &pki.stranger_key,
+        ),
+    ] {
+        let (code, stdout, stderr) = check(&text);
+        assert_eq!(code, Some(64), "{field}: {stdout}{stderr}");
+        assert!(stderr.contains(field), "expected {field} in {stderr}");
+        // Both-given names the field but has no path to show.
+        if field != "targets[0].api_key_file" || path != &key {
+            assert!(stderr.contains(&path.display().to_string()), "expected {} in {stderr}", path.display());
+        }
+        assert!(!stderr.contains("the-key"), "the key is never printed: {stderr}");
+    }
 }

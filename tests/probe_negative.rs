@@ -119,6 +119,7 @@ fn scenario(url: &str, state: Arc<StateFile>) -> Scenario {
         name: "fake".into(),
         instances: vec![url.to_string()],
         api_key: "k".into(),
+        tls: Default::default(),
         test_prefix: "probe-".into(),
         locations: ["westeurope".into(), "northeurope".into()],
         expected_convergence: None,

@@ -23,6 +23,7 @@ fn target(svc: &TestService, concurrency: usize) -> (ProbeSettings, TargetSchedu
         name: "serve-test".into(),
         instances: svc.urls.clone(),
         api_key: svc.key.clone(),
+        tls: Default::default(),
         test_prefix: "probe-".into(),
         locations: ["westeurope".into(), "northeurope".into()],
         expected_convergence: Some(Duration::from_millis(1500)),

@@ -18,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
+use crate::probe::credentials::TargetTls;
 use crate::probe::gate_junit::{self, ProfileRun};
 use crate::probe::observer::TracingObserver;
 use crate::probe::report::{CycleReport, CycleResult};
@@ -150,6 +151,10 @@ pub struct GateArgs {
     /// Write each profile's JSON cycle report into this directory (`<profile>.json`).
     #[arg(long)]
     pub json_dir: Option<PathBuf>,
+    /// TLS to the candidate, for a candidate started with `-- --tls-cert .. --tls-key ..`
+    /// (and `--tls-client-ca`: then the gate's probe needs --client-cert and --client-key).
+    #[command(flatten)]
+    pub tls: super::validate::TlsArgs,
     /// Extra flags for every `CANDIDATE service` run, after `--` (e.g. `--fault
     /// legacy-effective-at` to see the gate bite).
     #[arg(last = true)]
@@ -166,6 +171,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// passed, 1 otherwise).
 pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
     let candidate = candidate(&args)?;
+    let tls = args.tls.load()?;
     let profiles = if args.profiles.is_empty() { Profile::ALL.to_vec() } else { args.profiles.clone() };
     if let Some(dir) = &args.json_dir {
         std::fs::create_dir_all(dir).map_err(|e| UsageError::new(format!("--json-dir {}: {e}", dir.display())))?;
@@ -177,7 +183,7 @@ pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<
             break;
         }
         println!("gate: profile {} ({})", profile.name(), profile.description());
-        let outcome = run_profile(&args, &candidate, profile, shutdown.clone()).await;
+        let outcome = run_profile(&args, &candidate, &tls, profile, shutdown.clone()).await;
         if let (Some(dir), Ok(report)) = (&args.json_dir, &outcome.report) {
             let path = dir.join(format!("{}.json", profile.name()));
             let text = serde_json::to_string_pretty(&report.to_json()).unwrap_or_default();
@@ -289,6 +295,7 @@ impl ProfileOutcome {
 async fn run_profile(
     args: &GateArgs,
     candidate: &PathBuf,
+    tls: &TargetTls,
     profile: Profile,
     shutdown: CancellationToken,
 ) -> ProfileOutcome {
@@ -310,6 +317,7 @@ async fn run_profile(
         buffer: args.buffer,
         test_prefix: TEST_PREFIX.to_owned(),
         api_key: key,
+        tls: tls.clone(),
         eager: true,
         run_id: Some(run_id.clone()),
         ..ValidateOptions::default()
@@ -349,7 +357,13 @@ async fn run_profile(
 async fn left_behind(opts: &ValidateOptions, run_id: &str, report: &CycleReport) -> Vec<String> {
     let declared = report.declared_convergence_seconds.and_then(|s| Duration::try_from_secs_f64(s).ok());
     tokio::time::sleep(declared.unwrap_or(Duration::from_secs(2)) + Duration::from_millis(500)).await;
-    let client = match TargetClient::new(&opts.endpoints, &opts.api_key, &opts.test_prefix, Duration::from_secs(10)) {
+    let client = match TargetClient::with_tls(
+        &opts.endpoints,
+        &opts.api_key,
+        &opts.test_prefix,
+        Duration::from_secs(10),
+        &opts.tls,
+    ) {
         Ok(c) => c,
         Err(e) => return vec![format!("cannot look: {e}")],
     };

@@ -1,6 +1,7 @@
 //! `lockprobe service`: runs the reference service from the command line.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,10 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::store::{OpenStoreError, StoreArgs};
 use crate::clock::{Clock, SystemClock};
+use crate::service::tls::{server_config, ServerTlsFile, ServerTlsFiles};
 use crate::service::{start, ClockSkew, Fault, ServiceConfig};
 use crate::store::faults::{FaultRule, FaultyStore};
 use crate::store::LocationStore;
 use crate::usage::UsageError;
+use tokio_rustls::rustls::ServerConfig;
 
 /// Environment variable holding the lock API key (kept out of argv and process lists).
 pub const API_KEY_ENV: &str = "LOCKPROBE_LOCK_API_KEY";
@@ -68,6 +71,16 @@ pub struct ServiceArgs {
     /// same faults).
     #[arg(long, default_value_t = 0)]
     pub store_fault_seed: u64,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require every client to present a certificate chaining to this PEM CA bundle
+    /// (mutual TLS; needs --tls-cert).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]
     pub store: StoreArgs,
@@ -90,6 +103,7 @@ impl ServiceArgs {
             max_decision_age: self.max_decision_age,
             faults: self.faults.clone(),
             clock_skews: self.clock_skews.clone(),
+            tls: self.tls()?,
             ..ServiceConfig::new(api_key)
         };
         if let Some(skew) = self.clock_skews.iter().find(|s| s.instance >= usize::from(self.instances)) {
@@ -97,6 +111,27 @@ impl ServiceArgs {
         }
         config.validate().map_err(|e| UsageError::new(e.to_string()))?;
         Ok(config)
+    }
+
+    /// The HTTPS configuration the `--tls-*` flags describe, if any; a problem names the
+    /// flag and the file.
+    fn tls(&self) -> Result<Option<Arc<ServerConfig>>, UsageError> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return match (&self.tls_cert, &self.tls_key, &self.tls_client_ca) {
+                (None, None, None) => Ok(None),
+                _ => Err(UsageError::new("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")),
+            };
+        };
+        let files = ServerTlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.tls_client_ca.clone() };
+        let config = server_config(&files).map_err(|e| {
+            let flag = match e.file {
+                ServerTlsFile::Cert => "--tls-cert",
+                ServerTlsFile::Key => "--tls-key",
+                ServerTlsFile::ClientCa => "--tls-client-ca",
+            };
+            UsageError::new(format!("{flag} {e}"))
+        })?;
+        Ok(Some(config))
     }
 
     /// Listen addresses, one per instance.
@@ -151,9 +186,10 @@ pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Resu
     let store = with_store_faults(store, clock.clone(), &args.store_faults, args.store_fault_seed);
     let config = ServiceConfig { metrics: Some(registry), ..config };
     let declared = config.declared_convergence();
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
     let running = start(config, store, clock, addrs, shutdown).await?;
     for (i, addr) in running.addrs.iter().enumerate() {
-        println!("lockprobe service: instance {i} listening on http://{addr}");
+        println!("lockprobe service: instance {i} listening on {scheme}://{addr}");
     }
     println!("lockprobe service: declared convergence delay {}", humantime::format_duration(declared));
     running.wait().await;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::probe::credentials::{read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles};
 use crate::probe::observer::PrintObserver;
 use crate::probe::report::CycleResult;
 use crate::probe::settings::Leases;
@@ -23,6 +24,13 @@ pub struct ValidateArgs {
     /// Base URL of one instance of the service (repeat for every instance).
     #[arg(long = "endpoint", required = true)]
     pub endpoints: Vec<String>,
+    /// Read the lock API key from this file (a mounted secret; its trailing newline is
+    /// dropped) instead of LOCKPROBE_LOCK_API_KEY.
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// TLS to https endpoints.
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// Convergence delay the service is expected to declare; a different declaration fails.
     #[arg(long, value_parser = crate::usage::parse_bounded_duration)]
     pub expect_convergence: Option<Duration>,
@@ -72,15 +80,63 @@ pub struct ValidateArgs {
     pub eager: bool,
 }
 
+/// TLS flags of the commands that probe https endpoints (`validate`, `gate`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// PEM bundle of CA certificates to trust for https endpoints, besides the system's
+    /// roots (a private CA).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain to present to endpoints that require mutual TLS.
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// PEM private key of --client-cert.
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// Reads and checks the files; a problem names the flag and the path.
+    pub fn load(&self) -> Result<TargetTls, UsageError> {
+        let files = TlsFiles {
+            ca_file: self.ca_file.clone(),
+            client_cert: self.client_cert.clone(),
+            client_key: self.client_key.clone(),
+        };
+        TargetTls::load(&files).map_err(flag_error)
+    }
+}
+
+/// A credential file's problem, named by its flag.
+fn flag_error(e: CredentialError) -> UsageError {
+    let flag = match e.file {
+        CredentialFile::ApiKey => "--api-key-file",
+        CredentialFile::CaFile => "--ca-file",
+        CredentialFile::ClientCert => "--client-cert",
+        CredentialFile::ClientKey => "--client-key",
+    };
+    UsageError::new(format!("{flag} {e}"))
+}
+
+/// The lock API key: from `--api-key-file` when given, else from LOCKPROBE_LOCK_API_KEY
+/// (empty when unset; the options' check says so).
+fn api_key(args: &ValidateArgs) -> Result<String, UsageError> {
+    match &args.api_key_file {
+        Some(path) => read_api_key(path).map_err(flag_error),
+        None => Ok(std::env::var(API_KEY_ENV).unwrap_or_default()),
+    }
+}
+
 /// `lockprobe validate`: returns the exit code (0 passed, 1 failed or interrupted by
 /// `shutdown`).
 pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
     let opts = ValidateOptions {
+        api_key: api_key(&args)?,
+        tls: args.tls.load()?,
         endpoints: args.endpoints.clone(),
         expect_convergence: args.expect_convergence,
         buffer: args.buffer,
         test_prefix: args.test_prefix.clone(),
-        api_key: std::env::var(API_KEY_ENV).unwrap_or_default(),
         state_file: args.state_file.clone(),
         locations: args.locations.clone(),
         leases: Leases {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::credentials::{read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles};
 use super::scheduler::{parse_schedule, TargetSchedule};
 use super::settings::{
     CycleWaits, Leases, ProbeSettings, CONVERGENCE_TOLERANCE_CONSTANT, PRIMING_LIMIT, RESOURCES_PER_CYCLE,
@@ -74,9 +75,27 @@ pub struct TargetConfig {
     pub name: String,
     /// Base URLs of every instance of the service.
     pub instances: Vec<String>,
-    /// Name of the environment variable that holds the lock API key.
-    #[serde(default = "default_key_env")]
-    pub api_key_env: String,
+    /// Name of the environment variable that holds the lock API key
+    /// (`LOCKPROBE_LOCK_API_KEY` when neither this nor `api_key_file` is given).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// File that holds the lock API key (a mounted secret), instead of `api_key_env`.
+    /// Read when the configuration is loaded (and on every reload).
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// PEM bundle of CA certificates trusted for `https` instances, besides the system's.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// PEM certificate chain presented to instances that require mutual TLS.
+    #[serde(default)]
+    pub client_cert_file: Option<PathBuf>,
+    /// PEM private key of `client_cert_file`.
+    #[serde(default)]
+    pub client_key_file: Option<PathBuf>,
+    /// What the files above held, read by [`Config::load`] (never serialized or logged);
+    /// `None` in a configuration deserialized some other way, which reads them when asked.
+    #[serde(skip)]
+    loaded: Option<Loaded>,
     /// Prefix of the test resources; the probe refuses to lock anything else.
     pub test_prefix: String,
     /// How many test resources (`<prefix>0001` ...) the probe may use.
@@ -150,8 +169,26 @@ fn default_listen() -> SocketAddr {
 fn default_state_file() -> PathBuf {
     PathBuf::from("lockprobe-state.json")
 }
-fn default_key_env() -> String {
-    "LOCKPROBE_LOCK_API_KEY".to_string()
+/// The variable the key is read from when a target names neither a variable nor a file.
+pub const DEFAULT_KEY_ENV: &str = "LOCKPROBE_LOCK_API_KEY";
+
+/// The contents of a target's credential files, as read when the configuration was loaded.
+#[derive(Clone, Default)]
+struct Loaded {
+    /// The key from `api_key_file`.
+    api_key: Option<String>,
+    /// From `ca_file`, `client_cert_file` and `client_key_file`.
+    tls: TargetTls,
+}
+
+impl std::fmt::Debug for Loaded {
+    // Hand-written so the key from a file can never reach a log line through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 fn default_pool_size() -> usize {
     RESOURCES_PER_CYCLE * 2
@@ -178,10 +215,14 @@ fn default_concurrent_pre_locks() -> usize {
 impl FromStr for Config {
     type Err = ConfigError;
 
-    /// Parses and validates a configuration held in a string.
+    /// Parses and validates a configuration held in a string, and reads the credential
+    /// files it names.
     fn from_str(text: &str) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         config.validate()?;
+        for (i, t) in config.targets.iter_mut().enumerate() {
+            t.loaded = Some(t.read_credentials(i)?);
+        }
         Ok(config)
     }
 }
@@ -236,8 +277,20 @@ impl TargetConfig {
         for (j, url) in self.instances.iter().enumerate() {
             check_instance_url(url).map_err(|m| ConfigError::invalid(format!("targets[{index}].instances[{j}]"), m))?;
         }
-        if self.api_key_env.trim().is_empty() {
-            return Err(ConfigError::invalid(field("api_key_env"), "must name an environment variable"));
+        match (&self.api_key_env, &self.api_key_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::invalid(
+                    field("api_key_file"),
+                    "give either api_key_env or api_key_file, not both",
+                ))
+            }
+            (Some(var), None) if var.trim().is_empty() => {
+                return Err(ConfigError::invalid(field("api_key_env"), "must name an environment variable"))
+            }
+            (None, Some(path)) if path.as_os_str().is_empty() => {
+                return Err(ConfigError::invalid(field("api_key_file"), "must name a file"))
+            }
+            _ => {}
         }
         if self.test_prefix.trim().is_empty() {
             return Err(ConfigError::invalid(
@@ -351,8 +404,37 @@ fn fmt(d: Duration) -> humantime::FormattedDuration {
     humantime::format_duration(d)
 }
 
+impl TargetConfig {
+    /// The TLS files this target names.
+    fn tls_files(&self) -> TlsFiles {
+        TlsFiles {
+            ca_file: self.ca_file.clone(),
+            client_cert: self.client_cert_file.clone(),
+            client_key: self.client_key_file.clone(),
+        }
+    }
+
+    /// Reads the key file and the TLS files of target `index`; errors name the field and
+    /// the path, never what the file holds.
+    fn read_credentials(&self, index: usize) -> Result<Loaded, ConfigError> {
+        let named = |e: CredentialError| {
+            let name = match e.file {
+                CredentialFile::ApiKey => "api_key_file",
+                CredentialFile::CaFile => "ca_file",
+                CredentialFile::ClientCert => "client_cert_file",
+                CredentialFile::ClientKey => "client_key_file",
+            };
+            ConfigError::invalid(format!("targets[{index}].{name}"), e.to_string())
+        };
+        let api_key = self.api_key_file.as_deref().map(read_api_key).transpose().map_err(named)?;
+        let tls = TargetTls::load(&self.tls_files()).map_err(named)?;
+        Ok(Loaded { api_key, tls })
+    }
+}
+
 impl Config {
-    /// Settings and schedule of every target, reading each lock API key from its variable.
+    /// Settings and schedule of every target, with each lock API key from its file (read
+    /// when the configuration was loaded) or its variable.
     pub fn probe_targets(&self) -> Result<Vec<(ProbeSettings, TargetSchedule)>, ConfigError> {
         self.targets.iter().enumerate().map(|(i, t)| Ok((t.settings(i)?, t.schedule(i)?))).collect()
     }
@@ -373,18 +455,30 @@ impl TargetConfig {
         })
     }
 
-    /// The probe settings of this target, with the lock API key read from its variable.
+    /// The probe settings of this target, with the lock API key from its file (read when
+    /// the configuration was loaded) or from its variable (read now).
     pub fn settings(&self, index: usize) -> Result<ProbeSettings, ConfigError> {
-        let api_key = std::env::var(&self.api_key_env).map_err(|_| {
-            ConfigError::invalid(
-                format!("targets[{index}].api_key_env"),
-                format!("environment variable {} is not set", self.api_key_env),
-            )
-        })?;
+        let loaded = match &self.loaded {
+            Some(loaded) => loaded.clone(),
+            None => self.read_credentials(index)?,
+        };
+        let api_key = match loaded.api_key {
+            Some(key) => key,
+            None => {
+                let var = self.api_key_env.as_deref().unwrap_or(DEFAULT_KEY_ENV);
+                std::env::var(var).map_err(|_| {
+                    ConfigError::invalid(
+                        format!("targets[{index}].api_key_env"),
+                        format!("environment variable {var} is not set"),
+                    )
+                })?
+            }
+        };
         Ok(ProbeSettings {
             name: self.name.clone(),
             instances: self.instances.clone(),
             api_key,
+            tls: loaded.tls,
             test_prefix: self.test_prefix.clone(),
             locations: [self.locations[0].clone(), self.locations[1].clone()],
             expected_convergence: Some(self.cache_ttl + self.replication_bound),
@@ -533,5 +627,23 @@ short_write = "30s"
             .unwrap();
         let e = c.targets[0].settings(0).unwrap_err().to_string();
         assert!(e.starts_with("targets[0].api_key_env:"), "{e}");
+    }
+
+    #[test]
+    fn a_key_from_a_file_is_read_at_load_and_never_debug_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "file-key-value\n").unwrap();
+        let text = GOOD
+            .replace("name = \"demo\"", &format!("name = \"demo\"\napi_key_file = {:?}", key.display().to_string()));
+        let c: Config = text.parse().unwrap();
+        // Read when loaded: the file may go (a rotated secret) without the settings changing.
+        std::fs::remove_file(&key).unwrap();
+        assert_eq!(c.targets[0].settings(0).unwrap().api_key, "file-key-value");
+        assert!(!format!("{c:?}").contains("file-key-value"), "{c:?}");
+        let e = err_of(&text);
+        assert!(e.starts_with("targets[0].api_key_file:") && e.contains("cannot read"), "{e}");
+        let both = text.replace("api_key_file", "api_key_env = \"SOME_VAR\"\napi_key_file");
+        assert!(err_of(&both).starts_with("targets[0].api_key_file: give either"), "{}", err_of(&both));
     }
 }

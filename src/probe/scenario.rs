@@ -85,8 +85,13 @@ impl Scenario {
         state: Arc<StateFile>,
         observer: Arc<dyn Observer>,
     ) -> Result<Self, TargetError> {
-        let client =
-            TargetClient::new(&settings.instances, &settings.api_key, &settings.test_prefix, settings.request_timeout)?;
+        let client = TargetClient::with_tls(
+            &settings.instances,
+            &settings.api_key,
+            &settings.test_prefix,
+            settings.request_timeout,
+            &settings.tls,
+        )?;
         Ok(Self { settings, client, state, observer })
     }
 

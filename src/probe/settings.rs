@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use super::credentials::TargetTls;
+
 /// Test resources one cycle uses: the main cycle plus one per negative check.
 pub const RESOURCES_PER_CYCLE: usize = 7;
 
@@ -47,6 +49,8 @@ pub struct ProbeSettings {
     pub instances: Vec<String>,
     /// Lock API key (never logged).
     pub api_key: String,
+    /// Extra CA roots and client identity for `https` instances.
+    pub tls: TargetTls,
     /// Only resources under this prefix are ever locked.
     pub test_prefix: String,
     /// The two locations a cycle swaps between.
@@ -100,6 +104,7 @@ impl ProbeSettings {
             name: name.to_owned(),
             instances,
             api_key,
+            tls: TargetTls::default(),
             test_prefix: test_prefix.to_owned(),
             locations: ["westeurope".into(), "northeurope".into()],
             expected_convergence: None,
@@ -122,6 +127,7 @@ impl std::fmt::Debug for ProbeSettings {
             .field("name", &self.name)
             .field("instances", &self.instances)
             .field("api_key", &"<redacted>")
+            .field("tls", &self.tls)
             .field("test_prefix", &self.test_prefix)
             .field("locations", &self.locations)
             .field("expected_convergence", &self.expected_convergence)

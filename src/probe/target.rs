@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::credentials::TargetTls;
 use super::vocabulary::Outcome;
 
 /// A request that never produced an HTTP status, or one the probe refused to send.
@@ -192,16 +193,29 @@ impl std::fmt::Display for RegionChange {
 const PROBLEM_PREFIX: &str = "urn:lockprobe:error:";
 
 impl TargetClient {
-    /// A client for `instances` (base URLs) whose lock calls carry `api_key`.
+    /// A client for `instances` (base URLs) whose lock calls carry `api_key`, trusting
+    /// the system's CA roots.
     pub fn new(
         instances: &[String],
         api_key: &str,
         prefix: &str,
         request_timeout: Duration,
     ) -> Result<Self, TargetError> {
-        let http = reqwest::Client::builder()
-            .timeout(request_timeout)
-            .build()
+        Self::with_tls(instances, api_key, prefix, request_timeout, &TargetTls::default())
+    }
+
+    /// [`TargetClient::new`] with extra CA roots and a client certificate for `https`
+    /// instances (`tls` was checked when it was loaded).
+    pub fn with_tls(
+        instances: &[String],
+        api_key: &str,
+        prefix: &str,
+        request_timeout: Duration,
+        tls: &TargetTls,
+    ) -> Result<Self, TargetError> {
+        let http = tls
+            .apply(reqwest::Client::builder().timeout(request_timeout))
+            .and_then(reqwest::ClientBuilder::build)
             .map_err(|e| TargetError::Transport(e.to_string()))?;
         Ok(Self {
             http,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::credentials::TargetTls;
 use super::observer::Observer;
 use super::report::CycleReport;
 use super::report::CycleResult;
@@ -29,8 +30,11 @@ pub struct ValidateOptions {
     pub buffer: Duration,
     /// Prefix of the test resources (`--test-prefix`).
     pub test_prefix: String,
-    /// Lock API key (from `LOCKPROBE_LOCK_API_KEY`).
+    /// Lock API key (from `--api-key-file` or `LOCKPROBE_LOCK_API_KEY`).
     pub api_key: String,
+    /// Extra CA roots and client identity for `https` endpoints (`--ca-file`,
+    /// `--client-cert`, `--client-key`).
+    pub tls: TargetTls,
     /// Optional state file, so a killed run's locks are released by the next one.
     pub state_file: Option<PathBuf>,
     /// The two locations the cycle swaps between (`--location`, twice).
@@ -59,6 +63,7 @@ impl Default for ValidateOptions {
             buffer: Duration::from_secs(1),
             test_prefix: "probe-".into(),
             api_key: String::new(),
+            tls: TargetTls::default(),
             state_file: None,
             locations: vec!["westeurope".into(), "northeurope".into()],
             leases: Leases::short_run(),
@@ -112,7 +117,9 @@ impl ValidateOptions {
             return Err(ValidateError::Usage("--test-prefix: must not be empty".into()));
         }
         if self.api_key.is_empty() {
-            return Err(ValidateError::Usage("LOCKPROBE_LOCK_API_KEY: the lock API key must be set".into()));
+            return Err(ValidateError::Usage(
+                "LOCKPROBE_LOCK_API_KEY: the lock API key must be set (or give --api-key-file)".into(),
+            ));
         }
         self.check_locations()?;
         self.check_durations()
@@ -173,6 +180,7 @@ impl ValidateOptions {
             locations: [self.locations[0].clone(), self.locations[1].clone()],
             leases: self.leases.clone(),
             request_timeout: self.request_timeout,
+            tls: self.tls.clone(),
             ..ProbeSettings::short_run(VALIDATE_TARGET, self.endpoints.clone(), self.api_key.clone(), &self.test_prefix)
         }
     }
