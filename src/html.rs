@@ -374,7 +374,10 @@ dl.summary{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:.2em
 dt{font-weight:600}
 dd{margin:0;min-width:0}
 .scroll{overflow-x:auto;max-width:100%}
-table{border-collapse:collapse;font-size:.9em}
+.scroll:focus-visible{outline:2px solid var(--link)}
+table{border-collapse:collapse;font-size:.9em;overflow-wrap:normal}
+th,td{min-width:2.5em}
+td.detail{min-width:14em}
 th,td{border:1px solid var(--border);padding:.2em .5em;text-align:left;vertical-align:top}
 th{background:var(--bg)}
 td{font-variant-numeric:tabular-nums}

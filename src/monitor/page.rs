@@ -100,7 +100,7 @@ fn render_in_flight(page: &mut String, status: &MonitorStatus) {
 fn render_outcomes(page: &mut String, caption: &str, m: &MigrationCounts, renewals: u64) {
     let _ = writeln!(
         page,
-        "<div class=\"scroll\"><table><caption class=\"note\">{}</caption>\n<tr><th>swapped</th><th>released</th>\
+        "<div class=\"scroll\" tabindex=\"0\"><table><caption class=\"note\">{}</caption>\n<tr><th>swapped</th><th>released</th>\
          <th>lapsed</th><th>renewals seen</th></tr>\n<tr><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td></tr>\n</table></div>",
         esc(caption),
         m.swapped,
@@ -152,7 +152,9 @@ fn render_anomalies(page: &mut String, status: &MonitorStatus) {
             }
             continue;
         }
-        page.push_str("<div class=\"scroll\"><table>\n<tr><th>resource</th><th>seen</th><th>age</th></tr>\n");
+        page.push_str(
+            "<div class=\"scroll\" tabindex=\"0\"><table>\n<tr><th>resource</th><th>seen</th><th>age</th></tr>\n",
+        );
         for a in listed {
             let _ = writeln!(
                 page,
@@ -173,7 +175,7 @@ fn render_anomalies(page: &mut String, status: &MonitorStatus) {
     );
     if !status.orphans.is_empty() {
         page.push_str(
-            "<div class=\"scroll\"><table>\n<tr><th>resource</th><th>lease ended</th><th>orphaned for</th></tr>\n",
+            "<div class=\"scroll\" tabindex=\"0\"><table>\n<tr><th>resource</th><th>lease ended</th><th>orphaned for</th></tr>\n",
         );
         for o in &status.orphans {
             let _ = writeln!(
@@ -246,7 +248,7 @@ fn render_holds(page: &mut String, status: &MonitorStatus) {
         ),
     ];
     page.push_str(
-        "<div class=\"scroll\"><table class=\"holds\">\n<tr><th>measure</th><th>distribution</th><th>count</th>\
+        "<div class=\"scroll\" tabindex=\"0\"><table class=\"holds\">\n<tr><th>measure</th><th>distribution</th><th>count</th>\
          <th>p50</th><th>p75</th><th>p99</th><th>max</th><th>against</th></tr>\n",
     );
     for (i, (label, s, refs)) in rows.iter().enumerate() {
@@ -309,7 +311,8 @@ fn verdict(label: &str, s: &Summary, refs: &[(f64, String)]) -> String {
 /// bar, p50 as a dot, max as a tick, references as dashed lines with their label.
 fn distribution(row: usize, label: &str, s: &Summary, refs: &[(f64, String)], window: &str) -> String {
     let (w, h, pad) = (220.0, 34.0, 6.0);
-    let top = refs.iter().map(|r| r.0).chain(s.max).fold(0.0_f64, f64::max) * 1.08;
+    // Room on the right for the labels of references near the top.
+    let top = refs.iter().map(|r| r.0).chain(s.max).fold(0.0_f64, f64::max) * 1.15;
     let listed = format!(
         "{} values; p50 {}, p75 {}, p99 {}, max {}{}",
         s.count,
@@ -326,10 +329,12 @@ fn distribution(row: usize, label: &str, s: &Summary, refs: &[(f64, String)], wi
         esc(window),
         esc(&listed)
     );
-    if top <= 0.0 {
+    if s.count == 0 {
         svg.push_str("<text class=\"axis\" x=\"4\" y=\"20\">nothing recorded</text></svg>");
         return svg;
     }
+    // Every value zero (escalations in one instant) still draws, at the left.
+    let top = top.max(1e-3);
     let x = |v: f64| pad + (w - 2.0 * pad) * (v / top).clamp(0.0, 1.0);
     let y = 12.0;
     if let Some(max) = s.max {
@@ -355,11 +360,10 @@ fn distribution(row: usize, label: &str, s: &Summary, refs: &[(f64, String)], wi
             num(x(p50))
         );
     }
-    for (i, (v, l)) in refs.iter().enumerate() {
+    for (v, l) in refs {
         let rx = num(x(*v));
-        // Labels alternate above the line's foot so two close references stay legible.
-        let anchor = if i % 2 == 0 { "end" } else { "start" };
-        let dx = if i % 2 == 0 { -2.0 } else { 2.0 };
+        // Labels end at their line, so the rightmost stays inside the chart.
+        let (anchor, dx) = ("end", -2.0);
         let _ = write!(
             svg,
             "<line class=\"refline\" x1=\"{rx}\" y1=\"2\" x2=\"{rx}\" y2=\"22\"/><text class=\"ref\" x=\"{}\" y=\"32\" text-anchor=\"{anchor}\">{}</text>",
@@ -397,7 +401,9 @@ fn render_probe(page: &mut String, status: &MonitorStatus) {
     let probe_anomalies: Vec<&AnomalyDocument> =
         status.recent_anomalies.iter().filter(|a| a.source == "probe").collect();
     if !probe_anomalies.is_empty() {
-        page.push_str("<div class=\"scroll\"><table>\n<tr><th>anomaly</th><th>resource</th><th>age</th></tr>\n");
+        page.push_str(
+            "<div class=\"scroll\" tabindex=\"0\"><table>\n<tr><th>anomaly</th><th>resource</th><th>age</th></tr>\n",
+        );
         for a in probe_anomalies {
             let _ = writeln!(
                 page,

@@ -105,7 +105,8 @@ fn window_name(cycles: &[CycleDocument]) -> String {
     }
 }
 
-/// A strip of the last cycles' results (oldest left, each a link to the cycle below) and
+/// A strip of the last cycles' results (oldest left, each a link to the cycle below, so
+/// the strip is a group of links rather than one image) and
 /// sparklines of the phase holds and the read-through p99, over the same cycles.
 fn render_history(page: &mut String, target: &str, cycles: &[CycleDocument]) {
     if cycles.is_empty() {
@@ -122,7 +123,7 @@ fn render_history(page: &mut String, target: &str, cycles: &[CycleDocument]) {
     let width = cell * cycles.len() as f64 + 4.0;
     let _ = write!(
         page,
-        "<svg class=\"chart strip\" style=\"max-width:{}px\" viewBox=\"0 0 {} 24\" role=\"img\" \
+        "<svg class=\"chart strip\" style=\"max-width:{}px\" viewBox=\"0 0 {} 24\" role=\"group\" \
          aria-label=\"Results of {}: {passed} passed, {failed} failed, {errors} error\">\
          <title>Results of {}</title><desc>Oldest first: {}</desc>",
         num(width * 1.2),
@@ -166,7 +167,7 @@ fn render_history(page: &mut String, target: &str, cycles: &[CycleDocument]) {
         (format!("read-through p99 (of up to {reads} reads per cycle)"), series(&|c| c.read_through_p99_seconds)),
     ];
     page.push_str(
-        "<div class=\"scroll\"><table class=\"spark\">\n<tr><th>per cycle</th><th>oldest → newest</th>\
+        "<div class=\"scroll\" tabindex=\"0\"><table class=\"spark\">\n<tr><th>per cycle</th><th>oldest → newest</th>\
          <th>newest</th><th>max</th></tr>\n",
     );
     for (label, values) in rows {
@@ -189,7 +190,7 @@ fn render_convergence(page: &mut String, conv: &ConvergenceDocument) {
     let (declared, observed) = (conv.declared_seconds, conv.observed_seconds);
     let unsafe_ = matches!((observed, declared), (Some(o), Some(d)) if o > d);
     page.push_str("<h3>Convergence</h3>\n<p class=\"note\">Declared with the last pre-lock; observed: the slowest instance of the last cycle.</p>\n");
-    page.push_str("<div class=\"scroll\"><table class=\"conv\">\n");
+    page.push_str("<div class=\"scroll\" tabindex=\"0\"><table class=\"conv\">\n");
     page.push_str("<tr><th>declared</th><th>expected</th><th>observed</th></tr>\n");
     let _ = writeln!(
         page,
@@ -218,7 +219,7 @@ fn percentile_window(pct: &PercentilesDocument) -> String {
 
 fn render_percentiles(page: &mut String, pct: &PercentilesDocument) {
     let _ = writeln!(page, "<h3>Percentiles</h3>\n<p class=\"note\">{}</p>", esc(&percentile_window(pct)));
-    page.push_str("<div class=\"scroll\"><table class=\"pct\">\n");
+    page.push_str("<div class=\"scroll\" tabindex=\"0\"><table class=\"pct\">\n");
     page.push_str("<tr><th>measure</th><th>count</th><th>p50</th><th>p75</th><th>p99</th><th>max</th></tr>\n");
     let phases = &pct.lock_phase_duration_seconds;
     let rows: Vec<(String, &Summary)> = vec![
@@ -375,7 +376,7 @@ fn instance_label(instance: Option<&str>, instances: &[String]) -> String {
 }
 
 fn render_assertions(page: &mut String, assertions: &[&AssertionDocument], with_check: bool, instances: &[String]) {
-    page.push_str("<div class=\"scroll\"><table class=\"assertions\">\n<tr><th>assertion</th>");
+    page.push_str("<div class=\"scroll\" tabindex=\"0\"><table class=\"assertions\">\n<tr><th>assertion</th>");
     if with_check {
         page.push_str("<th>check</th>");
     }
@@ -391,7 +392,7 @@ fn render_assertions(page: &mut String, assertions: &[&AssertionDocument], with_
         }
         let _ = writeln!(
             page,
-            "<td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"detail\">{}</td></tr>",
             a.phase,
             a.op,
             esc(a.instance.as_deref().unwrap_or("")),
@@ -464,8 +465,9 @@ const LANES: [Lane; 8] = [
 ];
 
 /// The cycle as an inline SVG: one lane per step with its bar and its assertions' ticks,
-/// a lane for the instances showing the pre-lock, a time axis, and the failures listed
-/// below, numbered as their crosses are. Its `<title>` and `<desc>` say the same in words.
+/// a lane for the instances showing the pre-lock and a time axis; each failure a cross
+/// with its number, named in the list below the chart (as text that wraps on a phone,
+/// where the chart's own text is small). Its `<title>` and `<desc>` say it in words.
 fn render_timeline(page: &mut String, id: &str, cycle: &CycleDocument, instances: &[String]) {
     let tl = &cycle.timeline;
     let latest = cycle.assertions.iter().map(|a| a.at_seconds).fold(tl.duration_seconds, f64::max);
@@ -475,9 +477,8 @@ fn render_timeline(page: &mut String, id: &str, cycle: &CycleDocument, instances
     let start_of = |p: Phase| walk.steps.iter().find(|s| s.phase == p).map(|s| s.at_seconds);
     let pre_lock_at = start_of(Phase::PreLock);
     let failures: Vec<&AssertionDocument> = cycle.assertions.iter().filter(|a| !a.passed).collect();
-    let shown_failures = failures.len().min(8);
     let axis_y = TOP + LANE * LANES.len() as f64 + 4.0;
-    let height = axis_y + 20.0 + 16.0 * (shown_failures + usize::from(failures.len() > shown_failures)) as f64 + 4.0;
+    let height = axis_y + 20.0;
 
     let mut desc = Vec::new();
     let mut svg = String::new();
@@ -556,39 +557,26 @@ fn render_timeline(page: &mut String, id: &str, cycle: &CycleDocument, instances
                     num(top + 21.0)
                 );
             }
+            // Failures close in time would print their numbers on one another: each
+            // number starts where the last one on the lane ended.
+            let mut free_from = 0.0_f64;
             for (n, a) in failures.iter().enumerate().filter(|(_, a)| Step::of(a) == *step) {
                 let x = frame.x(a.at_seconds);
+                let label_x = (x + 7.0).max(free_from);
+                let number = (n + 1).to_string();
+                free_from = label_x + 7.5 * number.len() as f64 + 3.0;
                 let _ = write!(
                     svg,
-                    "<g><title>{}</title>{}<text class=\"fail\" x=\"{}\" y=\"{}\">{}</text></g>",
+                    "<g><title>{}</title>{}<text class=\"fail\" x=\"{}\" y=\"{}\">{number}</text></g>",
                     esc(&failure_text(a, instances)),
                     cross_path("failed", x, top + 17.0, 5.0),
-                    num(x + 7.0),
-                    num(top + 21.0),
-                    n + 1
+                    num(label_x),
+                    num(top + 21.0)
                 );
             }
         }
     }
 
-    // The failures, numbered as their crosses.
-    let mut y = axis_y + 34.0;
-    for (n, a) in failures.iter().take(shown_failures).enumerate() {
-        let mut text = failure_text(a, instances);
-        if text.chars().count() > 88 {
-            text = text.chars().take(87).collect::<String>() + "…";
-        }
-        let _ = write!(svg, "<text class=\"fail\" x=\"4\" y=\"{}\">✕ {}: {}</text>", num(y), n + 1, esc(&text));
-        y += 16.0;
-    }
-    if failures.len() > shown_failures {
-        let _ = write!(
-            svg,
-            "<text class=\"fail\" x=\"4\" y=\"{}\">and {} more failed: see the steps below</text>",
-            num(y),
-            failures.len() - shown_failures
-        );
-    }
     if !failures.is_empty() {
         desc.push(format!(
             "{} failed: {}",
@@ -611,7 +599,7 @@ fn render_timeline(page: &mut String, id: &str, cycle: &CycleDocument, instances
         id = esc(id)
     );
     if !failures.is_empty() {
-        page.push_str("<ol class=\"failures\">\n");
+        page.push_str("<ol class=\"failures\" aria-label=\"Failures, numbered as on the timeline\">\n");
         for a in &failures {
             let _ = writeln!(page, "<li>{}</li>", esc(&failure_text(a, instances)));
         }
@@ -997,15 +985,15 @@ mod tests {
             html.contains("<details class=\"step\" id=\"cycle-demo-1795991995-probe-0004-other_checks\">"),
             "{html}"
         );
-        assert!(html.contains("<tr class=\"fail\"><td>✕ write/write</td><td>write</td><td>write</td><td title=\"http://127.0.0.1:8080\">i1</td><td>block</td><td>allow</td><td>5.30 s</td><td>4.0 ms</td><td>PUT returned 200, expected 423</td></tr>"), "{html}");
+        assert!(html.contains("<tr class=\"fail\"><td>✕ write/write</td><td>write</td><td>write</td><td title=\"http://127.0.0.1:8080\">i1</td><td>block</td><td>allow</td><td>5.30 s</td><td>4.0 ms</td><td class=\"detail\">PUT returned 200, expected 423</td></tr>"), "{html}");
         assert!(html.contains("<tr class=\"pass\"><td>write/read</td>"));
         // The negative check's assertion lists its check.
         assert!(html.contains("<td>preLock/renew</td><td>wrong-token</td>"), "{html}");
         // On the timeline: a numbered cross on the write lane, named in words below.
         assert!(html.contains("<g><title>write · write @ i1: expected block, observed allow at 5.30 s</title><polygon class=\"failed\""), "{html}");
-        assert!(html.contains("<text class=\"fail\" x=\"4\" y=\"236\">✕ 1: write · write @ i1: expected block, observed allow at 5.30 s</text>"), "{html}");
+        assert!(html.contains("<text class=\"fail\" x=\"380.14\" y=\"123\">1</text>"), "{html}");
         assert!(html.contains(
-            "<ol class=\"failures\">\n<li>write · write @ i1: expected block, observed allow at 5.30 s</li>"
+            "<ol class=\"failures\" aria-label=\"Failures, numbered as on the timeline\">\n<li>write · write @ i1: expected block, observed allow at 5.30 s</li>"
         ));
         assert!(html.contains("<dt>Last success</dt><dd><span class=\"bad\">never</span></dd>"));
         assert!(html.contains("<dd class=\"warn\">2</dd>"));
