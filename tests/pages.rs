@@ -7,6 +7,8 @@
 //! - The probe against the reference service with `--fault ignore-write-lock` (in process,
 //!   the real probe cycle and the real server): the write step is labelled failed and
 //!   opened, and each failure is named on the timeline by phase, operation and instance.
+//!   Its refresh script, in a same-origin frame, replaces `<main>` in place and keeps the
+//!   step a reader closed closed and the one they opened open.
 //! - The monitor over a store where anomalies were injected through the routing library
 //!   (an early escalation, an orphaned lock, a forged partial cutover) beside a clean
 //!   migration and a probe lock: each is listed with its resource id and age.
@@ -208,7 +210,9 @@ async fn a_failing_service_labels_the_failed_step_on_the_timeline() {
     );
     metrics.record_cycle(&report);
     status.record_cycle(&report);
-    let (base, stop) = serve(router(AppState { metrics, status })).await;
+    let frame =
+        axum::Router::new().route("/frame", axum::routing::get(|| async { axum::response::Html(REFRESH_FRAME) }));
+    let (base, stop) = serve(router(AppState { metrics, status }).merge(frame)).await;
 
     let url = format!("{base}/");
     let dom = browser::dump_dom(&url);
@@ -228,8 +232,45 @@ async fn a_failing_service_labels_the_failed_step_on_the_timeline() {
     assert!(dom.contains("<rect class=\"s3\""), "no write bar on the timeline:\n{dom}");
     screenshots(&url, "failing-status");
     browser::assert_fits_and_accessible(&get(&url).await, "failing-status");
+
+    // The script refreshes the page in place and keeps what the reader opened or closed.
+    let dom = browser::dump_dom_after(&format!("{base}/frame"), 40_000);
+    let result = dom
+        .split("<pre id=\"result\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .unwrap_or_else(|| panic!("no result from the frame:\n{dom}"));
+    let v: Value = serde_json::from_str(&result.replace("&quot;", "\"")).unwrap_or_else(|e| panic!("{e}: {result}"));
+    assert_eq!(v["replaced"], true, "the page was not refreshed in place: {v}");
+    assert_eq!(v["writeOpen"], false, "a step the reader closed was opened again: {v}");
+    assert_eq!(v["seedOpen"], true, "a step the reader opened was closed again: {v}");
+    assert!(v["note"].as_str().is_some_and(|n| n.starts_with("updated")), "{v}");
     stop.cancel();
 }
+
+/// Opens the status page in a same-origin frame, closes the failed write step and opens
+/// the seed step as a reader would, then waits for the page's own refresh to replace
+/// `<main>` and reports the two steps' state after it.
+const REFRESH_FRAME: &str = r#"<!DOCTYPE html><html><body><iframe id="f" src="/" style="width:390px;height:600px"></iframe>
+<pre id="result"></pre><script>
+var f = document.getElementById("f");
+f.addEventListener("load", function () {
+  var doc = f.contentDocument;
+  var write = doc.querySelector("details.step.fail[id$='-write']"), seed = doc.querySelector("details.step[id$='-seed']");
+  var ids = [write.id, seed.id];
+  write.open = false; seed.open = true;
+  doc.querySelector("main").setAttribute("data-before-refresh", "1");
+  var poll = setInterval(function () {
+    var main = doc.querySelector("main");
+    if (main.hasAttribute("data-before-refresh")) { return; }
+    clearInterval(poll);
+    document.getElementById("result").textContent = JSON.stringify({
+      replaced: true, writeOpen: doc.getElementById(ids[0]).open, seedOpen: doc.getElementById(ids[1]).open,
+      note: doc.getElementById("refreshed").textContent
+    });
+  }, 500);
+});
+</script></body></html>"#;
 
 // ---------------------------------------------------------------------------------------
 // The monitor with injected anomalies

@@ -91,6 +91,14 @@ pub fn dump_dom(url: &str) -> String {
     dom
 }
 
+/// The DOM of `url` after `budget_ms` of virtual time (timers run; the page's scripts
+/// and fetches are waited for).
+pub fn dump_dom_after(url: &str, budget_ms: u32) -> String {
+    let dom = run(&["--dump-dom".into(), format!("--virtual-time-budget={budget_ms}")], url, false);
+    assert!(dom.contains("<html"), "chromium printed no DOM for {url}:\n{dom}");
+    dom
+}
+
 /// A full-height screenshot of `url` at `width` CSS pixels, saved as `<name>.png` under
 /// [`artifacts`]; returns its path.
 pub fn screenshot(url: &str, name: &str, width: u32, height: u32, dark: bool) -> PathBuf {
