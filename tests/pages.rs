@@ -73,9 +73,13 @@ async fn serve(app: axum::Router) -> (String, CancellationToken) {
 
 /// Screenshots of `url`: 390 px light and dark, 1280 px light.
 fn screenshots(url: &str, name: &str) {
-    browser::screenshot(url, &format!("{name}-390-light"), 390, 2400, false);
-    browser::screenshot(url, &format!("{name}-390-dark"), 390, 2400, true);
-    browser::screenshot(url, &format!("{name}-1280-light"), 1280, 1600, false);
+    std::thread::scope(|scope| {
+        for (suffix, width, height, dark) in
+            [("390-light", 390, 2400, false), ("390-dark", 390, 2400, true), ("1280-light", 1280, 1600, false)]
+        {
+            scope.spawn(move || browser::screenshot(url, &format!("{name}-{suffix}"), width, height, dark));
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------------

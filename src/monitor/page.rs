@@ -310,7 +310,7 @@ fn verdict(label: &str, s: &Summary, refs: &[(f64, String)]) -> String {
 /// One distribution as a small SVG: the range to max as a thin line, p50 to p99 as a
 /// bar, p50 as a dot, max as a tick, references as dashed lines with their label.
 fn distribution(row: usize, label: &str, s: &Summary, refs: &[(f64, String)], window: &str) -> String {
-    let (w, h, pad) = (220.0, 34.0, 6.0);
+    let (w, h, pad) = (220.0, 44.0, 6.0);
     // Room on the right for the labels of references near the top.
     let top = refs.iter().map(|r| r.0).chain(s.max).fold(0.0_f64, f64::max) * 1.15;
     let listed = format!(
@@ -323,7 +323,7 @@ fn distribution(row: usize, label: &str, s: &Summary, refs: &[(f64, String)], wi
         refs.iter().map(|(v, l)| format!("; {l} {}", seconds(Some(*v)))).collect::<String>()
     );
     let mut svg = format!(
-        "<svg class=\"spark\" style=\"width:14em;height:2.2em\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"{label}: {}\">\
+        "<svg class=\"spark\" style=\"width:14em;height:2.8em\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"{label}: {}\">\
          <title>{label} over {}</title><desc>{}</desc>",
         esc(&listed),
         esc(window),
@@ -360,14 +360,18 @@ fn distribution(row: usize, label: &str, s: &Summary, refs: &[(f64, String)], wi
             num(x(p50))
         );
     }
-    for (v, l) in refs {
+    for (i, (v, l)) in refs.iter().enumerate() {
         let rx = num(x(*v));
-        // Labels end at their line, so the rightmost stays inside the chart.
+        // Labels end at their line, so the rightmost stays inside the chart; every second
+        // one a line lower, so two close references do not print over each other.
         let (anchor, dx) = ("end", -2.0);
+        let label_y = 32.0 + 10.0 * (i % 2) as f64;
         let _ = write!(
             svg,
-            "<line class=\"refline\" x1=\"{rx}\" y1=\"2\" x2=\"{rx}\" y2=\"22\"/><text class=\"ref\" x=\"{}\" y=\"32\" text-anchor=\"{anchor}\">{}</text>",
+            "<line class=\"refline\" x1=\"{rx}\" y1=\"2\" x2=\"{rx}\" y2=\"{}\"/><text class=\"ref\" x=\"{}\" y=\"{}\" text-anchor=\"{anchor}\">{}</text>",
+            num(label_y - 10.0),
             num(x(*v) + dx),
+            num(label_y),
             esc(l)
         );
     }

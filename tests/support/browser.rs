@@ -195,8 +195,13 @@ pub fn inspect(html: &str, name: &str, dark: bool) -> Inspection {
 /// Fails unless the page fits 390 px without horizontal scrolling and axe-core found no
 /// WCAG 2.1 A/AA violation, in light and in dark mode.
 pub fn assert_fits_and_accessible(html: &str, name: &str) {
-    for dark in [false, true] {
-        let found = inspect(html, name, dark);
+    // Light and dark side by side: each browser mostly waits on its own start-up.
+    let found: Vec<(bool, Inspection)> = std::thread::scope(|scope| {
+        let runs: Vec<_> =
+            [false, true].map(|dark| scope.spawn(move || (dark, inspect(html, name, dark)))).into_iter().collect();
+        runs.into_iter().map(|r| r.join().expect("inspection thread")).collect()
+    });
+    for (dark, found) in found {
         let scheme = if dark { "dark" } else { "light" };
         assert_eq!(found.dark, dark, "{name}: prefers-color-scheme did not follow --force-dark-mode");
         assert_eq!(found.client_width, 390.0, "{name} ({scheme}): the frame is not 390 px wide: {found:?}");
