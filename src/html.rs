@@ -395,6 +395,7 @@ details.step table{margin:.3em 0 .6em}
 .bad{color:var(--bad-fg);font-weight:600}
 .warn{color:var(--warn-fg);font-weight:600}
 .empty,.note{color:var(--muted);font-style:italic}
+details.cycle.ok,details.cycle.fail,details.cycle.bad{color:var(--fg);font-weight:400}
 .note{font-size:.9em}
 code{font-size:.9em}
 svg.chart{display:block;width:100%;height:auto;max-width:48em;margin:.3em 0}
