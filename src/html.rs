@@ -399,6 +399,7 @@ details.cycle.ok,details.cycle.fail,details.cycle.bad{color:var(--fg);font-weigh
 .note{font-size:.9em}
 code{font-size:.9em}
 svg.chart{display:block;width:100%;height:auto;max-width:48em;margin:.3em 0}
+svg.timeline{min-width:34em}
 svg.spark{width:10em;height:2em;vertical-align:middle}
 svg text{fill:var(--fg);font-size:12px;font-family:inherit}
 svg text.axis{fill:var(--axis);font-size:11px}

@@ -587,9 +587,9 @@ fn render_timeline(page: &mut String, id: &str, cycle: &CycleDocument, instances
 
     let _ = writeln!(
         page,
-        "<svg class=\"chart timeline\" viewBox=\"0 0 {} {}\" role=\"img\" aria-labelledby=\"{id}-title {id}-desc\">\
+        "<div class=\"scroll\" tabindex=\"0\"><svg class=\"chart timeline\" viewBox=\"0 0 {} {}\" role=\"img\" aria-labelledby=\"{id}-title {id}-desc\">\
          <title id=\"{id}-title\">Timeline of the cycle started {}: {}, {} assertions</title>\
-         <desc id=\"{id}-desc\">{}</desc>{svg}</svg>",
+         <desc id=\"{id}-desc\">{}</desc>{svg}</svg></div>",
         num(WIDTH),
         num(height),
         time(cycle.started_at),
