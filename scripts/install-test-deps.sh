@@ -4,7 +4,8 @@
 #   - chromium (/usr/bin/chromium): the headless browser test of the status page
 #   - systemd (ships `systemd-analyze`): verification of deploy/systemd/lockprobe.service
 # and then, without root, the pinned tools of the packaging checks (scripts/setup-packaging-tools.sh)
-# and of the contract checks (scripts/setup-contract-tools.sh: schemathesis, junitparser).
+# and of the contract checks (scripts/setup-contract-tools.sh: schemathesis, junitparser), and
+# axe-core for the accessibility check of the pages (scripts/setup-page-tools.sh).
 # Idempotent: a tool already on PATH is not reinstalled, and `apt-get update` runs at most
 # once per invocation, only when something is missing.
 set -euo pipefail
@@ -61,3 +62,4 @@ systemd-analyze --version | head -n1
 
 bash "$(dirname "$0")/setup-packaging-tools.sh"
 bash "$(dirname "$0")/setup-contract-tools.sh"
+bash "$(dirname "$0")/setup-page-tools.sh"

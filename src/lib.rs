@@ -14,6 +14,9 @@
 //!    - [`exposition`]: the Prometheus text format, the one `GET /metrics` route, the
 //!      histogram buckets the probe and the monitor share, and the build and process
 //!      metrics every process exports.
+//!    - [`html`]: what the probe's status page and the monitor's page share: escaping,
+//!      durations for people, the light and dark palette (contrast-checked), the page
+//!      frame with its refresh, sparklines.
 //! 2. [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
 //!    [`store::cosmos`] the Azure Cosmos DB backend (which discovers the account's write
 //!    region and follows a failover), [`store::faults`] a wrapper around
@@ -32,8 +35,8 @@
 //!      scheduler, reports and the release gate's JUnit, its
 //!      `serve` configuration and credentials (key files, CA files, client
 //!      certificates), metrics, HTTP server and status page). It speaks HTTP to
-//!      the service it judges and uses only [`clock`], [`usage`], [`percentiles`] and
-//!      [`exposition`].
+//!      the service it judges and uses only [`clock`], [`usage`], [`percentiles`],
+//!      [`exposition`] and [`html`].
 //! 5. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,
 //!    `service`, `monitor`), the store selection they share and their shutdown;
 //!    `main.rs` only parses the command line and calls into it.
@@ -41,6 +44,7 @@
 pub mod app;
 pub mod clock;
 pub mod exposition;
+pub mod html;
 pub mod monitor;
 pub mod percentiles;
 pub mod probe;

@@ -9,7 +9,7 @@
 //! lease ran out with no event. It reads the store, never the probe.
 //!
 //! - [`config`]: [`MonitorConfig`], the monitor's settings as flags and as `[monitor]`
-//!   keys; [`http`]: the `/api/v1/monitor` route.
+//!   keys; [`http`]: the `/api/v1/monitor` route and the `/monitor` page ([`page`]).
 //! - [`tracker`]: the pure inference from observed versions to events.
 //! - [`metrics`]: `lockprobe_monitor_*` and the HDR percentiles of the status API.
 //! - [`status`]: [`MonitorStatus`], the document of `/api/v1/monitor`.
@@ -17,6 +17,7 @@
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod page;
 pub mod status;
 pub mod timeline;
 pub mod tracker;
@@ -30,7 +31,7 @@ use tracing::{debug, error, info, warn};
 
 pub use config::{MonitorConfig, MonitorConfigError};
 pub use metrics::{MetricsError, MonitorMetrics};
-pub use status::{AnomalyDocument, MigrationCounts, MonitorStatus, ProbeLocks};
+pub use status::{AnomalyDocument, MigrationCounts, MonitorStatus, OrphanDocument, PhaseCounts, ProbeLocks};
 pub use tracker::{Event, Outcome, Rules, Seen, Source, Tracker, PROBE_OWNER_PREFIX};
 
 use crate::clock::Clock;
@@ -84,6 +85,7 @@ struct Anomaly {
     kind: &'static str,
     id: String,
     at: DateTime<Utc>,
+    source: Source,
 }
 
 #[derive(Debug)]
@@ -309,18 +311,28 @@ impl Monitor {
         let m = &self.metrics;
         let mut orphan_ids = inner.tracker.orphan_ids(STATUS_ORPHAN_IDS);
         orphan_ids.sort();
-        let (phase_duration_seconds, escalation_interval_seconds) = inner.percentiles.summaries(self.clock.now());
+        let now = self.clock.now();
+        let (phase_duration_seconds, escalation_interval_seconds) = inner.percentiles.summaries(now);
         let fleet = Source::Fleet.as_str();
         MonitorStatus {
+            generated_at: now,
             in_flight: inner.tracker.in_flight_of(Source::Fleet),
+            in_flight_by_phase: inner.tracker.in_flight_by_phase(Source::Fleet).into(),
             orphaned_locks: inner.tracker.orphans(),
             orphan_ids,
+            orphans: inner
+                .tracker
+                .orphans_with_lease_end(STATUS_ORPHAN_IDS)
+                .into_iter()
+                .map(|(resource, lease_ended_at)| OrphanDocument { resource, lease_ended_at })
+                .collect(),
             migrations: self.migration_counts(Source::Fleet),
             early_escalations: self.early_escalations(),
             partial_cutovers: self.partial_cutovers(),
             renewals: m.renewals.with_label_values(&[fleet]).get(),
             probe: ProbeLocks {
                 in_flight: inner.tracker.in_flight_of(Source::Probe),
+                in_flight_by_phase: inner.tracker.in_flight_by_phase(Source::Probe).into(),
                 orphaned_locks: inner.tracker.orphans_of(Source::Probe),
                 migrations: self.migration_counts(Source::Probe),
                 early_escalations: m.early_escalations.with_label_values(&[Source::Probe.as_str()]).get(),
@@ -335,10 +347,16 @@ impl Monitor {
                 .anomalies
                 .iter()
                 .rev()
-                .map(|a| AnomalyDocument { kind: a.kind.to_owned(), resource: a.id.clone(), at: a.at })
+                .map(|a| AnomalyDocument {
+                    kind: a.kind.to_owned(),
+                    resource: a.id.clone(),
+                    at: a.at,
+                    source: a.source.as_str().to_owned(),
+                })
                 .collect(),
             phase_duration_seconds,
             escalation_interval_seconds,
+            window_seconds: Some(crate::percentiles::DEFAULT_WINDOW.as_secs_f64()),
             store_region: self.store.region(),
         }
     }
@@ -431,7 +449,7 @@ impl Monitor {
                 if early {
                     m.early_escalations.with_label_values(&[label]).inc();
                     warn!(resource = id, source = label, interval = ?interval, required = ?required, "early escalation to hardDelete");
-                    self.anomaly(inner, "early_escalation", id, at);
+                    self.anomaly(inner, "early_escalation", id, source, at);
                 }
             }
             Event::Renewed(n) => m.renewals.with_label_values(&[label]).inc_by(u64::from(n)),
@@ -442,11 +460,11 @@ impl Monitor {
             Event::PartialCutover => {
                 m.partial_cutovers.with_label_values(&[label]).inc();
                 error!(resource = id, source = label, "partial cutover: location and lock disagree");
-                self.anomaly(inner, "partial_cutover", id, at);
+                self.anomaly(inner, "partial_cutover", id, source, at);
             }
             Event::OrphanFound if fleet => {
                 warn!(resource = id, "orphaned lock: lease expired, never released or swapped");
-                self.anomaly(inner, "orphaned_lock", id, at);
+                self.anomaly(inner, "orphaned_lock", id, source, at);
             }
             Event::OrphanFound => {
                 debug!(resource = id, "the probe's lease-lapse check left its expired lock, as designed");
@@ -454,13 +472,13 @@ impl Monitor {
         }
     }
 
-    fn anomaly(&self, inner: &mut Inner, kind: &'static str, id: &str, at: DateTime<Utc>) {
+    fn anomaly(&self, inner: &mut Inner, kind: &'static str, id: &str, source: Source, at: DateTime<Utc>) {
         if self.config.recent_anomalies == 0 {
             return;
         }
         if inner.anomalies.len() == self.config.recent_anomalies {
             inner.anomalies.pop_front();
         }
-        inner.anomalies.push_back(Anomaly { kind, id: id.to_owned(), at });
+        inner.anomalies.push_back(Anomaly { kind, id: id.to_owned(), at, source });
     }
 }

@@ -2,14 +2,14 @@
 //!
 //! Bottom up (each may use what is listed before it, and nothing after):
 //!
-//! - **bottom**: `clock`, `usage`, `percentiles`, `exposition` and `routing::document`
+//! - **bottom**: `clock`, `usage`, `percentiles`, `exposition`, `html` and `routing::document`
 //!   import nothing of ours (each only itself);
 //! - **store** uses the bottom;
 //! - **routing** uses the bottom and the store;
 //! - **service** uses the bottom, the store and routing;
 //! - **monitor** uses the bottom, the store and routing (it reads documents and settles
 //!   them with the lifecycle's rules), never the service, the probe or the wiring;
-//! - **probe** uses only `clock`, `usage`, `percentiles` and `exposition`: it is a
+//! - **probe** uses only `clock`, `usage`, `percentiles`, `exposition` and `html`: it is a
 //!   black-box client of the HTTP contract and imports nothing of the routing library,
 //!   the document, the store, the service or the monitor it runs beside (shared code
 //!   paths share bugs);
@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 /// Where a module sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layer {
-    /// `clock`, `usage`, `percentiles`, `exposition`, `routing::document`.
+    /// `clock`, `usage`, `percentiles`, `exposition`, `html`, `routing::document`.
     Bottom,
     Store,
     Routing,
@@ -41,7 +41,8 @@ enum Layer {
     Root,
 }
 
-const BOTTOM: [&[&str]; 5] = [&["clock"], &["usage"], &["percentiles"], &["exposition"], &["routing", "document"]];
+const BOTTOM: [&[&str]; 6] =
+    [&["clock"], &["usage"], &["percentiles"], &["exposition"], &["html"], &["routing", "document"]];
 
 fn layer_of(module: &[String]) -> Option<Layer> {
     let m: Vec<&str> = module.iter().map(String::as_str).collect();

@@ -1,6 +1,6 @@
 //! The monitor's status document, served at `/api/v1/monitor` (camelCase JSON, like the
-//! probe's `/api/v1/status`): counts, exact percentiles of the last day and recent
-//! anomalies. Resource ids appear; lock tokens never do.
+//! probe's `/api/v1/status`) and rendered at `/monitor`: counts, exact percentiles of the
+//! last day and recent anomalies. Resource ids appear; lock tokens never do.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -12,12 +12,21 @@ use crate::percentiles::{PhaseSummaries, Summary};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MonitorStatus {
+    /// When the document was made, by the monitor's clock (ages count from it).
+    #[serde(default)]
+    pub generated_at: DateTime<Utc>,
     /// Migrations holding a live lock.
     pub in_flight: usize,
+    /// The same, by the phase their lock is in.
+    #[serde(default)]
+    pub in_flight_by_phase: PhaseCounts,
     /// Orphaned locks known now.
     pub orphaned_locks: usize,
     /// Some of their resource ids, sorted.
     pub orphan_ids: Vec<String>,
+    /// The longest lapsed of them, with the end of their lease, oldest first.
+    #[serde(default)]
+    pub orphans: Vec<OrphanDocument>,
     /// Migrations ended so far, by outcome.
     pub migrations: MigrationCounts,
     /// Escalations to hardDelete before the declared delay plus buffer.
@@ -44,6 +53,10 @@ pub struct MonitorStatus {
     pub phase_duration_seconds: PhaseSummaries,
     /// From pre-lock to the hardDelete escalation.
     pub escalation_interval_seconds: Summary,
+    /// The window the percentiles cover, seconds (since the monitor started, at most
+    /// this long ago).
+    #[serde(default)]
+    pub window_seconds: Option<f64>,
     /// The region the monitor's store reads now, for stores with regions (Cosmos DB: the
     /// write region it discovered, so a failover it followed shows here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,6 +69,9 @@ pub struct MonitorStatus {
 pub struct ProbeLocks {
     /// The probe's migrations holding a live lock.
     pub in_flight: usize,
+    /// The same, by the phase their lock is in.
+    #[serde(default)]
+    pub in_flight_by_phase: PhaseCounts,
     /// Expired probe locks still in their documents: the lease-lapse check leaves one
     /// until the next cycle on that resource, by design.
     pub orphaned_locks: usize,
@@ -65,6 +81,34 @@ pub struct ProbeLocks {
     pub early_escalations: u64,
     /// Probe documents seen with location and lock disagreeing.
     pub partial_cutovers: u64,
+}
+
+/// Live migrations by the phase their lock is in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseCounts {
+    /// `preLock`.
+    pub pre_lock: usize,
+    /// `hardDelete`.
+    pub hard_delete: usize,
+    /// `write`.
+    pub write: usize,
+}
+
+impl From<[usize; 3]> for PhaseCounts {
+    fn from([pre_lock, hard_delete, write]: [usize; 3]) -> Self {
+        Self { pre_lock, hard_delete, write }
+    }
+}
+
+/// An orphaned lock: its resource and when its lease ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrphanDocument {
+    /// The resource id.
+    pub resource: String,
+    /// When the lease ended (the lock has been useless since).
+    pub lease_ended_at: DateTime<Utc>,
 }
 
 /// Migrations ended so far, by outcome.
@@ -89,4 +133,11 @@ pub struct AnomalyDocument {
     pub resource: String,
     /// When it was seen.
     pub at: DateTime<Utc>,
+    /// Whose lock: `fleet` or `probe` (lockprobe's own test lock).
+    #[serde(default = "fleet")]
+    pub source: String,
+}
+
+fn fleet() -> String {
+    "fleet".into()
 }

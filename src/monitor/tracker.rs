@@ -216,6 +216,40 @@ impl Tracker {
             .collect()
     }
 
+    /// Live migrations of `source` (neither lapsed nor ended) in each phase: `preLock`,
+    /// `hardDelete`, `write`. Walks every timeline, so it is for status pages, not for
+    /// every event.
+    pub fn in_flight_by_phase(&self, source: Source) -> [usize; 3] {
+        let mut counts = [0; 3];
+        for t in self.timelines.values() {
+            if !t.has(LAPSED) && !t.has(ENDED) && Source::of_flags(t.flags) == source {
+                counts[match t.phase {
+                    Phase::PreLock => 0,
+                    Phase::HardDelete => 1,
+                    Phase::Write => 2,
+                }] += 1;
+            }
+        }
+        counts
+    }
+
+    /// The fleet's orphaned locks with the end of their lease, longest lapsed first, at
+    /// most `limit` (walks every timeline).
+    pub fn orphans_with_lease_end(&self, limit: usize) -> Vec<(String, DateTime<Utc>)> {
+        let mut found: Vec<(String, i64)> = self
+            .timelines
+            .iter()
+            .filter(|(_, t)| t.has(LAPSED) && !t.has(PROBE))
+            .map(|(id, t)| (id.to_string(), t.expires_ms))
+            .collect();
+        found.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        found.truncate(limit);
+        found
+            .into_iter()
+            .map(|(id, ms)| (id, DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC)))
+            .collect()
+    }
+
     /// Whose migration the document `id` holds (or last held, while remembered).
     pub fn source_of(&self, id: &str) -> Source {
         self.timelines.get(id).map_or(Source::Fleet, |t| Source::of_flags(t.flags))

@@ -88,6 +88,10 @@ pub struct PercentilesDocument {
     pub read_through_client_seconds: Summary,
     /// Time each instance took to show a pre-lock.
     pub observed_convergence_seconds: Summary,
+    /// The window the summaries cover, seconds: values recorded since this process
+    /// started, at most this long ago (kept in quarters, so between three quarters of
+    /// it and all of it).
+    pub window_seconds: Option<f64>,
 }
 
 /// Every metric the probe exports.
@@ -358,6 +362,7 @@ impl Metrics {
             read_through_latency_seconds: windows.summary(target, "readThrough", now),
             read_through_client_seconds: windows.summary(target, "readThroughClient", now),
             observed_convergence_seconds: windows.summary(target, "convergence", now),
+            window_seconds: Some(DEFAULT_WINDOW.as_secs_f64()),
         }
     }
 
@@ -420,6 +425,7 @@ mod tests {
             ],
             notes: Vec::new(),
             store_region_changes: Vec::new(),
+            walk: Default::default(),
         }
     }
 

@@ -161,6 +161,35 @@ pub struct CycleReport {
     /// Store-region changes the instances reported during the cycle (a failover of the
     /// service's store), as `http://host:port: westeurope -> northeurope`.
     pub store_region_changes: Vec<String>,
+    /// When the main walk's steps happened, for the status page's timeline.
+    pub walk: WalkTimeline,
+}
+
+/// When each step of the main walk began, in seconds from the cycle's start by the
+/// probe's clock (the status page draws the cycle from these).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct WalkTimeline {
+    /// The steps in the order they began: `seed` when the walk started, `preLock` when
+    /// the pre-lock was answered, `hardDelete` and `write` when their escalations were
+    /// answered, `swap` when the swap was, `cleanup` when a lock the walk still held was
+    /// released.
+    pub steps: Vec<StepStart>,
+    /// When the main walk ended (the negative checks run after it).
+    pub ended_seconds: Option<f64>,
+    /// How long the probe waited after the pre-lock's answer before escalating: the
+    /// declared delay (or a later `effectiveAt`) plus the buffer.
+    pub escalation_wait_seconds: Option<f64>,
+}
+
+/// A step of the main walk and when it began.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStart {
+    /// The step.
+    pub phase: Phase,
+    /// Seconds from the cycle's start.
+    pub at_seconds: f64,
 }
 
 impl CycleReport {
@@ -387,6 +416,7 @@ mod tests {
             observed_convergence: vec![],
             notes: Vec::new(),
             store_region_changes: Vec::new(),
+            walk: WalkTimeline::default(),
         }
     }
 

@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +18,7 @@ use eager::Eager;
 use negative::Negative;
 
 use super::observer::Observer;
-use super::report::{Assertion, CycleReport, CycleResult, InstanceConvergence};
+use super::report::{Assertion, CycleReport, CycleResult, InstanceConvergence, StepStart, WalkTimeline};
 use super::scheduler::Claim;
 use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use super::state::{HeldLock, PreLockIntent, StateFile};
@@ -64,7 +64,14 @@ struct Recorder {
     declared: Mutex<Option<f64>>,
     convergence: Mutex<Vec<InstanceConvergence>>,
     notes: Mutex<Vec<String>>,
+    /// The main walk's steps as they began, by the probe's wall clock.
+    steps: Mutex<Vec<(Phase, DateTime<Utc>)>>,
+    /// What the main walk waited after the pre-lock's answer before escalating.
+    escalation_wait: Mutex<Option<f64>>,
 }
+
+/// The name of the main walk's check (the negative checks are named after themselves).
+const MAIN_CHECK: &str = "cycle";
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -273,8 +280,9 @@ impl Scenario {
         // A release that failed last time (target unreachable) is retried before reuse.
         self.recover_resources(resources).await;
         let rec = Recorder::default();
-        let main = Check::new(self, &rec, "cycle", &resources[0]);
+        let main = Check::new(self, &rec, MAIN_CHECK, &resources[0]);
         let main_out = main.guarded(&cancel, main.walk()).await;
+        let walk_ended = Utc::now();
 
         let checks: Vec<(Negative, Check<'_>)> = Negative::ALL
             .into_iter()
@@ -338,6 +346,7 @@ impl Scenario {
             observed_convergence: std::mem::take(&mut *lock(&rec.convergence)),
             notes: std::mem::take(&mut *lock(&rec.notes)),
             store_region_changes: Vec::new(),
+            walk: walk_timeline(&rec, started_at, walk_ended),
         };
         let moves = self.client.take_store_region_changes();
         if !moves.is_empty() {
@@ -361,6 +370,19 @@ impl Scenario {
         );
         self.observer.cycle_finished(&report);
         report
+    }
+}
+
+/// The main walk's steps and end, in seconds from the cycle's start.
+fn walk_timeline(rec: &Recorder, started_at: DateTime<Utc>, ended: DateTime<Utc>) -> WalkTimeline {
+    let since_start = |t: DateTime<Utc>| (t - started_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+    WalkTimeline {
+        steps: lock(&rec.steps)
+            .iter()
+            .map(|(phase, at)| StepStart { phase: *phase, at_seconds: since_start(*at) })
+            .collect(),
+        ended_seconds: Some(since_start(ended)),
+        escalation_wait_seconds: *lock(&rec.escalation_wait),
     }
 }
 

@@ -360,6 +360,7 @@ mod tests {
                 observed_convergence: vec![],
                 notes: Vec::new(),
                 store_region_changes: Vec::new(),
+                walk: Default::default(),
             }
         }
 

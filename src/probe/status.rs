@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::metrics::{Metrics, PercentilesDocument};
-use super::report::{CycleReport, CycleResult};
+use super::report::{CycleReport, CycleResult, WalkTimeline};
 use super::vocabulary::{Op, Outcome, Phase};
 
 /// The body of `GET /api/v1/status`.
@@ -79,6 +79,59 @@ pub struct CycleDocument {
     pub failed_assertions: usize,
     /// What a reader must know that is not an assertion.
     pub notes: Vec<String>,
+    /// When the main walk's steps happened and what the pre-lock declared, for the
+    /// status page's timeline.
+    #[serde(default)]
+    pub timeline: TimelineDocument,
+    /// How long the main walk held each lock phase (by the service's timestamps).
+    #[serde(default)]
+    pub phase_hold_seconds: PhaseHolds,
+    /// The 99th percentile (nearest rank) of the write phase's read-through reads in
+    /// this cycle, as the service reported them; `null` when none was made.
+    #[serde(default)]
+    pub read_through_p99_seconds: Option<f64>,
+    /// How many read-through reads that percentile is of.
+    #[serde(default)]
+    pub read_through_reads: usize,
+}
+
+/// One cycle's timeline, in seconds from its start by the probe's clock.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct TimelineDocument {
+    /// The cycle's length.
+    pub duration_seconds: f64,
+    /// The main walk's steps and when it ended.
+    #[serde(flatten)]
+    pub walk: WalkTimeline,
+    /// The convergence delay the service declared with the pre-lock.
+    pub declared_seconds: Option<f64>,
+    /// When each instance's route view showed the pre-lock.
+    pub convergence: Vec<InstanceSeen>,
+}
+
+/// When one instance showed the pre-lock, in seconds after the pre-lock's answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct InstanceSeen {
+    /// Instance base URL.
+    pub instance: String,
+    /// After how long it showed the lock; `null` when it did not within the wait.
+    pub visible_after_seconds: Option<f64>,
+    /// How long the probe watched it.
+    pub bound_seconds: f64,
+}
+
+/// Seconds each lock phase was held in one cycle (`null` when not reached).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PhaseHolds {
+    /// `preLock`.
+    pub pre_lock: Option<f64>,
+    /// `hardDelete`.
+    pub hard_delete: Option<f64>,
+    /// `write`.
+    pub write: Option<f64>,
 }
 
 /// One assertion in the status document.
@@ -103,10 +156,18 @@ pub struct AssertionDocument {
     pub duration_seconds: f64,
     /// Context; never a token.
     pub detail: Option<String>,
+    /// Which part of the cycle: `cycle` (the main walk) or a negative check's name.
+    #[serde(default)]
+    pub check: String,
+    /// When it was made (its end), in seconds from the cycle's start.
+    #[serde(default)]
+    pub at_seconds: f64,
 }
 
 impl From<&CycleReport> for CycleDocument {
     fn from(r: &CycleReport) -> Self {
+        let since_start = |t: DateTime<Utc>| (t - r.started_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+        let held = |p: Phase| r.phase_durations.iter().find(|(q, _)| *q == p).map(|(_, s)| *s);
         Self {
             started_at: r.started_at,
             finished_at: r.finished_at,
@@ -125,12 +186,46 @@ impl From<&CycleReport> for CycleDocument {
                     passed: a.passed,
                     duration_seconds: a.duration.as_secs_f64(),
                     detail: a.detail.clone(),
+                    check: a.check.clone(),
+                    at_seconds: since_start(a.at),
                 })
                 .collect(),
             failed_assertions: r.failed_assertions(),
             notes: r.notes.clone(),
+            timeline: TimelineDocument {
+                duration_seconds: since_start(r.finished_at),
+                walk: r.walk.clone(),
+                declared_seconds: r.declared_convergence_seconds,
+                convergence: r
+                    .observed_convergence
+                    .iter()
+                    .map(|c| InstanceSeen {
+                        instance: c.instance.clone(),
+                        visible_after_seconds: c.observed_seconds,
+                        bound_seconds: c.bound_seconds,
+                    })
+                    .collect(),
+            },
+            phase_hold_seconds: PhaseHolds {
+                pre_lock: held(Phase::PreLock),
+                hard_delete: held(Phase::HardDelete),
+                write: held(Phase::Write),
+            },
+            read_through_p99_seconds: nearest_rank(&r.read_through_seconds, 0.99),
+            read_through_reads: r.read_through_seconds.len(),
         }
     }
+}
+
+/// The `q` quantile of `values` by nearest rank (a recorded value, never interpolated).
+fn nearest_rank(values: &[f64], q: f64) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
 }
 
 /// RFC 3339 times in whole seconds, UTC (`2026-11-29T22:40:00Z`).
@@ -316,6 +411,7 @@ mod tests {
             observed_convergence: vec![],
             notes: Vec::new(),
             store_region_changes: Vec::new(),
+            walk: Default::default(),
         }
     }
 

@@ -11,7 +11,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{lock, Abort, Item, Recorder, Scenario};
+use super::{lock, Abort, Item, Recorder, Scenario, MAIN_CHECK};
 use crate::probe::report::Assertion;
 use crate::probe::settings::{escalation_wait, SKEW_MARGIN_WAIT};
 use crate::probe::state::PreLockIntent;
@@ -305,6 +305,19 @@ impl<'a> Check<'a> {
         &self.sc.settings.name
     }
 
+    /// Records that the main walk's step `phase` began at `at` (the other checks' steps
+    /// are not drawn: they overlap, each on its own resource).
+    pub(super) fn mark_at(&self, phase: Phase, at: DateTime<Utc>) {
+        if self.name == MAIN_CHECK {
+            lock(&self.rec.steps).push((phase, at));
+        }
+    }
+
+    /// Records that the main walk's step `phase` begins now.
+    pub(super) fn mark(&self, phase: Phase) {
+        self.mark_at(phase, Utc::now());
+    }
+
     pub(super) fn instances(&self) -> usize {
         self.sc.settings.instances.len()
     }
@@ -386,6 +399,7 @@ impl<'a> Check<'a> {
             (out, midpoint) = self.timed(c.until_known(&CallKey::fresh(), send)).await;
         }
         let reply = self.expect(phase, Op::Escalate, Outcome::ok()).on(at).must_lock_op(async { out }).await?;
+        self.mark(phase);
         self.check_lock_view(phase, &reply);
         Ok(Timed { reply, midpoint })
     }
@@ -579,6 +593,7 @@ impl<'a> Check<'a> {
             return;
         };
         self.step("releasing the lock");
+        self.mark(Phase::Cleanup);
         let started = Instant::now();
         let c = &self.sc.client;
         let at = self.lock_instance();

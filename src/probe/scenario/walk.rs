@@ -36,6 +36,7 @@ impl Check<'_> {
     async fn seed(&self) -> Result<String, Abort> {
         let n = self.instances();
         let s = &self.sc.settings;
+        self.mark(Phase::Seed);
         self.step(&format!("seed: writing {} items to {}", 3 * n, self.resource));
         for i in 0..n {
             for kind in ["keep", "del", "wl"] {
@@ -71,12 +72,14 @@ impl Check<'_> {
         }
         // From the pre-lock's answer, not after its replay: the declaration counts from it.
         let (t0, answered) = lock(&self.pre_lock_answered).unwrap_or((Instant::now(), Utc::now()));
+        self.mark_at(Phase::PreLock, answered);
         let began = match LockTimes::of(&r.body) {
             Ok(t) => ServiceInstant { at: t.acquired_at, offset: t.acquired_at - answered },
             Err(_) => ServiceInstant { at: answered, offset: TimeDelta::zero() },
         };
         let declared = self.judge_declared(&r)?;
         let wait = self.escalation_wait(&r, declared);
+        *lock(&self.rec.escalation_wait) = Some(wait.as_secs_f64());
         self.step(&format!(
             "measuring convergence on {} instances (declared {:.3}s, waiting {:.3}s) while checking nothing is restricted yet",
             self.instances(),
@@ -314,6 +317,7 @@ impl Check<'_> {
         let send = |k| c.swap(at, res, &token, to, k);
         let (out, midpoint) = self.timed(c.until_known(&CallKey::fresh(), send)).await;
         let r = self.expect(Phase::Swap, Op::Swap, Outcome::ok()).on(at).must_lock_op(async { out }).await?;
+        self.mark(Phase::Swap);
         // A route view carries no timestamp: the swap's instant by the service's clock is
         // the call's midpoint moved by the offset learnt from the write escalation.
         let swapped = midpoint + write_locked.offset;
