@@ -189,6 +189,7 @@ fn settings(urls: &[String], key: &str) -> ProbeSettings {
         concurrent_pre_locks: 3,
         owner: "lockprobe/faulty".into(),
         eager: false,
+        tls: Default::default(),
     }
 }
 
