@@ -7,6 +7,7 @@ pub mod config;
 pub mod gate_junit;
 pub mod metrics;
 pub mod observer;
+pub mod reload;
 pub mod report;
 pub mod runtime;
 pub mod scenario;

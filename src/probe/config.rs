@@ -66,8 +66,8 @@ pub struct Config {
     pub monitor: Option<toml::Table>,
 }
 
-/// One service to probe.
-#[derive(Debug, Clone, Deserialize)]
+/// One service to probe. Equality tells a reload which targets changed.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
     /// Name used in metrics labels and the status page.
@@ -120,7 +120,7 @@ pub struct TargetConfig {
 }
 
 /// Lease lengths per phase, in the TOML `[targets.leases]` table.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseConfig {
     /// Parent lease of the whole migration.
