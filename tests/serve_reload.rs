@@ -206,21 +206,23 @@ async fn pre_locks(store: &MemoryStore, resource: &str, from: DateTime<Utc>, to:
     tokens.len()
 }
 
-/// The first cycle of `target`, which was in flight at `reloaded_at`: it must pass, and
-/// the service must have seen exactly one pre-lock of its main resource while it ran.
+/// The first cycle of `target`, which was in flight at `reloaded_at`, must pass; from its
+/// start until a cycle passed, the service must have seen exactly one pre-lock of the
+/// main resource (a reload that cancels and restarts the cycle shows a second one).
 async fn assert_cycle_in_flight_kept(serve: &Serve, store: &MemoryStore, target: Target, reloaded_at: DateTime<Utc>) {
-    let mut first = None;
-    wait_for("the cycle in flight to finish", Duration::from_secs(60), async || {
-        first = serve.cycles(target.name).await.into_iter().next();
-        first.is_some()
+    let mut cycles = Vec::new();
+    wait_for("a cycle to pass", Duration::from_secs(60), async || {
+        cycles = serve.cycles(target.name).await;
+        cycles.iter().any(|c| c.result == CycleResult::Passed)
     })
     .await;
-    let cycle = first.unwrap();
-    assert!(cycle.started_at < reloaded_at, "the first cycle started after the reload: {cycle:?}");
-    assert_eq!(cycle.result, CycleResult::Passed, "{cycle:#?}");
+    let first = &cycles[0];
+    let passed = cycles.iter().find(|c| c.result == CycleResult::Passed).unwrap();
     let main = format!("{}0001", target.prefix);
-    let seen = pre_locks(store, &main, cycle.started_at, cycle.finished_at).await;
-    assert_eq!(seen, 1, "pre-locks of {main} during the cycle in flight at the reload");
+    let seen = pre_locks(store, &main, first.started_at, passed.finished_at).await;
+    assert_eq!(seen, 1, "pre-locks of {main} from the cycle in flight at the reload to the first pass: {cycles:#?}");
+    assert!(first.started_at < reloaded_at, "the first cycle started after the reload: {first:?}");
+    assert_eq!(first.result, CycleResult::Passed, "{first:#?}");
 }
 
 fn metric_line<'a>(text: &'a str, name: &str) -> Option<&'a str> {
@@ -277,6 +279,83 @@ async fn a_reload_mid_cycle_keeps_the_cycle_retires_a_removed_target_and_starts_
         serve.cycles("c").await.iter().any(|c| c.result == CycleResult::Passed)
     })
     .await;
+    let metrics = serve.metrics().await;
+    assert_eq!(
+        metric_line(&metrics, "lockprobe_config_last_reload_successful"),
+        Some("lockprobe_config_last_reload_successful 1")
+    );
+    serve.assert_running();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_config_is_refused_naming_the_field_and_a_good_change_applies_from_the_next_cycle() {
+    let (svc, store) =
+        start_service_keeping_store(vec![], Duration::from_secs(1), Duration::from_millis(500), &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path: PathBuf = dir.path().join("probe.toml");
+    let good = config_text(dir.path(), &svc, &[A], "1s");
+    std::fs::write(&path, &good).unwrap();
+    let mut serve = Serve::start(&path, &svc.key);
+    wait_mid_cycle(dir.path(), A).await;
+    let reloaded_at = Utc::now();
+
+    let other_state = format!("state_file = {:?}", dir.path().join("elsewhere.json").display().to_string());
+    let state_line = good.lines().next().unwrap().to_owned();
+    for (text, status, kind, field) in [
+        ("state_file = = \"x\"".to_owned(), 400, "config-malformed", None),
+        (good.replace("* * * * * *", "every second"), 422, "config-invalid", Some("targets[0].schedule")),
+        (
+            good.replace(KEY_ENV, "LOCKPROBE_TEST_SERVE_RELOAD_UNSET"),
+            422,
+            "config-invalid",
+            Some("targets[0].api_key_env"),
+        ),
+        (good.replace(&state_line, &other_state), 422, "config-requires-restart", Some("state_file")),
+        (format!("listen = \"127.0.0.1:1\"\n{good}"), 200, "", None),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        let (code, content_type, body) = serve.reload().await;
+        assert_eq!(code, status, "{body}");
+        if code == 200 {
+            // --listen overrides the file's listen, so a change of it needs no restart.
+            assert_eq!(body["unchanged"], serde_json::json!(["a"]), "{body}");
+            continue;
+        }
+        assert_eq!(content_type, "application/problem+json");
+        assert_eq!(body["type"], format!("urn:lockprobe:error:{kind}"), "{body}");
+        assert_eq!(body["status"], status);
+        if let Some(field) = field {
+            assert_eq!(body["field"], field, "{body}");
+            assert!(body["detail"].as_str().unwrap().starts_with(field), "{body}");
+        }
+        let metrics = serve.metrics().await;
+        assert_eq!(
+            metric_line(&metrics, "lockprobe_config_last_reload_successful"),
+            Some("lockprobe_config_last_reload_successful 0")
+        );
+    }
+
+    // SIGHUP with a bad file: an error in the log, the process and its target live on.
+    std::fs::write(&path, good.replace("* * * * * *", "every second")).unwrap();
+    let refused = |serve: &Serve| {
+        serve.logs.lock().unwrap().iter().filter(|l| l.contains("ERROR") && l.contains("targets[0].schedule")).count()
+    };
+    let before = refused(&serve);
+    serve.hangup();
+    wait_for("the refused SIGHUP reload", Duration::from_secs(10), async || refused(&serve) > before).await;
+    serve.assert_running();
+
+    // A good change of a (its buffer) while its first cycle is still in flight.
+    std::fs::write(&path, config_text(dir.path(), &svc, &[A], "1s 500ms")).unwrap();
+    let (code, _, report) = serve.reload().await;
+    assert_eq!(code, 200, "{report}");
+    assert_eq!(report["changed"], serde_json::json!(["a"]), "{report}");
+    assert_cycle_in_flight_kept(&serve, &store, A, reloaded_at).await;
+
+    // Later cycles run on the new settings, and pass.
+    wait_for("a cycle on the new settings", Duration::from_secs(60), async || serve.cycles("a").await.len() >= 2).await;
+    let cycles = serve.cycles("a").await;
+    assert!(cycles.iter().all(|c| c.result == CycleResult::Passed), "{cycles:#?}");
     let metrics = serve.metrics().await;
     assert_eq!(
         metric_line(&metrics, "lockprobe_config_last_reload_successful"),

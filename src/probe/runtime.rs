@@ -451,3 +451,98 @@ impl<'a> Targets<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::probe::observer::TracingObserver;
+    use crate::probe::settings::{Leases, RESOURCES_PER_CYCLE};
+
+    /// A target that never fires (year 2099) and so never sends a request.
+    fn idle(name: &str) -> (ProbeSettings, TargetSchedule) {
+        let settings = ProbeSettings {
+            name: name.into(),
+            instances: vec!["http://127.0.0.1:9".into()],
+            api_key: "k".into(),
+            test_prefix: "probe-".into(),
+            locations: ["westeurope".into(), "northeurope".into()],
+            expected_convergence: Some(Duration::from_secs(2)),
+            replication_bound: Duration::from_secs(1),
+            buffer: Duration::from_secs(1),
+            leases: Leases::short_run(),
+            request_timeout: Duration::from_secs(1),
+            poll_interval: Duration::from_millis(50),
+            concurrent_pre_locks: 2,
+            owner: format!("lockprobe/{name}"),
+            eager: false,
+        };
+        let schedule = TargetSchedule {
+            name: name.into(),
+            schedule: cron::Schedule::from_str("0 0 0 1 1 * 2099").unwrap(),
+            jitter: Duration::ZERO,
+            concurrency: 1,
+            timeout: Duration::from_secs(60),
+            pool: (1..=RESOURCES_PER_CYCLE).map(|i| format!("probe-{name}-{i:04}")).collect(),
+        };
+        (settings, schedule)
+    }
+
+    async fn until(what: &str, cond: impl Fn() -> bool) {
+        for _ in 0..100 {
+            if cond() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    #[tokio::test]
+    async fn changes_apply_one_at_a_time_and_none_after_shutdown() {
+        let probe = Probe::new().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (control, inbox) = target_control();
+        let shutdown = CancellationToken::new();
+        let p = probe.clone();
+        let stop = shutdown.clone();
+        let run = tokio::spawn(async move {
+            p.run_controlled(
+                vec![idle("a")],
+                Arc::new(StateFile::in_memory()),
+                Arc::new(TracingObserver),
+                listener,
+                None,
+                stop,
+                Some(inbox),
+            )
+            .await
+        });
+        until("a to run", || probe.status.ready()).await;
+
+        // Concurrent changes: each applied whole, in some order; b..e end up running.
+        let sends = ["b", "c", "d", "e"].map(|name| {
+            let control = control.clone();
+            tokio::spawn(async move {
+                control.apply(TargetChanges { start_or_update: vec![idle(name)], remove: vec!["a".into()] }).await
+            })
+        });
+        for send in sends {
+            send.await.unwrap().unwrap();
+        }
+        let names = || probe.status.document(&probe.metrics).targets.into_iter().map(|t| t.name).collect::<Vec<_>>();
+        until("a to be gone", || names() == ["b", "c", "d", "e"]).await;
+        assert!(!probe.metrics.render().contains(r#"target="a""#));
+        assert!(probe.metrics.render().contains(r#"target="e""#));
+
+        // Every schedule idle, and the run stays for further changes until shutdown.
+        assert!(!run.is_finished());
+        shutdown.cancel();
+        let summary = run.await.unwrap().unwrap();
+        assert_eq!(summary.cycles, 0);
+        let refused = control.apply(TargetChanges { start_or_update: vec![idle("f")], remove: vec![] }).await;
+        assert!(matches!(refused, Err(ControlError::Stopped)), "{refused:?}");
+    }
+}
