@@ -30,7 +30,7 @@
 //!      what it reads with the routing lifecycle's rules.
 //!    - [`probe`]: the black-box probe (contract client, cycles with eager checks,
 //!      scheduler, reports and the release gate's JUnit, its
-//!      `serve` configuration, metrics, HTTP server and status page). It speaks HTTP to
+//!      `serve` configuration and its reload, metrics, HTTP server and status page). It speaks HTTP to
 //!      the service it judges and uses only [`clock`], [`usage`], [`percentiles`] and
 //!      [`exposition`].
 //! 5. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,
