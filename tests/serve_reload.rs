@@ -2,7 +2,8 @@
 //! work, against the real reference service: a cycle in flight finishes with exactly one
 //! pre-lock (counted in the service's own store), a removed target leaves no lock, no
 //! state-file entry and no series, an added one cycles, and a bad file is refused while
-//! the running configuration goes on passing.
+//! the running configuration goes on passing; two replicas of one configuration keep
+//! sharing their pool when one of them is reloaded.
 
 #[path = "support/service.rs"]
 mod support;
@@ -11,16 +12,23 @@ use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use lockprobe::probe::observer::TracingObserver;
 use lockprobe::probe::report::CycleResult;
+use lockprobe::probe::runtime::{target_control, Probe, TargetChanges};
+use lockprobe::probe::scheduler::TargetSchedule;
+use lockprobe::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use lockprobe::probe::state::StateFile;
 use lockprobe::probe::status::{CycleDocument, StatusDocument};
 use lockprobe::routing::document::Phase;
 use lockprobe::store::memory::MemoryStore;
 use lockprobe::store::{ChangeCursor, LocationStore};
 use support::{route, start_service_keeping_store, TestService};
+use tokio_util::sync::CancellationToken;
 
 const KEY_ENV: &str = "LOCKPROBE_TEST_SERVE_RELOAD_KEY";
 
@@ -352,6 +360,13 @@ async fn a_bad_config_is_refused_naming_the_field_and_a_good_change_applies_from
     assert_eq!(report["changed"], serde_json::json!(["a"]), "{report}");
     assert_cycle_in_flight_kept(&serve, &store, A, reloaded_at).await;
 
+    // Reloads sent at once run one after the other, each against what the last applied.
+    let reloads: Vec<_> = (0..4).map(|_| serve.reload()).collect();
+    for (code, _, report) in futures::future::join_all(reloads).await {
+        assert_eq!(code, 200, "{report}");
+        assert_eq!(report["unchanged"], serde_json::json!(["a"]), "{report}");
+    }
+
     // Later cycles run on the new settings, and pass.
     wait_for("a cycle on the new settings", Duration::from_secs(60), async || serve.cycles("a").await.len() >= 2).await;
     let cycles = serve.cycles("a").await;
@@ -362,4 +377,87 @@ async fn a_bad_config_is_refused_naming_the_field_and_a_good_change_applies_from
         Some("lockprobe_config_last_reload_successful 1")
     );
     serve.assert_running();
+}
+
+/// The two-replica target of `tests/probe_serve.rs`: every second, `concurrency` cycles at
+/// once, two groups of test resources shared by both replicas.
+fn replica_target(svc: &TestService, concurrency: usize, buffer: Duration) -> (ProbeSettings, TargetSchedule) {
+    let settings = ProbeSettings {
+        name: "shared".into(),
+        instances: svc.urls.clone(),
+        api_key: svc.key.clone(),
+        test_prefix: "probe-".into(),
+        locations: ["westeurope".into(), "northeurope".into()],
+        expected_convergence: Some(Duration::from_millis(1500)),
+        replication_bound: Duration::from_millis(500),
+        buffer,
+        leases: Leases {
+            pre_lock: Duration::from_secs(120),
+            hard_delete: Duration::from_secs(60),
+            write: Duration::from_secs(60),
+            short_write: Duration::from_secs(1),
+        },
+        request_timeout: Duration::from_secs(5),
+        poll_interval: Duration::from_millis(50),
+        concurrent_pre_locks: 3,
+        owner: "lockprobe/shared".into(),
+        eager: false,
+    };
+    let schedule = TargetSchedule {
+        name: "shared".into(),
+        schedule: cron::Schedule::from_str("* * * * * *").unwrap(),
+        jitter: Duration::ZERO,
+        concurrency,
+        timeout: Duration::from_secs(60),
+        pool: (1..=RESOURCES_PER_CYCLE * 2).map(|i| format!("probe-r{i:03}")).collect(),
+    };
+    (settings, schedule)
+}
+
+fn claims(probe: &Probe, outcome: &str) -> u64 {
+    let needle = format!("lockprobe_probe_claims_total{{outcome=\"{outcome}\",target=\"shared\"}} ");
+    let text = probe.metrics.render();
+    text.lines().find_map(|l| l.strip_prefix(&needle)).map_or(0, |v| v.trim().parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_keep_sharing_the_pool_across_a_reload_of_one_of_them() {
+    let svc = support::start_service(vec![], Duration::from_secs(1), Duration::from_millis(500)).await;
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let probe = Probe::new().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (control, inbox) = target_control();
+        let (p, stop) = (probe.clone(), CancellationToken::new());
+        let (targets, shutdown) = (vec![replica_target(&svc, 2, Duration::from_millis(300))], stop.clone());
+        let task = tokio::spawn(async move {
+            let state = Arc::new(StateFile::in_memory());
+            p.run_controlled(targets, state, Arc::new(TracingObserver), listener, None, shutdown, Some(inbox)).await
+        });
+        replicas.push((probe, control, stop, task));
+    }
+    let cycles = |i: usize| replicas[i].0.status.cycles("shared");
+    wait_for("both replicas to pass a cycle", Duration::from_secs(60), async || {
+        !cycles(0).is_empty() && !cycles(1).is_empty()
+    })
+    .await;
+    // Replica 0 takes a change (another buffer, one cycle at a time) with cycles in flight.
+    let before = (cycles(0).len(), cycles(1).len(), claims(&replicas[0].0, "busy") + claims(&replicas[1].0, "busy"));
+    let change =
+        TargetChanges { start_or_update: vec![replica_target(&svc, 1, Duration::from_millis(400))], remove: vec![] };
+    replicas[0].1.apply(change).await.unwrap();
+    wait_for("3 more cycles on each replica", Duration::from_secs(90), async || {
+        cycles(0).len() >= before.0 + 3 && cycles(1).len() >= before.1 + 3
+    })
+    .await;
+    for i in 0..2 {
+        let bad: Vec<_> = cycles(i).into_iter().filter(|c| c.result != CycleResult::Passed).collect();
+        assert!(bad.is_empty(), "replica {i}: a cycle failed: {bad:#?}");
+    }
+    let busy = claims(&replicas[0].0, "busy") + claims(&replicas[1].0, "busy");
+    assert!(busy > before.2, "the replicas still meet and step aside after the reload");
+    for (_, _, stop, task) in replicas {
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(60), task).await.expect("stops").unwrap().unwrap();
+    }
 }
