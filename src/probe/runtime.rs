@@ -208,6 +208,7 @@ impl Probe {
             stop: stop.clone(),
         });
         let mut running = Targets::new(self, state, observer, sink.clone(), stop.clone());
+        running.changeable = control.is_some();
         let mut scenarios = Vec::new();
         for (settings, schedule) in targets {
             scenarios.push((running.register(settings, &schedule.name)?, schedule));
@@ -249,7 +250,9 @@ impl Probe {
 /// A running target's handles.
 struct Slot {
     generation: u64,
-    plans: watch::Sender<TargetPlan>,
+    /// `None` without a control: the settings never change, and a schedule with no
+    /// further firing times ends the target.
+    plans: Option<watch::Sender<TargetPlan>>,
     retire: CancellationToken,
     /// Cancelled when the target's task has ended (cycles done, leftovers released).
     done: CancellationToken,
@@ -275,6 +278,8 @@ struct Targets<'a> {
     retiring: HashMap<String, (u64, CancellationToken)>,
     tasks: JoinSet<Ended>,
     generations: u64,
+    /// The run has a control: targets wait for new settings when their schedule ends.
+    changeable: bool,
 }
 
 impl<'a> Targets<'a> {
@@ -295,6 +300,7 @@ impl<'a> Targets<'a> {
             retiring: HashMap::new(),
             tasks: JoinSet::new(),
             generations: 0,
+            changeable: false,
         }
     }
 
@@ -347,6 +353,7 @@ impl<'a> Targets<'a> {
             }
             .instrument(span),
         );
+        let plans = self.changeable.then_some(plans);
         self.active.insert(name, Slot { generation, plans, retire, done });
     }
 
@@ -377,11 +384,11 @@ impl<'a> Targets<'a> {
             self.probe.status.add_target(&name, &settings.instances, expected);
             let plan = TargetPlan { schedule, runner: Arc::new(scenario) };
             match self.active.get(&name) {
-                Some(slot) => {
-                    slot.plans.send_replace(plan);
+                Some(Slot { plans: Some(plans), .. }) => {
+                    plans.send_replace(plan);
                     tracing::info!(target_name = %name, "target changed: new settings from its next cycle");
                 }
-                None => {
+                _ => {
                     self.start(plan, true);
                     tracing::info!(target_name = %name, "target added");
                 }
@@ -544,5 +551,23 @@ mod tests {
         assert_eq!(summary.cycles, 0);
         let refused = control.apply(TargetChanges { start_or_update: vec![idle("f")], remove: vec![] }).await;
         assert!(matches!(refused, Err(ControlError::Stopped)), "{refused:?}");
+    }
+
+    #[tokio::test]
+    async fn without_a_control_the_run_ends_with_its_last_schedule() {
+        let probe = Probe::new().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (settings, mut schedule) = idle("past");
+        schedule.schedule = cron::Schedule::from_str("0 0 0 1 1 * 2020").unwrap();
+        let run = probe.run(
+            vec![(settings, schedule)],
+            Arc::new(StateFile::in_memory()),
+            Arc::new(TracingObserver),
+            listener,
+            None,
+            CancellationToken::new(),
+        );
+        let summary = tokio::time::timeout(Duration::from_secs(10), run).await.expect("the run ends").unwrap();
+        assert_eq!(summary.cycles, 0);
     }
 }
