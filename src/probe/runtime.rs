@@ -207,8 +207,8 @@ impl Probe {
             stop_after,
             stop: stop.clone(),
         });
-        let mut running = Targets::new(self, state, observer, sink.clone(), stop.clone());
-        running.changeable = control.is_some();
+        let changeable = control.is_some();
+        let mut running = Targets { changeable, ..Targets::new(self, state, observer, sink.clone(), stop.clone()) };
         let mut scenarios = Vec::new();
         for (settings, schedule) in targets {
             scenarios.push((running.register(settings, &schedule.name)?, schedule));
@@ -307,11 +307,15 @@ impl<'a> Targets<'a> {
     /// The target's scenario, with its series and status entry made to exist.
     fn register(&self, settings: ProbeSettings, name: &str) -> Result<Arc<Scenario>, TargetError> {
         let scenario = Arc::new(Scenario::new(settings, self.state.clone(), self.observer.clone())?);
-        let settings = scenario.settings();
+        self.show(name, scenario.settings());
+        Ok(scenario)
+    }
+
+    /// Makes the target's series and status entry exist, with its current settings.
+    fn show(&self, name: &str, settings: &ProbeSettings) {
         let expected = settings.expected_convergence.map(|d| d.as_secs_f64());
         self.probe.metrics.register_target(name, expected);
         self.probe.status.add_target(name, &settings.instances, expected);
-        Ok(scenario)
     }
 
     /// Starts a target's task; `recover_first`: release what a previous run of the
@@ -378,10 +382,7 @@ impl<'a> Targets<'a> {
         }
         for (scenario, schedule) in built {
             let name = schedule.name.clone();
-            let settings = scenario.settings();
-            let expected = settings.expected_convergence.map(|d| d.as_secs_f64());
-            self.probe.metrics.register_target(&name, expected);
-            self.probe.status.add_target(&name, &settings.instances, expected);
+            self.show(&name, scenario.settings());
             let plan = TargetPlan { schedule, runner: Arc::new(scenario) };
             match self.active.get(&name) {
                 Some(Slot { plans: Some(plans), .. }) => {

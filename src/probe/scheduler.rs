@@ -344,25 +344,7 @@ pub async fn run_target_plans(
             Duration::from_millis(rand::random_range(0..=target.jitter.as_millis() as u64))
         };
         let wake = next.map(|fire| clock.instant_at(fire) + jitter);
-        let sleep = async {
-            match wake {
-                Some(wake) => tokio::time::sleep_until(wake).await,
-                None => std::future::pending().await,
-            }
-        };
-        let changed = async {
-            if plans_open {
-                plans.changed().await.is_ok()
-            } else {
-                std::future::pending().await
-            }
-        };
-        let woke = tokio::select! {
-            _ = sleep => Wake::Fire,
-            open = changed => Wake::Plan(open),
-            _ = stops.retire.cancelled() => Wake::Stop,
-            _ = stops.shutdown.cancelled() => Wake::Stop,
-        };
+        let woke = wait(wake, &mut plans, plans_open, &stops).await;
         match woke {
             Wake::Fire => {}
             Wake::Stop => break,
@@ -413,6 +395,29 @@ pub async fn run_target_plans(
         running.spawn(run_one(runner, sink, pool, name, timeout, cycle_cancel).instrument(span));
     }
     while running.join_next().await.is_some() {}
+}
+
+/// Sleeps until `wake` (for ever when `None`), a new plan (while `plans_open`) or a stop.
+async fn wait(wake: Option<Instant>, plans: &mut watch::Receiver<TargetPlan>, plans_open: bool, stops: &Stops) -> Wake {
+    let sleep = async {
+        match wake {
+            Some(wake) => tokio::time::sleep_until(wake).await,
+            None => std::future::pending().await,
+        }
+    };
+    let changed = async {
+        if plans_open {
+            plans.changed().await.is_ok()
+        } else {
+            std::future::pending().await
+        }
+    };
+    tokio::select! {
+        _ = sleep => Wake::Fire,
+        open = changed => Wake::Plan(open),
+        _ = stops.retire.cancelled() => Wake::Stop,
+        _ = stops.shutdown.cancelled() => Wake::Stop,
+    }
 }
 
 /// Why the scheduler woke up.
