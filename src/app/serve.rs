@@ -307,3 +307,83 @@ fn plan(
     }
     (changes, report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str = r#"
+state_file = "/tmp/lockprobe-serve-reload-unit.json"
+
+[[targets]]
+name = "NAME"
+instances = ["http://127.0.0.1:9"]
+api_key_env = "PATH"
+test_prefix = "probe-"
+cache_ttl = "1s"
+replication_bound = "500ms"
+buffer = "BUFFER"
+schedule = "0 0 0 1 1 * 2099"
+timeout = "5m"
+"#;
+
+    fn config(targets: &[(&str, &str)]) -> Config {
+        let mut text = ONE.split("[[targets]]").next().unwrap().to_owned();
+        for (name, buffer) in targets {
+            let target = ONE.split("[[targets]]").nth(1).unwrap();
+            text.push_str(&format!("[[targets]]{}", target.replace("NAME", name).replace("BUFFER", buffer)));
+        }
+        text.parse().unwrap()
+    }
+
+    /// Every target's settings, with `key` as its key (the file names `PATH`, a variable
+    /// every test process has, so nothing needs setting).
+    fn settings(config: &Config, key: &str) -> Vec<(ProbeSettings, TargetSchedule)> {
+        let mut targets = config.probe_targets().unwrap();
+        for (settings, _) in &mut targets {
+            settings.api_key = key.to_owned();
+        }
+        targets
+    }
+
+    #[test]
+    fn a_plan_tells_added_changed_removed_and_unchanged_targets_apart() {
+        let old = config(&[("a", "1s"), ("b", "1s"), ("c", "1s")]);
+        let keys = settings(&old, "k").iter().map(|(s, _)| (s.name.clone(), s.api_key.clone())).collect();
+        let new = config(&[("a", "1s"), ("c", "2s"), ("d", "1s")]);
+        let (changes, report) = plan(&old, &keys, &new, &settings(&new, "k"));
+        assert_eq!(report.unchanged, ["a"]);
+        assert_eq!(report.changed, ["c"]);
+        assert_eq!(report.added, ["d"]);
+        assert_eq!(report.removed, ["b"]);
+        let started: Vec<&str> = changes.start_or_update.iter().map(|(s, _)| s.name.as_str()).collect();
+        assert_eq!(started, ["c", "d"]);
+        assert_eq!(changes.remove, ["b"]);
+        // The same fields with another key (a rotated key file) is a change.
+        let (_, report) = plan(&old, &keys, &old, &settings(&old, "rotated"));
+        assert_eq!(report.changed, ["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_reload_during_shutdown_is_refused_and_does_not_count_as_a_failure() {
+        let old = config(&[("a", "1s")]);
+        let (control, _inbox) = target_control();
+        let shutdown = CancellationToken::new();
+        let registry = prometheus::Registry::new();
+        let reloader = ConfigReloader {
+            path: PathBuf::from("/nonexistent/lockprobe.toml"),
+            listen_flag: false,
+            applied: tokio::sync::Mutex::new(Applied::new(old.clone(), &settings(&old, "k"))),
+            control,
+            shutdown: shutdown.clone(),
+            metrics: ReloadMetrics::new(&registry).unwrap(),
+        };
+        // Before shutdown the missing file is a refusal, counted.
+        assert!(matches!(reloader.reload().await, Err(ReloadError::Unreadable(_))));
+        assert!(crate::exposition::render(&registry).contains("lockprobe_config_last_reload_successful 0"));
+        reloader.metrics.record(true);
+        shutdown.cancel();
+        assert_eq!(reloader.reload().await, Err(ReloadError::ShuttingDown));
+        assert!(crate::exposition::render(&registry).contains("lockprobe_config_last_reload_successful 1"));
+    }
+}
