@@ -33,7 +33,7 @@
 //!      what it reads with the routing lifecycle's rules.
 //!    - [`probe`]: the black-box probe (contract client, cycles with eager checks,
 //!      scheduler, reports and the release gate's JUnit, its
-//!      `serve` configuration and credentials (key files, CA files, client
+//!      `serve` configuration, its reload and credentials (key files, CA files, client
 //!      certificates), metrics, HTTP server and status page). It speaks HTTP to
 //!      the service it judges and uses only [`clock`], [`usage`], [`percentiles`],
 //!      [`exposition`] and [`html`].

@@ -8,6 +8,7 @@ pub mod credentials;
 pub mod gate_junit;
 pub mod metrics;
 pub mod observer;
+pub mod reload;
 pub mod report;
 pub mod runtime;
 pub mod scenario;

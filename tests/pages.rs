@@ -217,7 +217,7 @@ async fn a_failing_service_labels_the_failed_step_on_the_timeline() {
     status.record_cycle(&report);
     let frame =
         axum::Router::new().route("/frame", axum::routing::get(|| async { axum::response::Html(REFRESH_FRAME) }));
-    let (base, stop) = serve(router(AppState { metrics, status }).merge(frame)).await;
+    let (base, stop) = serve(router(AppState { metrics, status, reload: None }).merge(frame)).await;
 
     let url = format!("{base}/");
     let dom = browser::dump_dom(&url);

@@ -19,11 +19,18 @@
 //! monitor_escalation_buffer = "10m"
 //! monitor_declared_delay = "2h"
 //! ```
+//!
+//! SIGHUP and `POST /-/reload` re-read the file ([`ConfigReloader`]): targets are
+//! compared by name and by every field (and the key their variable holds); `listen`
+//! (unless `--listen` overrides it), `state_file` and the `[monitor]` table need a
+//! restart, and a reload that changes them is refused, as is a file that does not load.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
+use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::monitor::MonitorSection;
@@ -33,7 +40,10 @@ use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor};
 use crate::probe::config::{Config, ConfigError};
 use crate::probe::observer::TracingObserver;
-use crate::probe::runtime::Probe;
+use crate::probe::reload::{Reload, ReloadError, ReloadMetrics, ReloadReport};
+use crate::probe::runtime::{target_control, ControlError, Probe, TargetChanges, TargetControl};
+use crate::probe::scheduler::TargetSchedule;
+use crate::probe::settings::ProbeSettings;
 use crate::probe::state::StateFile;
 use crate::usage::UsageError;
 
@@ -73,8 +83,10 @@ pub fn check_config(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `lockprobe serve --config FILE`: runs until `shutdown`.
+/// `lockprobe serve --config FILE`: runs until `shutdown`; SIGHUP reloads the config.
 pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // First of all: SIGHUP's default action ends the process.
+    let hangups = Hangups::listen()?;
     let config = load(&args.config)?;
     let mut probe = Probe::new()?;
     // The monitor runs beside the probe, on the tracker, and stops after it.
@@ -94,17 +106,18 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result
         probe.extra_routes = Some(monitor_http::router(monitor));
         tracing::info!("convergence monitor running");
     }
-    let served = serve_config(&args, config, probe, shutdown).await;
+    let served = serve_config(&args, config, probe, hangups, shutdown).await;
     background.stop(GRACE).await;
     served
 }
 
 /// Runs `probe` on the targets of an already loaded `config` until `shutdown` (the
-/// process may have given `probe` more routes to serve).
+/// process may have given `probe` more routes to serve), reloading on `hangups`.
 async fn serve_config(
     args: &ServeArgs,
     config: Config,
-    probe: Probe,
+    mut probe: Probe,
+    hangups: Hangups,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let targets = config.probe_targets().map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
@@ -112,6 +125,265 @@ async fn serve_config(
     let listen = args.listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     tracing::info!(addr = %listener.local_addr()?, targets = targets.len(), "probe http server listening");
-    probe.run(targets, state, Arc::new(TracingObserver), listener, None, shutdown).await?;
+    let (control, inbox) = target_control();
+    let reloader = Arc::new(ConfigReloader {
+        path: args.config.clone(),
+        listen_flag: args.listen.is_some(),
+        applied: tokio::sync::Mutex::new(Applied::new(config, &targets)),
+        control,
+        shutdown: shutdown.clone(),
+        metrics: ReloadMetrics::new(probe.metrics.registry())?,
+    });
+    probe.reload = Some(reloader.clone());
+    let on_hangup = tokio::spawn(hangups.reload_each(reloader, shutdown.clone()));
+    let run =
+        probe.run_controlled(targets, state, Arc::new(TracingObserver), listener, None, shutdown.clone(), Some(inbox));
+    let result = run.await;
+    // The run also ends when its server fails: stop taking SIGHUPs either way.
+    on_hangup.abort();
+    result?;
     Ok(())
+}
+
+/// SIGHUP, caught from the start of `serve` so that it never ends the process.
+struct Hangups(#[cfg(unix)] tokio::signal::unix::Signal);
+
+impl Hangups {
+    fn listen() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                .context("listening for SIGHUP")?;
+            Ok(Self(signal))
+        }
+        #[cfg(not(unix))]
+        Ok(Self())
+    }
+
+    /// Reloads on every SIGHUP until `shutdown`; the reloader logs the outcome.
+    async fn reload_each(self, reloader: Arc<ConfigReloader>, shutdown: CancellationToken) {
+        #[cfg(unix)]
+        {
+            let mut signal = self.0;
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    got = signal.recv() => {
+                        if got.is_none() {
+                            break;
+                        }
+                        tracing::info!("SIGHUP: reloading the configuration");
+                        let _ = reloader.reload().await;
+                    }
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (self, reloader);
+            shutdown.cancelled().await;
+        }
+    }
+}
+
+/// The configuration in force, with the key each target's variable held when it was
+/// applied (the same fields with another key is a changed target).
+#[derive(Debug)]
+struct Applied {
+    config: Config,
+    keys: HashMap<String, String>,
+}
+
+impl Applied {
+    fn new(config: Config, targets: &[(ProbeSettings, TargetSchedule)]) -> Self {
+        let keys = targets.iter().map(|(s, _)| (s.name.clone(), s.api_key.clone())).collect();
+        Self { config, keys }
+    }
+}
+
+/// Re-reads `serve`'s configuration file and applies what changed; one reload at a time.
+#[derive(Debug)]
+struct ConfigReloader {
+    path: PathBuf,
+    /// `--listen` was given: the file's `listen` is not used, so it may change.
+    listen_flag: bool,
+    applied: tokio::sync::Mutex<Applied>,
+    control: TargetControl,
+    shutdown: CancellationToken,
+    metrics: ReloadMetrics,
+}
+
+#[async_trait]
+impl Reload for ConfigReloader {
+    async fn reload(&self) -> Result<ReloadReport, ReloadError> {
+        if self.shutdown.is_cancelled() {
+            return Err(ReloadError::ShuttingDown);
+        }
+        // Serializes reloads: each one compares with what the previous one applied.
+        let mut applied = self.applied.lock().await;
+        if self.shutdown.is_cancelled() {
+            return Err(ReloadError::ShuttingDown);
+        }
+        let result = self.reload_from(&mut applied).await;
+        match &result {
+            Ok(r) => {
+                self.metrics.record(true);
+                tracing::info!(
+                    added = ?r.added, changed = ?r.changed, removed = ?r.removed, unchanged = r.unchanged.len(),
+                    "configuration reloaded"
+                );
+            }
+            Err(ReloadError::ShuttingDown) => {}
+            Err(e) => {
+                self.metrics.record(false);
+                tracing::error!(config = %self.path.display(), error = %e, "configuration not reloaded; the running one is kept");
+            }
+        }
+        result
+    }
+}
+
+impl ConfigReloader {
+    async fn reload_from(&self, applied: &mut Applied) -> Result<ReloadReport, ReloadError> {
+        let new = Config::load(&self.path)?;
+        let old = &applied.config;
+        if !self.listen_flag && new.listen != old.listen {
+            return Err(ReloadError::RequiresRestart { field: "listen".into() });
+        }
+        if new.state_file != old.state_file {
+            return Err(ReloadError::RequiresRestart { field: "state_file".into() });
+        }
+        if new.monitor != old.monitor {
+            return Err(ReloadError::RequiresRestart { field: "monitor".into() });
+        }
+        // Every key variable is read now: one unset refuses the whole reload.
+        let targets = new.probe_targets()?;
+        let (changes, report) = plan(old, &applied.keys, &new, &targets);
+        let positions: HashMap<&str, usize> =
+            new.targets.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
+        self.control.apply(changes).await.map_err(|e| match e {
+            ControlError::Stopped => ReloadError::ShuttingDown,
+            ControlError::Target { name, source } => ReloadError::Invalid {
+                field: format!("targets[{}]", positions.get(name.as_str()).copied().unwrap_or_default()),
+                message: source.to_string(),
+            },
+        })?;
+        *applied = Applied::new(new, &targets);
+        Ok(report)
+    }
+}
+
+/// What to change to go from `old` (whose targets held `old_keys`) to `new`, whose
+/// settings are `targets` (in `new.targets`' order).
+fn plan(
+    old: &Config,
+    old_keys: &HashMap<String, String>,
+    new: &Config,
+    targets: &[(ProbeSettings, TargetSchedule)],
+) -> (TargetChanges, ReloadReport) {
+    let mut changes = TargetChanges::default();
+    let mut report = ReloadReport::default();
+    for (config, (settings, schedule)) in new.targets.iter().zip(targets) {
+        let name = config.name.clone();
+        match old.targets.iter().find(|t| t.name == name) {
+            Some(before) if before == config && old_keys.get(&name) == Some(&settings.api_key) => {
+                report.unchanged.push(name)
+            }
+            Some(_) => {
+                changes.start_or_update.push((settings.clone(), schedule.clone()));
+                report.changed.push(name);
+            }
+            None => {
+                changes.start_or_update.push((settings.clone(), schedule.clone()));
+                report.added.push(name);
+            }
+        }
+    }
+    for before in &old.targets {
+        if !new.targets.iter().any(|t| t.name == before.name) {
+            changes.remove.push(before.name.clone());
+            report.removed.push(before.name.clone());
+        }
+    }
+    (changes, report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str = r#"
+state_file = "/tmp/lockprobe-serve-reload-unit.json"
+
+[[targets]]
+name = "NAME"
+instances = ["http://127.0.0.1:9"]
+api_key_env = "PATH"
+test_prefix = "probe-"
+cache_ttl = "1s"
+replication_bound = "500ms"
+buffer = "BUFFER"
+schedule = "0 0 0 1 1 * 2099"
+timeout = "5m"
+"#;
+
+    fn config(targets: &[(&str, &str)]) -> Config {
+        let mut text = ONE.split("[[targets]]").next().unwrap().to_owned();
+        for (name, buffer) in targets {
+            let target = ONE.split("[[targets]]").nth(1).unwrap();
+            text.push_str(&format!("[[targets]]{}", target.replace("NAME", name).replace("BUFFER", buffer)));
+        }
+        text.parse().unwrap()
+    }
+
+    /// Every target's settings, with `key` as its key (the file names `PATH`, a variable
+    /// every test process has, so nothing needs setting).
+    fn settings(config: &Config, key: &str) -> Vec<(ProbeSettings, TargetSchedule)> {
+        let mut targets = config.probe_targets().unwrap();
+        for (settings, _) in &mut targets {
+            settings.api_key = key.to_owned();
+        }
+        targets
+    }
+
+    #[test]
+    fn a_plan_tells_added_changed_removed_and_unchanged_targets_apart() {
+        let old = config(&[("a", "1s"), ("b", "1s"), ("c", "1s")]);
+        let keys = settings(&old, "k").iter().map(|(s, _)| (s.name.clone(), s.api_key.clone())).collect();
+        let new = config(&[("a", "1s"), ("c", "2s"), ("d", "1s")]);
+        let (changes, report) = plan(&old, &keys, &new, &settings(&new, "k"));
+        assert_eq!(report.unchanged, ["a"]);
+        assert_eq!(report.changed, ["c"]);
+        assert_eq!(report.added, ["d"]);
+        assert_eq!(report.removed, ["b"]);
+        let started: Vec<&str> = changes.start_or_update.iter().map(|(s, _)| s.name.as_str()).collect();
+        assert_eq!(started, ["c", "d"]);
+        assert_eq!(changes.remove, ["b"]);
+        // The same fields with another key (a rotated key file) is a change.
+        let (_, report) = plan(&old, &keys, &old, &settings(&old, "rotated"));
+        assert_eq!(report.changed, ["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_reload_during_shutdown_is_refused_and_does_not_count_as_a_failure() {
+        let old = config(&[("a", "1s")]);
+        let (control, _inbox) = target_control();
+        let shutdown = CancellationToken::new();
+        let registry = prometheus::Registry::new();
+        let reloader = ConfigReloader {
+            path: PathBuf::from("/nonexistent/lockprobe.toml"),
+            listen_flag: false,
+            applied: tokio::sync::Mutex::new(Applied::new(old.clone(), &settings(&old, "k"))),
+            control,
+            shutdown: shutdown.clone(),
+            metrics: ReloadMetrics::new(&registry).unwrap(),
+        };
+        // Before shutdown the missing file is a refusal, counted.
+        assert!(matches!(reloader.reload().await, Err(ReloadError::Unreadable(_))));
+        assert!(crate::exposition::render(&registry).contains("lockprobe_config_last_reload_successful 0"));
+        reloader.metrics.record(true);
+        shutdown.cancel();
+        assert_eq!(reloader.reload().await, Err(ReloadError::ShuttingDown));
+        assert!(crate::exposition::render(&registry).contains("lockprobe_config_last_reload_successful 1"));
+    }
 }

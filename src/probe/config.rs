@@ -67,8 +67,8 @@ pub struct Config {
     pub monitor: Option<toml::Table>,
 }
 
-/// One service to probe.
-#[derive(Debug, Clone, Deserialize)]
+/// One service to probe. Equality tells a reload which targets changed.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
     /// Name used in metrics labels and the status page.
@@ -139,7 +139,7 @@ pub struct TargetConfig {
 }
 
 /// Lease lengths per phase, in the TOML `[targets.leases]` table.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseConfig {
     /// Parent lease of the whole migration.
@@ -173,7 +173,7 @@ fn default_state_file() -> PathBuf {
 pub const DEFAULT_KEY_ENV: &str = "LOCKPROBE_LOCK_API_KEY";
 
 /// The contents of a target's credential files, as read when the configuration was loaded.
-#[derive(Clone, Default)]
+#[derive(Clone, Default, PartialEq)]
 struct Loaded {
     /// The key from `api_key_file`.
     api_key: Option<String>,

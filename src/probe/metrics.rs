@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use prometheus::core::Collector;
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use serde::{Deserialize, Serialize};
 
@@ -74,6 +74,25 @@ fn histogram(
     labels: &[&str],
 ) -> Result<HistogramVec, MetricsError> {
     register(registry, HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels)?)
+}
+
+/// A metric vector with a `target` label whose series of one target can be removed.
+trait TargetSeries {
+    fn remove_target(&self, target: &str);
+}
+
+impl<T: MetricVecBuilder> TargetSeries for MetricVec<T> {
+    fn remove_target(&self, target: &str) {
+        for family in self.collect() {
+            for metric in family.get_metric() {
+                let labels: HashMap<&str, &str> = metric.get_label().iter().map(|l| (l.name(), l.value())).collect();
+                if labels.get("target") == Some(&target) {
+                    // Gone already if another caller removed it meanwhile: nothing to do.
+                    let _ = self.remove(&labels);
+                }
+            }
+        }
+    }
 }
 
 /// The `percentiles` object of the status API: exact percentiles of the last day.
@@ -250,6 +269,36 @@ impl Metrics {
         if let Some(e) = expected_convergence {
             self.expected.with_label_values(&[target]).set(e);
         }
+    }
+
+    /// Removes every series of `target` (a target taken out of the configuration), so
+    /// its last values do not linger as if it were still probed.
+    pub fn remove_target(&self, target: &str) {
+        let vecs: [&dyn TargetSeries; 18] = [
+            &self.runs,
+            &self.missed,
+            &self.claims,
+            &self.duration,
+            &self.assertions,
+            &self.violations,
+            &self.phase_duration,
+            &self.read_through,
+            &self.read_through_client,
+            &self.declared,
+            &self.expected,
+            &self.observed,
+            &self.last_success,
+            &self.convergence_violations,
+            &self.last_passed,
+            &self.consecutive_failures,
+            &self.unresolved,
+            &self.store_region_changes,
+        ];
+        for vec in vecs {
+            vec.remove_target(target);
+        }
+        self.windows.lock().unwrap_or_else(|e| e.into_inner()).by_key.retain(|(t, _), _| t != target);
+        self.unresolved_series.lock().unwrap_or_else(|e| e.into_inner()).remove(target);
     }
 
     /// Counts a scheduled cycle that did not start.
@@ -596,5 +645,23 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_removed_target_loses_every_series_and_the_others_keep_theirs() {
+        let m = Metrics::new().unwrap();
+        for t in ["demo", "other"] {
+            m.register_target(t, Some(1.5));
+            m.record_cycle(&CycleReport { target: t.into(), ..report() });
+            m.record_claim(t, "held");
+        }
+        let text = m.render();
+        assert!(text.contains(r#"target="demo""#) && text.contains("lockprobe_enforcement_violation_unresolved{"));
+        m.remove_target("demo");
+        let text = m.render();
+        assert!(!text.contains(r#"target="demo""#), "{text}");
+        assert!(text.contains(r#"lockprobe_probe_runs_total{result="failed",target="other"} 1"#), "{text}");
+        assert_eq!(m.percentiles("demo", Utc::now()), PercentilesDocument::default());
+        assert_ne!(m.percentiles("other", Utc::now()), PercentilesDocument::default());
     }
 }

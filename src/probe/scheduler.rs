@@ -8,17 +8,22 @@
 //! one; that is sharing the work, not a failure. The probe stays a black-box client: the
 //! replicas never talk to each other or to the routing store.
 //!
+//! A target's settings can change while it runs ([`run_target_plans`], for a reload of
+//! `serve`'s configuration): a cycle keeps the settings it started with, the next one
+//! takes the new ones, and stopping a target's schedule ([`Stops::retire`]) lets its
+//! cycles in flight finish instead of cancelling them.
+//!
 //! Time is read through [`WallClock`], which maps tokio's clock onto wall time, so the
 //! scheduler is tested on a paused tokio clock without sleeping.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use tokio::sync::Semaphore;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -68,6 +73,12 @@ pub trait CycleRunner: Send + Sync + 'static {
 
     /// Gives a claim back.
     async fn unclaim(&self, _claim: Claim) {}
+
+    /// Releases locks this target's cycles recorded and could not release (the
+    /// target stops for good: no later cycle will retry); returns how many were cleared.
+    async fn release_leftovers(&self) -> usize {
+        0
+    }
 }
 
 #[async_trait]
@@ -82,6 +93,10 @@ impl CycleRunner for super::scenario::Scenario {
 
     async fn unclaim(&self, claim: Claim) {
         self.release_claim(claim).await
+    }
+
+    async fn release_leftovers(&self) -> usize {
+        self.recover().await
     }
 }
 
@@ -171,25 +186,71 @@ pub struct TargetSchedule {
 
 /// The pool of test resources in fixed groups of [`RESOURCES_PER_CYCLE`], least recently
 /// used first. Groups are fixed so that replicas with the same pool agree on them (and
-/// on the resource that claims each).
+/// on the resource that claims each). It knows the groups cycles hold, so a new layout
+/// (a reloaded `pool_size` or `test_prefix`) never hands out a group a cycle still uses.
 #[derive(Debug)]
-struct Pool(Mutex<VecDeque<Vec<String>>>);
+struct Pool(Mutex<PoolState>);
+
+#[derive(Debug, Default)]
+struct PoolState {
+    free: VecDeque<Vec<String>>,
+    in_use: Vec<Vec<String>>,
+    layout: HashSet<Vec<String>>,
+}
+
+fn groups(resources: &[String]) -> Vec<Vec<String>> {
+    resources.chunks_exact(RESOURCES_PER_CYCLE).map(<[String]>::to_vec).collect()
+}
 
 impl Pool {
     fn new(resources: &[String]) -> Self {
-        Self(Mutex::new(resources.chunks_exact(RESOURCES_PER_CYCLE).map(<[String]>::to_vec).collect()))
+        let groups = groups(resources);
+        Self(Mutex::new(PoolState {
+            layout: groups.iter().cloned().collect(),
+            free: groups.into(),
+            in_use: Vec::new(),
+        }))
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn take(&self) -> Option<Vec<String>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+        let mut s = self.state();
+        let group = s.free.pop_front()?;
+        s.in_use.push(group.clone());
+        Some(group)
     }
 
     fn free(&self) -> usize {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.state().free.len()
     }
 
+    /// Returns a group a cycle took; a group the current layout no longer has is dropped.
     fn give_back(&self, group: Vec<String>) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push_back(group);
+        let mut s = self.state();
+        if let Some(i) = s.in_use.iter().position(|g| *g == group) {
+            s.in_use.swap_remove(i);
+        }
+        if s.layout.contains(&group) {
+            s.free.push_back(group);
+        }
+    }
+
+    /// Cuts a new list of resources into groups: free groups it keeps stay in their
+    /// order, new ones come last, groups in use come back when their cycle ends.
+    fn reshape(&self, resources: &[String]) {
+        let mut s = self.state();
+        let groups = groups(resources);
+        s.layout = groups.iter().cloned().collect();
+        let layout = s.layout.clone();
+        s.free.retain(|g| layout.contains(g));
+        for g in groups {
+            if !s.free.contains(&g) && !s.in_use.contains(&g) {
+                s.free.push_back(g);
+            }
+        }
     }
 }
 
@@ -228,25 +289,79 @@ pub async fn run_target(
     clock: WallClock,
     cancel: CancellationToken,
 ) {
-    let pool = Arc::new(Pool::new(&target.pool));
-    let slots = Arc::new(Semaphore::new(target.concurrency));
+    // No sender: the settings never change.
+    let (_, plans) = watch::channel(TargetPlan { schedule: target, runner });
+    let stops = Stops { retire: cancel.clone(), shutdown: cancel };
+    run_target_plans(plans, sink, clock, stops).await;
+}
+
+/// What a target's cycles run with: its schedule and the runner holding its settings.
+#[derive(Clone)]
+pub struct TargetPlan {
+    /// When and on what cycles run.
+    pub schedule: TargetSchedule,
+    /// Runs a cycle with the target's settings.
+    pub runner: Arc<dyn CycleRunner>,
+}
+
+/// The two ways a target's schedule ends.
+#[derive(Debug, Clone)]
+pub struct Stops {
+    /// No new cycles; cycles in flight finish with their settings (a target removed
+    /// from the configuration).
+    pub retire: CancellationToken,
+    /// No new cycles, and cycles in flight are cancelled and release their locks (the
+    /// process stops).
+    pub shutdown: CancellationToken,
+}
+
+/// Runs a target on the latest of `plans` until one of `stops` fires, then waits for
+/// the cycles in flight. A new plan applies from the next firing: the schedule is read
+/// afresh from now, the pool takes the new layout, the concurrency limit the new value;
+/// cycles already running keep the runner (settings) and timeout they started with.
+/// When the schedule has no further firing times the target waits for a new plan.
+pub async fn run_target_plans(
+    mut plans: watch::Receiver<TargetPlan>,
+    sink: Arc<dyn CycleSink>,
+    clock: WallClock,
+    stops: Stops,
+) {
+    let mut plan = plans.borrow_and_update().clone();
+    let pool = Arc::new(Pool::new(&plan.schedule.pool));
+    let mut plans_open = true;
     let mut running = JoinSet::new();
     let mut after = clock.now();
     loop {
-        let Some(fire) = target.schedule.after(&after).next() else {
+        let target = &plan.schedule;
+        let next = target.schedule.after(&after).next();
+        if next.is_none() && !plans_open {
             tracing::info!(target_name = %target.name, "schedule has no further firing times");
             break;
-        };
+        }
         let jitter = if target.jitter.is_zero() {
             Duration::ZERO
         } else {
             Duration::from_millis(rand::random_range(0..=target.jitter.as_millis() as u64))
         };
-        let wake = clock.instant_at(fire) + jitter;
-        tokio::select! {
-            _ = tokio::time::sleep_until(wake) => {}
-            _ = cancel.cancelled() => break,
+        let wake = next.map(|fire| clock.instant_at(fire) + jitter);
+        let woke = wait(wake, &mut plans, plans_open, &stops).await;
+        match woke {
+            Wake::Fire => {}
+            Wake::Stop => break,
+            Wake::Plan(false) => {
+                plans_open = false;
+                continue;
+            }
+            Wake::Plan(true) => {
+                plan = plans.borrow_and_update().clone();
+                pool.reshape(&plan.schedule.pool);
+                after = clock.now();
+                tracing::info!(target_name = %plan.schedule.name, "new settings apply from the next cycle");
+                continue;
+            }
         }
+        let target = &plan.schedule;
+        let Some(fire) = next else { continue };
         // Reap finished cycles so the set does not grow over months of uptime.
         while running.try_join_next().is_some() {}
 
@@ -261,50 +376,85 @@ pub async fn run_target(
         }
         after = skipped.last().copied().unwrap_or(fire);
 
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
+        // Cycles in flight count against the limit whatever settings they started with.
+        if running.len() >= target.concurrency {
             tracing::warn!(target_name = %target.name, limit = target.concurrency, "concurrency limit reached, schedule missed");
             sink.missed(&target.name, 1);
             continue;
-        };
+        }
         if pool.free() == 0 {
             tracing::warn!(target_name = %target.name, "no free test resources, schedule missed");
             sink.missed(&target.name, 1);
             continue;
         }
-        let (runner, sink, pool) = (runner.clone(), sink.clone(), pool.clone());
-        let cycle_cancel = cancel.child_token();
+        let (runner, sink, pool) = (plan.runner.clone(), sink.clone(), pool.clone());
+        let cycle_cancel = stops.shutdown.child_token();
         let timeout = target.timeout;
         let name = target.name.clone();
         let span = tracing::info_span!("probe", target = %target.name);
-        running.spawn(
-            async move {
-                let Some((resources, claim)) =
-                    claim_a_group(&pool, runner.as_ref(), sink.as_ref(), &name, timeout + CLAIM_SLACK).await
-                else {
-                    tracing::info!(
-                        "every free group of test resources is held by another replica; this firing is theirs"
-                    );
-                    drop(permit);
-                    return;
-                };
-                tracing::info!(resource = %resources[0], "cycle starting");
-                let timer_cancel = cycle_cancel.clone();
-                let timer = tokio::spawn(async move {
-                    tokio::time::sleep(timeout).await;
-                    timer_cancel.cancel();
-                });
-                let report = runner.run(resources.clone(), cycle_cancel).await;
-                timer.abort();
-                tracing::info!(result = report.result.as_str(), failed = report.failed_assertions(), "cycle finished");
-                sink.cycle(&report);
-                runner.unclaim(claim).await;
-                pool.give_back(resources);
-                drop(permit);
-            }
-            .instrument(span),
-        );
+        running.spawn(run_one(runner, sink, pool, name, timeout, cycle_cancel).instrument(span));
     }
     while running.join_next().await.is_some() {}
+}
+
+/// Sleeps until `wake` (for ever when `None`), a new plan (while `plans_open`) or a stop.
+async fn wait(wake: Option<Instant>, plans: &mut watch::Receiver<TargetPlan>, plans_open: bool, stops: &Stops) -> Wake {
+    let sleep = async {
+        match wake {
+            Some(wake) => tokio::time::sleep_until(wake).await,
+            None => std::future::pending().await,
+        }
+    };
+    let changed = async {
+        if plans_open {
+            plans.changed().await.is_ok()
+        } else {
+            std::future::pending().await
+        }
+    };
+    tokio::select! {
+        _ = sleep => Wake::Fire,
+        open = changed => Wake::Plan(open),
+        _ = stops.retire.cancelled() => Wake::Stop,
+        _ = stops.shutdown.cancelled() => Wake::Stop,
+    }
+}
+
+/// Why the scheduler woke up.
+enum Wake {
+    Fire,
+    /// A new plan (`true`), or no more plans will come (`false`).
+    Plan(bool),
+    Stop,
+}
+
+/// One cycle: claim a group, run on it until done or `timeout`, record, give back.
+async fn run_one(
+    runner: Arc<dyn CycleRunner>,
+    sink: Arc<dyn CycleSink>,
+    pool: Arc<Pool>,
+    name: String,
+    timeout: Duration,
+    cycle_cancel: CancellationToken,
+) {
+    let Some((resources, claim)) =
+        claim_a_group(&pool, runner.as_ref(), sink.as_ref(), &name, timeout + CLAIM_SLACK).await
+    else {
+        tracing::info!("every free group of test resources is held by another replica; this firing is theirs");
+        return;
+    };
+    tracing::info!(resource = %resources[0], "cycle starting");
+    let timer_cancel = cycle_cancel.clone();
+    let timer = tokio::spawn(async move {
+        tokio::time::sleep(timeout).await;
+        timer_cancel.cancel();
+    });
+    let report = runner.run(resources.clone(), cycle_cancel).await;
+    timer.abort();
+    tracing::info!(result = report.result.as_str(), failed = report.failed_assertions(), "cycle finished");
+    sink.cycle(&report);
+    runner.unclaim(claim).await;
+    pool.give_back(resources);
 }
 
 /// Firing times after `fire` that were already more than `late` in the past at `now`.
@@ -500,6 +650,128 @@ mod tests {
         let r = run_beside(Some(busy), 1, 1, 14, 0, 60, 25).await;
         assert!(r.runner.starts.lock().unwrap().is_empty());
         assert_eq!(*r.sink.missed.lock().unwrap(), 0);
+    }
+
+    fn fake(length: u64, clock: WallClock) -> Arc<FakeRunner> {
+        Arc::new(FakeRunner {
+            clock,
+            length: Duration::from_secs(length),
+            starts: Mutex::new(vec![]),
+            cancelled: Mutex::new(0),
+            busy: None,
+            unclaimed: Mutex::new(vec![]),
+        })
+    }
+
+    fn every_ten_seconds(pool: usize, concurrency: usize) -> TargetSchedule {
+        TargetSchedule {
+            name: "t".into(),
+            schedule: cron::Schedule::from_str("*/10 * * * * *").unwrap(),
+            jitter: Duration::ZERO,
+            concurrency,
+            timeout: Duration::from_secs(60),
+            pool: (1..=pool).map(|i| format!("probe-{i:04}")).collect(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_plan_applies_from_the_next_cycle_and_the_one_in_flight_keeps_its_settings() {
+        let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 3).unwrap();
+        let clock = WallClock::starting_at(base);
+        let (old, new) = (fake(8, clock), fake(1, clock));
+        let sink = Arc::new(Sink::default());
+        let (plans, updates) = watch::channel(TargetPlan { schedule: every_ten_seconds(7, 1), runner: old.clone() });
+        let stops = Stops { retire: CancellationToken::new(), shutdown: CancellationToken::new() };
+        let task = tokio::spawn(run_target_plans(updates, sink.clone(), clock, stops.clone()));
+        // The first cycle starts at 00:00:10 (7 s in) and runs 8 s; change the plan in its middle.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(old.starts.lock().unwrap().len(), 1);
+        plans.send_replace(TargetPlan { schedule: every_ten_seconds(14, 1), runner: new.clone() });
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        stops.shutdown.cancel();
+        task.await.unwrap();
+        assert_eq!(*old.cancelled.lock().unwrap(), 0, "the cycle in flight was not cancelled");
+        assert_eq!(old.starts.lock().unwrap().len(), 1, "no cycle started on the old settings after the change");
+        // The old cycle ran 00:00:10 to :18; the new settings run at :20 and :30.
+        let starts: Vec<i64> = new.starts.lock().unwrap().iter().map(|(t, _)| (*t - base).num_seconds()).collect();
+        assert_eq!(starts, vec![17, 27], "the new settings from the next firing on");
+        assert_eq!(*sink.cycles.lock().unwrap(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cycle_in_flight_counts_against_the_new_concurrency_and_keeps_its_group() {
+        let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 3).unwrap();
+        let clock = WallClock::starting_at(base);
+        let (old, new) = (fake(15, clock), fake(15, clock));
+        let sink = Arc::new(Sink::default());
+        let (plans, updates) = watch::channel(TargetPlan { schedule: every_ten_seconds(7, 1), runner: old.clone() });
+        let stops = Stops { retire: CancellationToken::new(), shutdown: CancellationToken::new() };
+        let task = tokio::spawn(run_target_plans(updates, sink.clone(), clock, stops.clone()));
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        // Two slots and a second group: the next firing (:20) runs beside the old cycle,
+        // on the new group, never on the group the old cycle holds.
+        plans.send_replace(TargetPlan { schedule: every_ten_seconds(14, 2), runner: new.clone() });
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        stops.shutdown.cancel();
+        task.await.unwrap();
+        let old_group = old.starts.lock().unwrap()[0].1[0].clone();
+        let new_starts = new.starts.lock().unwrap().clone();
+        assert_eq!(new_starts.len(), 1, "{new_starts:?}");
+        assert_eq!(old_group, "probe-0001");
+        assert_eq!(new_starts[0].1[0], "probe-0008");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retiring_lets_the_cycle_in_flight_finish_and_starts_no_other() {
+        let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 3).unwrap();
+        let clock = WallClock::starting_at(base);
+        let runner = fake(8, clock);
+        let sink = Arc::new(Sink::default());
+        let (_plans, updates) =
+            watch::channel(TargetPlan { schedule: every_ten_seconds(14, 2), runner: runner.clone() });
+        let stops = Stops { retire: CancellationToken::new(), shutdown: CancellationToken::new() };
+        let task = tokio::spawn(run_target_plans(updates, sink.clone(), clock, stops.clone()));
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        stops.retire.cancel();
+        let started = tokio::time::Instant::now();
+        task.await.unwrap();
+        // It ended when the cycle did (00:00:18), 6 s after the retirement.
+        assert_eq!(started.elapsed(), Duration::from_secs(6));
+        assert_eq!(*runner.cancelled.lock().unwrap(), 0);
+        assert_eq!(runner.starts.lock().unwrap().len(), 1);
+        assert_eq!(*sink.cycles.lock().unwrap(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_cancels_the_cycle_in_flight() {
+        let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 3).unwrap();
+        let clock = WallClock::starting_at(base);
+        let runner = fake(8, clock);
+        let (_plans, updates) =
+            watch::channel(TargetPlan { schedule: every_ten_seconds(7, 1), runner: runner.clone() });
+        let stops = Stops { retire: CancellationToken::new(), shutdown: CancellationToken::new() };
+        let task = tokio::spawn(run_target_plans(updates, Arc::new(Sink::default()), clock, stops.clone()));
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        stops.shutdown.cancel();
+        task.await.unwrap();
+        assert_eq!(*runner.cancelled.lock().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_reshaped_pool_never_hands_out_a_group_in_use() {
+        let resources = |n: usize| (1..=n).map(|i| format!("p{i}")).collect::<Vec<_>>();
+        let pool = Pool::new(&resources(14));
+        let held = pool.take().unwrap();
+        pool.reshape(&resources(21));
+        assert_eq!(pool.free(), 2, "p8 and p15, not p1 which a cycle holds");
+        pool.give_back(held);
+        assert_eq!(pool.free(), 3);
+        let held = pool.take().unwrap();
+        assert_eq!(held[0], "p8");
+        pool.reshape(&resources(7));
+        assert_eq!(pool.free(), 1);
+        pool.give_back(held);
+        assert_eq!(pool.free(), 1, "a group the new layout has not is dropped when given back");
     }
 
     #[test]

@@ -1,17 +1,19 @@
 //! The probe's own HTTP server: `/metrics` (Prometheus text), `/healthz`, `/readyz`,
-//! `/api/v1/status` (JSON, shape agreed with the status page) and `/` (the status page).
+//! `/api/v1/status` (JSON, shape agreed with the status page), `/` (the status page) and,
+//! when the process can reload its configuration, `POST /-/reload` (Prometheus's path).
 
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics::Metrics;
+use super::reload::{Reload, ReloadError, TYPE_PREFIX};
 use super::status::{ProbeStatus, StatusDocument};
 use crate::exposition;
 
@@ -22,17 +24,20 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The probe's status (cycles, readiness).
     pub status: Arc<ProbeStatus>,
+    /// Re-reads the configuration, when the process has one to re-read.
+    pub reload: Option<Arc<dyn Reload>>,
 }
 
 /// The router, separate from binding so tests can drive it with `oneshot`.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/", get(page))
         .route(exposition::PATH, exposition::route(state.metrics.registry().clone()))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/api/v1/status", get(status))
-        .with_state(state)
+        .route("/api/v1/status", get(status));
+    let router = if state.reload.is_some() { router.route("/-/reload", post(reload)) } else { router };
+    router.with_state(state)
 }
 
 /// Serves `router(state)`, plus `extra` routes when given (e.g. the monitor's
@@ -58,6 +63,34 @@ async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
+/// `POST /-/reload`: 200 with what changed, or the refusal as problem+json (the
+/// configuration in force is kept).
+async fn reload(State(s): State<AppState>) -> Response {
+    let Some(reload) = s.reload else {
+        return problem(&ReloadError::ShuttingDown);
+    };
+    match reload.reload().await {
+        Ok(report) => Json(report).into_response(),
+        Err(e) => problem(&e),
+    }
+}
+
+/// A refused reload as RFC 9457 problem+json, with the field it is about.
+fn problem(e: &ReloadError) -> Response {
+    let mut body = serde_json::json!({
+        "type": format!("{TYPE_PREFIX}{}", e.kind()),
+        "title": "configuration not reloaded",
+        "status": e.status().as_u16(),
+        "detail": e.to_string(),
+    });
+    if let Some(field) = e.field() {
+        body["field"] = field.into();
+    }
+    let mut response = (e.status(), body.to_string()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    response
+}
+
 async fn status(State(s): State<AppState>) -> Json<StatusDocument> {
     Json(s.status.document(&s.metrics))
 }
@@ -78,7 +111,7 @@ mod tests {
         metrics.register_target("demo", Some(1.5));
         let status = Arc::new(ProbeStatus::new());
         status.add_target("demo", &["http://127.0.0.1:1".into()], Some(1.5));
-        AppState { metrics, status }
+        AppState { metrics, status, reload: None }
     }
 
     async fn get(app: Router, path: &str) -> (StatusCode, String, String) {

@@ -301,6 +301,11 @@ impl ProbeStatus {
         });
     }
 
+    /// Forgets a target that is no longer probed.
+    pub fn remove_target(&self, name: &str) {
+        self.with(|t| t.remove(name));
+    }
+
     /// Marks the configuration as loaded (half of readiness).
     pub fn set_config_loaded(&self, v: bool) {
         self.config_loaded.store(v, Ordering::SeqCst);

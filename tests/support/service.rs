@@ -42,12 +42,24 @@ pub async fn start_service_with_store_faults(
     replication_bound: Duration,
     store_faults: &[&str],
 ) -> TestService {
+    start_service_keeping_store(faults, cache_ttl, replication_bound, store_faults).await.0
+}
+
+/// [`start_service_with_store_faults`], also returning the memory store under the
+/// service, for tests that count what the service committed (its change stream).
+pub async fn start_service_keeping_store(
+    faults: Vec<Fault>,
+    cache_ttl: Duration,
+    replication_bound: Duration,
+    store_faults: &[&str],
+) -> (TestService, Arc<MemoryStore>) {
     let key = format!("test-key-{}", std::process::id());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let memory: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
+    let kept = Arc::new(MemoryStore::new(
         clock.clone(),
         MemoryStoreConfig { replica_lag: replication_bound, ..MemoryStoreConfig::default() },
     ));
+    let memory: Arc<dyn LocationStore> = kept.clone();
     let faulty = FaultyStore::new(memory, clock.clone(), 0);
     for rule in store_faults {
         faulty.add_rule(rule.parse().expect("a valid store-fault rule"));
@@ -66,7 +78,7 @@ pub async fn start_service_with_store_faults(
     let urls = running.addrs.iter().map(|a| format!("http://{a}")).collect();
     // The service tasks stop when `stop` fires; nothing needs to wait for them here.
     std::mem::forget(running);
-    TestService { urls, key, stop }
+    (TestService { urls, key, stop }, kept)
 }
 
 /// The route view of `resource` on `url`.
