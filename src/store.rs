@@ -6,6 +6,7 @@
 //! paged scan of all documents.
 
 pub mod cosmos;
+pub mod counting;
 pub mod faults;
 pub mod memory;
 
