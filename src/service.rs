@@ -3,6 +3,8 @@
 //!
 //! - [`lock_api`]: the orchestrator's lock calls, behind a bearer key and an optional
 //!   test-resource prefix.
+//! - [`design`]: where locks live, `embedded` in the routing document or in a separate
+//!   lock `record` read on every operation (the baseline the benchmark compares with).
 //! - [`data_api`]: the route view and the item API, with allow / block / tombstone
 //!   from [`crate::routing::enforce()`] and `Server-Timing` on every answer.
 //! - [`items`]: user data, one item store per location.
@@ -14,6 +16,7 @@
 //! convergence are observed across instances.
 
 pub mod data_api;
+pub mod design;
 pub mod error;
 pub mod input;
 pub mod items;
@@ -39,6 +42,7 @@ use crate::routing::lifecycle::DEFAULT_SKEW_MARGIN;
 use crate::routing::{ClientOptions, Deviations, LockPolicy, RoutingClient};
 use crate::store::LocationStore;
 use crate::usage::MAX_DURATION;
+pub use design::LockDesign;
 use items::ItemStores;
 
 /// Deliberate misbehaviour, for proving that a probe catches it. Off by default.
@@ -106,6 +110,8 @@ pub struct ServiceConfig {
     pub clock_skews: Vec<ClockSkew>,
     /// Store metrics (e.g. Cosmos request charges), served at `GET /metrics` when set.
     pub metrics: Option<prometheus::Registry>,
+    /// Where locks live (see [`design`]).
+    pub lock_design: LockDesign,
 }
 
 impl ServiceConfig {
@@ -126,6 +132,7 @@ impl ServiceConfig {
             faults: Vec::new(),
             clock_skews: Vec::new(),
             metrics: None,
+            lock_design: LockDesign::default(),
         }
     }
 

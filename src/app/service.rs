@@ -8,7 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::store::{OpenStoreError, StoreArgs};
 use crate::clock::{Clock, SystemClock};
-use crate::service::{start, ClockSkew, Fault, ServiceConfig};
+use crate::service::{start, ClockSkew, Fault, LockDesign, ServiceConfig};
+use crate::store::counting::CountingStore;
 use crate::store::faults::{FaultRule, FaultyStore};
 use crate::store::LocationStore;
 use crate::usage::UsageError;
@@ -68,6 +69,11 @@ pub struct ServiceArgs {
     /// same faults).
     #[arg(long, default_value_t = 0)]
     pub store_fault_seed: u64,
+    /// Where locks live: `embedded` in the routing document (cached with it), or
+    /// `record`, a separate lock record per resource read from the write region on every
+    /// user operation (the lock-table baseline `lockprobe bench` compares against).
+    #[arg(long, value_enum, default_value_t = LockDesign::Embedded)]
+    pub lock_design: LockDesign,
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]
     pub store: StoreArgs,
@@ -90,6 +96,7 @@ impl ServiceArgs {
             max_decision_age: self.max_decision_age,
             faults: self.faults.clone(),
             clock_skews: self.clock_skews.clone(),
+            lock_design: self.lock_design,
             ..ServiceConfig::new(api_key)
         };
         if let Some(skew) = self.clock_skews.iter().find(|s| s.instance >= usize::from(self.instances)) {
@@ -149,6 +156,11 @@ pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Resu
         .await
         .map_err(OpenStoreError::into_anyhow)?;
     let store = with_store_faults(store, clock.clone(), &args.store_faults, args.store_fault_seed);
+    // The store's own counts of calls per document kind, on /metrics: what each lock
+    // design costs in reads.
+    let counting = CountingStore::new(store);
+    counting.register(&registry)?;
+    let store: Arc<dyn LocationStore> = Arc::new(counting);
     let config = ServiceConfig { metrics: Some(registry), ..config };
     let declared = config.declared_convergence();
     let running = start(config, store, clock, addrs, shutdown).await?;
@@ -156,6 +168,7 @@ pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Resu
         println!("lockprobe service: instance {i} listening on http://{addr}");
     }
     println!("lockprobe service: declared convergence delay {}", humantime::format_duration(declared));
+    println!("lockprobe service: lock design {}", args.lock_design);
     running.wait().await;
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::{Clock, SystemClock};
-use lockprobe::service::{start, Fault, ServiceConfig};
+use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::LocationStore;
@@ -42,6 +42,25 @@ pub async fn start_service_with_store_faults(
     replication_bound: Duration,
     store_faults: &[&str],
 ) -> TestService {
+    start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults).await
+}
+
+/// [`start_service`] with locks where `design` keeps them.
+pub async fn start_service_with_design(
+    design: LockDesign,
+    cache_ttl: Duration,
+    replication_bound: Duration,
+) -> TestService {
+    start_service_with(design, Vec::new(), cache_ttl, replication_bound, &[]).await
+}
+
+async fn start_service_with(
+    design: LockDesign,
+    faults: Vec<Fault>,
+    cache_ttl: Duration,
+    replication_bound: Duration,
+    store_faults: &[&str],
+) -> TestService {
     let key = format!("test-key-{}", std::process::id());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let memory: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(
@@ -58,6 +77,7 @@ pub async fn start_service_with_store_faults(
         replication_bound,
         test_prefix: Some("probe-".into()),
         faults,
+        lock_design: design,
         ..ServiceConfig::new(key.clone())
     };
     let stop = CancellationToken::new();
