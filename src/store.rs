@@ -8,6 +8,7 @@
 pub mod cosmos;
 pub mod counting;
 pub mod faults;
+pub mod latency;
 pub mod memory;
 
 use std::fmt::{self, Debug};
