@@ -56,7 +56,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1000.0, value_parser = parse_rate)]
     pub rate: f64,
     /// Measured time of each run.
-    #[arg(long, value_parser = parse_bounded_duration, default_value = "20s")]
+    #[arg(long, value_parser = parse_bounded_duration, default_value = "10s")]
     pub duration: Duration,
     /// Load before measuring (caches fill, migrations spread out).
     #[arg(long, value_parser = parse_bounded_duration, default_value = "5s")]

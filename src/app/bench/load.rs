@@ -15,6 +15,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
+use futures::StreamExt;
 use hdrhistogram::Histogram;
 use rand::Rng;
 use serde_json::{json, Value};
@@ -156,8 +157,16 @@ pub async fn run(spec: &LoadSpec, store: Arc<dyn LocationStore>) -> anyhow::Resu
     // The population: every resource has its routing document, old enough for the
     // replicas to have it (a real population is not brand new).
     let ids: Arc<Vec<String>> = Arc::new((0..spec.resources).map(|i| format!("{}{i}", spec.prefix)).collect());
-    for id in ids.iter() {
-        match store.create(&LocationDocument::new(id.clone(), LOCATIONS[0])).await {
+    let created: Vec<_> = futures::stream::iter(ids.iter())
+        .map(|id| {
+            let store = store.clone();
+            async move { store.create(&LocationDocument::new(id.clone(), LOCATIONS[0])).await }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    for outcome in created {
+        match outcome {
             Ok(_) | Err(crate::store::StoreError::Conflict) => {}
             Err(e) => anyhow::bail!("creating the population: {e}"),
         }
@@ -172,6 +181,8 @@ pub async fn run(spec: &LoadSpec, store: Arc<dyn LocationStore>) -> anyhow::Resu
     let end = measure_from + spec.duration;
 
     let migrating = ((spec.resources as f64) * spec.migrating).round() as usize;
+    // About how long one migration takes: convergence, both holds, the swap's wait.
+    let period = config.declared_convergence() + 2 * spec.phase_hold + spec.max_decision_age + 3 * spec.skew_margin;
     let mut tasks = Vec::new();
     for worker in 0..migrating {
         // Worker w migrates resources w, w + M, w + 2M, ...: never two at once on one.
@@ -181,6 +192,12 @@ pub async fn run(spec: &LoadSpec, store: Arc<dyn LocationStore>) -> anyhow::Resu
         let clock = clock.clone();
         let skew = spec.skew_margin;
         tasks.push(tokio::spawn(async move {
+            // Spread the migrations over one migration's time, not all in step.
+            let stagger = Duration::from_secs_f64(rand::rng().random_range(0.0..=1.0) * period.as_secs_f64());
+            tokio::select! {
+                _ = tokio::time::sleep(stagger) => {}
+                _ = stop.cancelled() => return,
+            }
             let mut next = 0;
             while !stop.is_cancelled() {
                 let id = &own[next % own.len()];
