@@ -4,6 +4,8 @@
 //!
 //! - [`serve`]: `lockprobe serve` and `check-config`: the probe on its schedules and,
 //!   with a `[monitor]` table, the convergence monitor, in one process.
+//! - [`bench`]: `lockprobe bench`: the embedded and lock-record designs head to head
+//!   under one load, store reads per operation counted by the store.
 //! - [`demo`]: `lockprobe demo`: store, reference service, probe and monitor in one process.
 //! - [`validate`]: `lockprobe validate`: one probe cycle as a pre-release gate.
 //! - [`gate`]: `lockprobe gate`: the release gate, a candidate service under every
@@ -14,6 +16,7 @@
 //!   they name.
 //! - [`tasks`]: how `serve` and `demo` run their background parts and stop them.
 
+pub mod bench;
 pub mod demo;
 pub mod gate;
 pub mod monitor;

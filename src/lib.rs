@@ -20,7 +20,10 @@
 //! 2. [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
 //!    [`store::cosmos`] the Azure Cosmos DB backend (which discovers the account's write
 //!    region and follows a failover), [`store::faults`] a wrapper around
-//!    either that injects slow, late, ambiguous and failed calls. It knows documents, not
+//!    either that injects slow, late, ambiguous and failed calls, [`store::counting`] a
+//!    wrapper counting point calls by document kind (routing document or lock record),
+//!    and [`store::latency`] one that gives the memory store Cosmos DB's latencies for
+//!    load runs. It knows documents, not
 //!    lock rules, and no command line.
 //! 3. [`routing`]: the lock lifecycle (pure, with the commit-time rules and idempotency
 //!    records), enforcement, cache freshness, the tiered cache and the `RoutingClient` a
@@ -28,7 +31,9 @@
 //! 4. Three components, none using another or the wiring:
 //!    - [`service`]: the reference service speaking the probe contract
 //!      (`docs/contract.md`) over the routing library, with the contract's OpenAPI 3.1
-//!      description at `GET /openapi.json`, over HTTP or HTTPS (optionally mutual TLS).
+//!      description at `GET /openapi.json`, over HTTP or HTTPS (optionally mutual TLS);
+//!      its locks embedded in the routing document or, as a measured baseline, in
+//!      separate lock records ([`service::design`]).
 //!    - [`monitor`]: the convergence monitor; reads the store's change stream and settles
 //!      what it reads with the routing lifecycle's rules.
 //!    - [`probe`]: the black-box probe (contract client, cycles with eager checks,
@@ -38,7 +43,7 @@
 //!      the service it judges and uses only [`clock`], [`usage`], [`percentiles`],
 //!      [`exposition`] and [`html`].
 //! 5. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,
-//!    `service`, `monitor`), the store selection they share and their shutdown;
+//!    `service`, `monitor`, `bench`), the store selection they share and their shutdown;
 //!    `main.rs` only parses the command line and calls into it.
 
 pub mod app;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use lockprobe::app::{demo, gate, monitor, serve, service, validate};
+use lockprobe::app::{bench, demo, gate, monitor, serve, service, validate};
 use lockprobe::usage::{exit_code, EXIT_USAGE};
 
 #[derive(Debug, Parser)]
@@ -47,6 +47,9 @@ enum Command {
     /// Watch every migration in a routing store: lock timelines, early escalations,
     /// orphaned locks, partial cutovers.
     Monitor(Box<monitor::MonitorCommand>),
+    /// Measure the embedded lock design against the lock-record baseline: store reads
+    /// per user operation, latency and throughput, at several fractions migrating.
+    Bench(Box<bench::BenchArgs>),
     /// Check a probe configuration file; exit 64 naming the bad field.
     CheckConfig {
         /// The TOML configuration file.
@@ -64,7 +67,7 @@ fn main() -> ExitCode {
     };
     // validate and demo print their own progress on stdout; info logs would interleave.
     let default_filter = match cli.command {
-        Command::Validate(_) | Command::Demo(_) | Command::Gate(_) => "warn",
+        Command::Validate(_) | Command::Demo(_) | Command::Gate(_) | Command::Bench(_) => "warn",
         _ => "info",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::run(*args, shutdown).await,
             Command::Validate(args) => validate::run(*args, shutdown).await,
             Command::Gate(args) => gate::run(*args, shutdown).await,
+            Command::Bench(args) => bench::run(*args, shutdown).await,
             Command::Serve(args) => serve::run(args, shutdown).await.map(|()| 0),
             Command::Monitor(cmd) => monitor::run(*cmd, shutdown).await.map(|()| 0),
             Command::CheckConfig { file } => serve::check_config(&file).map(|()| 0),

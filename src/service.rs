@@ -3,6 +3,8 @@
 //!
 //! - [`lock_api`]: the orchestrator's lock calls, behind a bearer key and an optional
 //!   test-resource prefix.
+//! - [`design`]: where locks live, `embedded` in the routing document or in a separate
+//!   lock `record` read on every operation (the baseline the benchmark compares with).
 //! - [`data_api`]: the route view and the item API, with allow / block / tombstone
 //!   from [`crate::routing::enforce()`] and `Server-Timing` on every answer.
 //! - [`items`]: user data, one item store per location.
@@ -15,6 +17,7 @@
 //! convergence are observed across instances.
 
 pub mod data_api;
+pub mod design;
 pub mod error;
 pub mod input;
 pub mod items;
@@ -41,6 +44,7 @@ use crate::routing::lifecycle::DEFAULT_SKEW_MARGIN;
 use crate::routing::{ClientOptions, Deviations, LockPolicy, RoutingClient};
 use crate::store::LocationStore;
 use crate::usage::MAX_DURATION;
+pub use design::LockDesign;
 use items::ItemStores;
 
 /// Deliberate misbehaviour, for proving that a probe catches it. Off by default.
@@ -110,6 +114,8 @@ pub struct ServiceConfig {
     pub metrics: Option<prometheus::Registry>,
     /// Serve HTTPS with this configuration ([`tls::server_config`]) instead of HTTP.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// Where locks live (see [`design`]).
+    pub lock_design: LockDesign,
 }
 
 impl ServiceConfig {
@@ -131,6 +137,7 @@ impl ServiceConfig {
             clock_skews: Vec::new(),
             metrics: None,
             tls: None,
+            lock_design: LockDesign::default(),
         }
     }
 

@@ -6,7 +6,9 @@
 //! paged scan of all documents.
 
 pub mod cosmos;
+pub mod counting;
 pub mod faults;
+pub mod latency;
 pub mod memory;
 
 use std::fmt::{self, Debug};

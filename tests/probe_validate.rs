@@ -9,8 +9,9 @@ use std::process::Output;
 use std::time::Duration;
 
 use lockprobe::service::Fault;
+use lockprobe::service::LockDesign;
 use serde_json::Value;
-use support::{start_service, TestService};
+use support::{start_service, start_service_with_design, TestService};
 
 const TTL: Duration = Duration::from_secs(1);
 const BOUND: Duration = Duration::from_millis(500);
@@ -248,6 +249,22 @@ async fn passes_against_the_reference_service() {
     let holds = &run.json["phaseDurations"];
     assert!(holds["preLock"].as_f64().unwrap() >= 1.5, "{holds}");
     assert!(holds["hardDelete"].as_f64().unwrap() >= 0.0 && holds["write"].as_f64().unwrap() >= 0.0, "{holds}");
+}
+
+/// The lock-record baseline (`--lock-design record`) keeps the same contract: the whole
+/// cycle and every negative check pass against it, its write-phase reads go to the
+/// write region (the lock record), and every instance shows the lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_against_the_lock_record_design() {
+    let svc = start_service_with_design(LockDesign::Record, TTL, BOUND).await;
+    let run = validate(&svc, &["--buffer", "500ms", "--expect-convergence", "1500ms"]).await;
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert_eq!((run.json["result"].as_str(), run.json["enforcementViolations"].as_u64()), (Some("passed"), Some(0)));
+    let assertions = run.json["assertions"].as_array().unwrap();
+    assert!(assertions.len() > 50, "a full cycle, got {}", assertions.len());
+    assert!(assertions.iter().all(|a| a["passed"] == true));
+    let read_through = assertions.iter().filter(|a| a["op"] == "read-through" && a["passed"] == true).count();
+    assert_eq!(read_through, svc.urls.len(), "every write-phase read went to the write region");
 }
 
 /// A service whose caches serve a document whose lock has started: reads in the write

@@ -27,6 +27,7 @@ fn bad_flags_are_usage_errors_naming_the_flag() {
         (vec!["--store-fault", "replace:delay=1000000years"], "--store-fault"),
         (vec!["--skew-margin", "500000years"], "--skew-margin"),
         (vec!["--max-decision-age", "soon"], "--max-decision-age"),
+        (vec!["--lock-design", "table"], "--lock-design"),
     ] {
         let out = lockprobe().arg("service").args(&args).env("LOCKPROBE_LOCK_API_KEY", "k").output().unwrap();
         assert_eq!(out.status.code(), Some(64), "{args:?}");
@@ -132,6 +133,41 @@ fn a_store_fault_rehearses_an_ambiguous_pre_lock_that_a_repeat_recovers() {
     assert!(again.1["token"].as_str().is_some_and(|t| t.len() == 32));
     assert_eq!(other, 423, "the lock granted by the lost answer is held");
     assert!(stderr.contains("STORE FAULT INJECTION ON"), "{stderr}");
+}
+
+/// `--lock-design record` runs the lock-record baseline, and `/metrics` shows the
+/// store's own counts by document kind: one lock-record read per user operation there,
+/// none in the embedded design.
+#[test]
+fn the_lock_design_is_chosen_by_flag_and_its_store_reads_are_on_metrics() {
+    for (design, lock_reads) in [("record", 2), ("embedded", 0)] {
+        let mut child = lockprobe()
+            .args(["service", "--listen", "127.0.0.1:0", "--lock-design", design])
+            .env("LOCKPROBE_LOCK_API_KEY", "k")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let lines: Vec<String> =
+            BufReader::new(child.stdout.take().unwrap()).lines().take(3).map(Result::unwrap).collect();
+        let url = lines[0].split("listening on ").nth(1).unwrap().to_owned();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let metrics = rt.block_on(async {
+            let http = ::reqwest::Client::new();
+            let item = format!("{url}/v1/resources/r1/items/k");
+            let put = http.put(&item).json(&serde_json::json!({"value": 1})).send().await.unwrap();
+            assert_eq!(put.status().as_u16(), 201);
+            assert_eq!(http.get(&item).send().await.unwrap().status().as_u16(), 200);
+            http.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap()
+        });
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let _ = child.wait();
+        assert_eq!(lines[2], format!("lockprobe service: lock design {design}"));
+        let counted =
+            format!(r#"lockprobe_store_document_calls_total{{doc="lock",op="read_write_region"}} {lock_reads}"#);
+        assert!(metrics.contains(&counted), "{design}: {counted} missing in\n{metrics}");
+        assert!(metrics.contains(r#"lockprobe_store_document_calls_total{doc="routing",op="create"} 1"#), "{metrics}");
+    }
 }
 
 mod reqwest {

@@ -1,5 +1,9 @@
 //! The reference service over real HTTP on loopback: every row of the probe contract.
 //!
+//! Every test runs against both lock designs (`embedded`, the default, and `record`,
+//! the lock-record baseline): the contract is the same, and where the designs differ
+//! (how soon another instance sees a lock) the test says what each must do.
+//!
 //! Time is a manual clock shared by the store and every instance, so leases lapse and
 //! caches expire when a test says so, without sleeping.
 
@@ -8,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::ManualClock;
+use lockprobe::routing::document::lock_record_id;
 use lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN;
-use lockprobe::service::{start, Fault, ServiceConfig};
+use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::memory::{Fault as StoreFault, MemoryStore, MemoryStoreConfig, OpKind};
 use lockprobe::store::{LocationStore, ReadFrom, StoreError};
 use reqwest::{Method, StatusCode};
@@ -24,6 +29,7 @@ const CONVERGED: Duration =
     Duration::from_millis(TTL.as_millis() as u64 + BOUND.as_millis() as u64 + DEFAULT_SKEW_MARGIN.as_millis() as u64);
 
 struct Harness {
+    design: LockDesign,
     clock: Arc<ManualClock>,
     store: Arc<MemoryStore>,
     urls: Vec<String>,
@@ -37,7 +43,7 @@ impl Drop for Harness {
     }
 }
 
-async fn harness_with(faults: Vec<Fault>, instances: usize) -> Harness {
+async fn harness_with(design: LockDesign, faults: Vec<Fault>, instances: usize) -> Harness {
     let clock = Arc::new(ManualClock::at_epoch());
     let store =
         Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: BOUND, ..Default::default() }));
@@ -48,6 +54,7 @@ async fn harness_with(faults: Vec<Fault>, instances: usize) -> Harness {
         max_pre_lock: Duration::from_secs(3600),
         max_body_bytes: 4096,
         faults,
+        lock_design: design,
         ..ServiceConfig::new(KEY)
     };
     let shutdown = CancellationToken::new();
@@ -55,11 +62,11 @@ async fn harness_with(faults: Vec<Fault>, instances: usize) -> Harness {
     let dyn_store: Arc<dyn LocationStore> = store.clone();
     let running = start(config, dyn_store, clock.clone(), listen, shutdown.clone()).await.unwrap();
     let urls = running.addrs.iter().map(|a| format!("http://{a}")).collect();
-    Harness { clock, store, urls, http: reqwest::Client::new(), shutdown }
+    Harness { design, clock, store, urls, http: reqwest::Client::new(), shutdown }
 }
 
-async fn harness() -> Harness {
-    harness_with(Vec::new(), 2).await
+async fn harness(design: LockDesign) -> Harness {
+    harness_with(design, Vec::new(), 2).await
 }
 
 struct Answer {
@@ -162,14 +169,25 @@ impl Harness {
         token
     }
 
+    /// The versions of the documents this design keeps for `id` (the routing document
+    /// and, in the record design, its lock record); `None` when there are none.
     async fn etag(&self, id: &str) -> Option<String> {
-        self.store.read(id, ReadFrom::WriteRegion).await.ok().map(|v| v.etag.0)
+        let mut ids = vec![id.to_owned()];
+        if self.design == LockDesign::Record {
+            ids.push(lock_record_id(id));
+        }
+        let mut etags = Vec::new();
+        for doc in ids {
+            if let Ok(v) = self.store.read(&doc, ReadFrom::WriteRegion).await {
+                etags.push(v.etag.0);
+            }
+        }
+        (!etags.is_empty()).then(|| etags.join(" "))
     }
 }
 
-#[tokio::test]
-async fn pre_lock_returns_the_lock_view_with_the_declared_convergence() {
-    let h = harness().await;
+async fn pre_lock_returns_the_lock_view_with_the_declared_convergence(design: LockDesign) {
+    let h = harness(design).await;
     let a = h.pre_lock("probe-a", 300.0).await;
     assert_eq!(a.status, StatusCode::CREATED);
     let v = &a.body;
@@ -189,9 +207,8 @@ async fn pre_lock_returns_the_lock_view_with_the_declared_convergence() {
     assert!(!route.body.to_string().contains(v["token"].as_str().unwrap()));
 }
 
-#[tokio::test]
-async fn lock_api_needs_credentials_and_a_test_resource() {
-    let h = harness().await;
+async fn lock_api_needs_credentials_and_a_test_resource(design: LockDesign) {
+    let h = harness(design).await;
     let body = json!({"owner": "x", "durationSeconds": 10});
     let none = h.call(0, Method::POST, "/v1/resources/probe-a/lock", Some(body.clone()), None).await;
     assert_eq!((none.status, none.problem_type()), (StatusCode::UNAUTHORIZED, "urn:lockprobe:error:unauthorized"));
@@ -206,9 +223,8 @@ async fn lock_api_needs_credentials_and_a_test_resource() {
     assert_eq!(h.etag("user-42").await, None);
 }
 
-#[tokio::test]
-async fn every_lock_refusal_has_its_type() {
-    let h = harness().await;
+async fn every_lock_refusal_has_its_type(design: LockDesign) {
+    let h = harness(design).await;
     let token = h.pre_lock("probe-a", 300.0).await.body["token"].as_str().unwrap().to_owned();
 
     let held = h.pre_lock("probe-a", 300.0).await;
@@ -243,9 +259,8 @@ async fn every_lock_refusal_has_its_type() {
     assert_eq!((expired.status, expired.problem_type()), (StatusCode::GONE, "urn:lockprobe:error:lock-expired"));
 }
 
-#[tokio::test]
-async fn renew_and_release_succeed_for_the_holder() {
-    let h = harness().await;
+async fn renew_and_release_succeed_for_the_holder(design: LockDesign) {
+    let h = harness(design).await;
     let token = h.pre_lock("probe-a", 60.0).await.body["token"].as_str().unwrap().to_owned();
     let renewed = h.lock(0, "probe-a", "/renew", json!({"token": token, "durationSeconds": 7200})).await;
     assert_eq!(renewed.status, StatusCode::OK);
@@ -258,9 +273,8 @@ async fn renew_and_release_succeed_for_the_holder() {
     assert_eq!(again.status, StatusCode::CONFLICT);
 }
 
-#[tokio::test]
-async fn store_failures_are_503_and_change_nothing() {
-    let h = harness().await;
+async fn store_failures_are_503_and_change_nothing(design: LockDesign) {
+    let h = harness(design).await;
     let token = h.pre_lock("probe-a", 300.0).await.body["token"].as_str().unwrap().to_owned();
     h.clock.advance(CONVERGED);
     let before = h.etag("probe-a").await;
@@ -288,9 +302,8 @@ async fn store_failures_are_503_and_change_nothing() {
     assert_eq!(h.escalate("probe-a", &token, "hardDelete", 10.0).await.status, StatusCode::OK);
 }
 
-#[tokio::test]
-async fn full_lifecycle_enforces_each_phase_and_the_swap_carries_the_data() {
-    let h = harness().await;
+async fn full_lifecycle_enforces_each_phase_and_the_swap_carries_the_data(design: LockDesign) {
+    let h = harness(design).await;
     let id = "probe-life";
     assert_eq!(h.write(0, id, "keep", json!("v1")).await.status, StatusCode::CREATED);
     assert_eq!(h.write(0, id, "doomed", json!("v2")).await.status, StatusCode::CREATED);
@@ -340,9 +353,8 @@ async fn full_lifecycle_enforces_each_phase_and_the_swap_carries_the_data() {
     assert_eq!(h.read(0, id, "keep").await.status, StatusCode::NOT_FOUND);
 }
 
-#[tokio::test]
-async fn a_short_write_lock_lapses_by_itself_and_its_token_cannot_swap() {
-    let h = harness().await;
+async fn a_short_write_lock_lapses_by_itself_and_its_token_cannot_swap(design: LockDesign) {
+    let h = harness(design).await;
     let id = "probe-lapse";
     h.write(0, id, "k", json!(1)).await;
     let token = h.to_write_lock(id, 1.0).await;
@@ -358,9 +370,8 @@ async fn a_short_write_lock_lapses_by_itself_and_its_token_cannot_swap() {
     assert_eq!(h.route(0, id).await.body["location"], "westeurope");
 }
 
-#[tokio::test]
-async fn fifty_concurrent_pre_locks_give_one_winner() {
-    let h = Arc::new(harness().await);
+async fn fifty_concurrent_pre_locks_give_one_winner(design: LockDesign) {
+    let h = Arc::new(harness(design).await);
     let tasks: Vec<_> = (0..50)
         .map(|i| {
             let h = h.clone();
@@ -377,9 +388,8 @@ async fn fifty_concurrent_pre_locks_give_one_winner() {
     assert_eq!(statuses.iter().filter(|s| **s == StatusCode::LOCKED).count(), 49, "{statuses:?}");
 }
 
-#[tokio::test]
-async fn a_stale_cache_shows_the_lock_only_after_its_ttl() {
-    let h = harness().await;
+async fn a_stale_cache_shows_the_lock_only_after_its_ttl(design: LockDesign) {
+    let h = harness(design).await;
     let id = "probe-conv";
     h.write(0, id, "k", json!(1)).await;
     h.clock.advance(BOUND);
@@ -388,15 +398,19 @@ async fn a_stale_cache_shows_the_lock_only_after_its_ttl() {
     h.pre_lock(id, 600.0).await;
     assert_eq!(h.route(0, id).await.body["lock"]["phase"], "preLock", "the writing instance knows at once");
     h.clock.advance(TTL - Duration::from_millis(1));
-    assert_eq!(h.route(1, id).await.body["lock"], Value::Null, "stale until the TTL lapses");
+    let stale = h.route(1, id).await;
+    match design {
+        LockDesign::Embedded => assert_eq!(stale.body["lock"], Value::Null, "stale until the TTL lapses"),
+        // The lock record is read on every operation: no instance is ever stale.
+        LockDesign::Record => assert_eq!(stale.body["lock"]["phase"], "preLock", "{}", stale.body),
+    }
     h.clock.advance(Duration::from_millis(1));
     let converged = h.route(1, id).await;
     assert_eq!(converged.body["lock"]["phase"], "preLock", "converged within the TTL: {}", converged.body);
 }
 
-#[tokio::test]
-async fn under_declared_convergence_lets_a_stale_instance_delete_physically() {
-    let h = harness_with(vec![Fault::UnderDeclareConvergence], 2).await;
+async fn under_declared_convergence_lets_a_stale_instance_delete_physically(design: LockDesign) {
+    let h = harness_with(design, vec![Fault::UnderDeclareConvergence], 2).await;
     let id = "probe-under";
     h.write(0, id, "k", json!(1)).await;
     h.clock.advance(BOUND);
@@ -406,14 +420,71 @@ async fn under_declared_convergence_lets_a_stale_instance_delete_physically() {
     let token = pre.body["token"].as_str().unwrap().to_owned();
     h.clock.advance(BOUND + DEFAULT_SKEW_MARGIN);
     assert_eq!(h.escalate(id, &token, "hardDelete", 60.0).await.status, StatusCode::OK);
-    // Instance 1 still serves its cached, unlocked document: the delete is physical.
-    assert_eq!(h.delete(1, id, "k").await.status, StatusCode::NO_CONTENT);
-    assert_eq!(h.read(0, id, "k").await.status, StatusCode::NOT_FOUND, "the item is lost, not tombstoned");
+    match design {
+        LockDesign::Embedded => {
+            // Instance 1 still serves its cached, unlocked document: the delete is physical.
+            assert_eq!(h.delete(1, id, "k").await.status, StatusCode::NO_CONTENT);
+            assert_eq!(h.read(0, id, "k").await.status, StatusCode::NOT_FOUND, "the item is lost, not tombstoned");
+        }
+        LockDesign::Record => {
+            // Instance 1 reads the lock record itself: the under-declaration costs nothing.
+            assert_eq!(h.delete(1, id, "k").await.status, StatusCode::ACCEPTED);
+            assert_eq!(h.read(0, id, "k").await.body["tombstone"], true);
+        }
+    }
 }
 
+/// The lock-record design reads the lock record from the write region on every user
+/// operation, reads, allowed writes and refused ones alike, and nothing else from the
+/// write region while the routing document is cached.
 #[tokio::test]
-async fn an_honest_declaration_refuses_that_early_escalation() {
-    let h = harness().await;
+async fn record_design_reads_the_lock_record_on_every_operation() {
+    let h = harness(LockDesign::Record).await;
+    let id = "probe-every";
+    h.write(0, id, "k", json!(1)).await;
+    let before = h.store.counts();
+    h.read(0, id, "k").await;
+    h.write(0, id, "k", json!(2)).await;
+    h.route(0, id).await;
+    let reads = h.store.counts().since(&before);
+    assert_eq!((reads.read_write_region, reads.read_replica), (3, 0), "one lock-record read per operation");
+    let token = h.to_write_lock(id, 60.0).await;
+    let before = h.store.counts();
+    assert_eq!(h.write(0, id, "k", json!(3)).await.status, StatusCode::LOCKED);
+    assert_eq!(h.store.counts().since(&before).read_write_region, 1);
+    assert_eq!(h.swap(id, &token, "northeurope").await.status, StatusCode::OK);
+}
+
+/// After a swap, an instance whose cached routing document still names the old
+/// location acts on the new one: the lock record, read on every operation, carries it.
+#[tokio::test]
+async fn record_design_never_acts_on_a_routing_document_that_missed_the_swap() {
+    let h = harness(LockDesign::Record).await;
+    let id = "probe-moved";
+    h.write(0, id, "k", json!("before")).await;
+    h.clock.advance(BOUND);
+    assert_eq!(h.route(1, id).await.body["location"], "westeurope", "instance 1 caches the routing document");
+    let token = h.to_write_lock(id, 60.0).await;
+    assert_eq!(h.swap(id, &token, "northeurope").await.status, StatusCode::OK);
+    let route = h.route(1, id).await;
+    assert_eq!((route.body["location"].clone(), route.body["lock"].clone()), (json!("northeurope"), Value::Null));
+    assert_eq!(h.write(1, id, "k", json!("after")).await.status, StatusCode::OK);
+    assert_eq!(h.read(0, id, "k").await.body["value"], "after", "written where instance 0 reads: the new location");
+}
+
+/// In the record design an id that names a lock record is not a resource id.
+#[tokio::test]
+async fn record_design_refuses_ids_in_the_lock_record_namespace() {
+    let h = harness(LockDesign::Record).await;
+    let id = lock_record_id("probe-x");
+    for a in [h.write(0, &id, "k", json!(1)).await, h.route(0, &id).await, h.pre_lock(&id, 10.0).await] {
+        assert_eq!((a.status, a.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
+    }
+    assert_eq!(h.etag("probe-x").await, None);
+}
+
+async fn an_honest_declaration_refuses_that_early_escalation(design: LockDesign) {
+    let h = harness(design).await;
     let id = "probe-honest";
     let pre = h.pre_lock(id, 600.0).await;
     let token = pre.body["token"].as_str().unwrap().to_owned();
@@ -421,9 +492,8 @@ async fn an_honest_declaration_refuses_that_early_escalation() {
     assert_eq!(h.escalate(id, &token, "hardDelete", 60.0).await.status, StatusCode::CONFLICT);
 }
 
-#[tokio::test]
-async fn enforcement_faults_allow_what_should_be_refused() {
-    let h = harness_with(vec![Fault::IgnoreWriteLock, Fault::IgnoreHardDeleteLock], 1).await;
+async fn enforcement_faults_allow_what_should_be_refused(design: LockDesign) {
+    let h = harness_with(design, vec![Fault::IgnoreWriteLock, Fault::IgnoreHardDeleteLock], 1).await;
     let id = "probe-faulty";
     h.write(0, id, "a", json!(1)).await;
     h.write(0, id, "b", json!(1)).await;
@@ -436,9 +506,8 @@ async fn enforcement_faults_allow_what_should_be_refused() {
     assert_eq!(h.write(0, id, "b", json!(2)).await.status, StatusCode::OK, "written under a write lock");
 }
 
-#[tokio::test]
-async fn bad_input_is_400_and_changes_nothing() {
-    let h = harness().await;
+async fn bad_input_is_400_and_changes_nothing(design: LockDesign) {
+    let h = harness(design).await;
     let id = "probe-bad";
     let token = h.pre_lock(id, 600.0).await.body["token"].as_str().unwrap().to_owned();
     h.clock.advance(CONVERGED);
@@ -496,18 +565,16 @@ async fn bad_input_is_400_and_changes_nothing() {
     assert_eq!(h.route(0, id).await.body["lock"]["phase"], "preLock");
 }
 
-#[tokio::test]
-async fn oversized_bodies_are_413() {
-    let h = harness().await;
+async fn oversized_bodies_are_413(design: LockDesign) {
+    let h = harness(design).await;
     let big = json!({"value": "x".repeat(10_000)});
     let a = h.call(0, Method::PUT, "/v1/resources/probe-big/items/k", Some(big), None).await;
     assert_eq!((a.status, a.problem_type()), (StatusCode::PAYLOAD_TOO_LARGE, "urn:lockprobe:error:payload-too-large"));
     assert_eq!(h.etag("probe-big").await, None);
 }
 
-#[tokio::test]
-async fn server_timing_tells_cache_from_read_through() {
-    let h = harness().await;
+async fn server_timing_tells_cache_from_read_through(design: LockDesign) {
+    let h = harness(design).await;
     let id = "probe-timing";
     h.write(0, id, "k", json!(1)).await;
     assert_eq!(h.read(0, id, "k").await.source(), "cache");
@@ -521,14 +588,19 @@ async fn server_timing_tells_cache_from_read_through() {
         assert_eq!(answer.source(), "read-through");
     }
     let reads = h.store.counts().since(&before);
-    assert_eq!((reads.read_write_region, reads.read_replica), (3, 0));
+    let expected = match design {
+        LockDesign::Embedded => (3, 0),
+        // Three lock-record reads, and one replica read: the routing document's cache
+        // entry outlived its TTL while the lock converged (no lock in it to read through).
+        LockDesign::Record => (3, 1),
+    };
+    assert_eq!((reads.read_write_region, reads.read_replica), expected);
     let missing = h.read(0, "probe-never", "k").await;
     assert_eq!((missing.status, missing.source()), (StatusCode::NOT_FOUND, "store".to_owned()));
 }
 
-#[tokio::test]
-async fn a_refused_pre_lock_of_a_new_resource_creates_no_document() {
-    let h = harness().await;
+async fn a_refused_pre_lock_of_a_new_resource_creates_no_document(design: LockDesign) {
+    let h = harness(design).await;
     let over = h.lock(0, "probe-new", "", json!({"owner": "x", "durationSeconds": 7200})).await;
     assert_eq!((over.status, over.problem_type()), (StatusCode::BAD_REQUEST, "urn:lockprobe:error:bad-request"));
     let home =
@@ -540,9 +612,8 @@ async fn a_refused_pre_lock_of_a_new_resource_creates_no_document() {
     assert_eq!(h.store.counts().since(&before).writes(), 1, "a granted pre-lock is one write, creation included");
 }
 
-#[tokio::test]
-async fn lock_calls_check_credentials_before_the_body() {
-    let h = harness().await;
+async fn lock_calls_check_credentials_before_the_body(design: LockDesign) {
+    let h = harness(design).await;
     let send = |auth: Option<&'static str>| {
         let mut req = h
             .http
@@ -561,8 +632,7 @@ async fn lock_calls_check_credentials_before_the_body() {
 
 /// A swap refused for its target must not have copied anything there first: the copy
 /// replaces the target's items, and at an old location those are the data it keeps.
-#[tokio::test]
-async fn a_swap_to_an_undeclared_target_copies_nothing() {
+async fn a_swap_to_an_undeclared_target_copies_nothing(design: LockDesign) {
     use axum::body::Body;
     use axum::http::Request;
     use lockprobe::service::items::ItemStores;
@@ -572,7 +642,12 @@ async fn a_swap_to_an_undeclared_target_copies_nothing() {
     let clock = Arc::new(ManualClock::at_epoch());
     let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
     let items = Arc::new(ItemStores::default());
-    let config = Arc::new(ServiceConfig { cache_ttls: vec![TTL], replication_bound: BOUND, ..ServiceConfig::new(KEY) });
+    let config = Arc::new(ServiceConfig {
+        cache_ttls: vec![TTL],
+        replication_bound: BOUND,
+        lock_design: design,
+        ..ServiceConfig::new(KEY)
+    });
     let app = router(instance(0, config, store, clock.clone(), items.clone()).unwrap());
     let call = |method: &str, path: &str, body: Value| {
         let req = Request::builder()
@@ -614,9 +689,8 @@ async fn a_swap_to_an_undeclared_target_copies_nothing() {
 }
 
 /// RFC 9110 §11.1: the authentication scheme is case-insensitive.
-#[tokio::test]
-async fn the_bearer_scheme_is_case_insensitive() {
-    let h = harness().await;
+async fn the_bearer_scheme_is_case_insensitive(design: LockDesign) {
+    let h = harness(design).await;
     for (i, scheme) in ["bearer", "BEARER"].iter().enumerate() {
         let resp = h
             .http
@@ -632,9 +706,8 @@ async fn the_bearer_scheme_is_case_insensitive() {
 
 /// A replica that lags has not seen a new resource yet; its "not found" is not the
 /// store's answer. An item written on one instance is readable on another at once.
-#[tokio::test]
-async fn a_new_resource_is_found_on_every_instance_before_replicas_catch_up() {
-    let h = harness().await;
+async fn a_new_resource_is_found_on_every_instance_before_replicas_catch_up(design: LockDesign) {
+    let h = harness(design).await;
     assert_eq!(h.write(0, "probe-fresh", "k", json!(1)).await.status, StatusCode::CREATED);
     let read = h.read(1, "probe-fresh", "k").await;
     // A store read on a miss, not a lock's read-through: it says `store`.
@@ -651,9 +724,8 @@ async fn a_new_resource_is_found_on_every_instance_before_replicas_catch_up() {
 
 /// Cosmos DB forbids `/ \ ? #` in ids, so every store refuses them on every route (sent
 /// percent-encoded: raw, `?` and `#` would end the path and `\` would become `/`).
-#[tokio::test]
-async fn ids_and_keys_with_characters_cosmos_forbids_are_400_on_every_route() {
-    let h = harness().await;
+async fn ids_and_keys_with_characters_cosmos_forbids_are_400_on_every_route(design: LockDesign) {
+    let h = harness(design).await;
     let body = json!({"owner": "x", "durationSeconds": 10});
     let token = "0123456789abcdef0123456789abcdef";
     for encoded in ["%5C", "%3F", "%23"] {
@@ -690,9 +762,8 @@ async fn ids_and_keys_with_characters_cosmos_forbids_are_400_on_every_route() {
     assert_eq!(h.etag("probe-t").await, None);
 }
 
-#[tokio::test]
-async fn an_owner_with_control_characters_is_400() {
-    let h = harness().await;
+async fn an_owner_with_control_characters_is_400(design: LockDesign) {
+    let h = harness(design).await;
     for owner in ["orchestrator\n", "a\u{0}b", "tab\there", "\u{1b}[31mred"] {
         let a = h.lock(0, "probe-owner", "", json!({"owner": owner, "durationSeconds": 10})).await;
         assert_eq!(
@@ -707,9 +778,8 @@ async fn an_owner_with_control_characters_is_400() {
 
 /// A path segment that is not UTF-8 once percent-decoded is refused as problem+json
 /// by every handler, not with axum's text/plain rejection.
-#[tokio::test]
-async fn undecodable_paths_are_400_problems_on_every_route() {
-    let h = harness().await;
+async fn undecodable_paths_are_400_problems_on_every_route(design: LockDesign) {
+    let h = harness(design).await;
     let token = "0123456789abcdef0123456789abcdef";
     let bad = "probe-%FF";
     let answers = [
@@ -737,9 +807,8 @@ async fn undecodable_paths_are_400_problems_on_every_route() {
     assert_eq!(h.etag("probe-ok").await, None);
 }
 
-#[tokio::test]
-async fn unknown_routes_are_404_and_wrong_methods_405_problems() {
-    let h = harness().await;
+async fn unknown_routes_are_404_and_wrong_methods_405_problems(design: LockDesign) {
+    let h = harness(design).await;
     for path in
         ["/", "/v1", "/v1/resources/probe-a", "/v1/resources/probe-a/lock/explode", "/v2/resources/probe-a/route"]
     {
@@ -768,8 +837,7 @@ async fn unknown_routes_are_404_and_wrong_methods_405_problems() {
 
 /// The largest settings `validate` accepts, with the largest lease a request may ask
 /// for, must not overflow any date: every lock call answers, none panics.
-#[tokio::test]
-async fn settings_and_leases_at_the_ten_year_bound_do_not_panic() {
+async fn settings_and_leases_at_the_ten_year_bound_do_not_panic(design: LockDesign) {
     use lockprobe::usage::MAX_DURATION;
     let clock = Arc::new(ManualClock::at_epoch());
     let store = Arc::new(MemoryStore::new(
@@ -782,6 +850,7 @@ async fn settings_and_leases_at_the_ten_year_bound_do_not_panic() {
         test_prefix: Some("probe-".into()),
         max_pre_lock: MAX_DURATION,
         max_retry_after: MAX_DURATION,
+        lock_design: design,
         ..ServiceConfig::new(KEY)
     };
     let shutdown = CancellationToken::new();
@@ -792,6 +861,7 @@ async fn settings_and_leases_at_the_ten_year_bound_do_not_panic() {
     assert!(refused.to_string().contains("--max-prelock"), "a config built in code is bounded too: {refused}");
     let running = start(config, dyn_store, clock.clone(), listen, shutdown.clone()).await.unwrap();
     let h = Harness {
+        design,
         clock,
         store,
         urls: vec![format!("http://{}", running.addrs[0])],
@@ -820,3 +890,49 @@ async fn settings_and_leases_at_the_ten_year_bound_do_not_panic() {
     assert_eq!(h.swap("probe-huge", &token, "northeurope").await.status, StatusCode::OK);
     assert_eq!(h.route(0, "probe-huge").await.status, StatusCode::OK);
 }
+
+/// Each test above, once per lock design.
+macro_rules! for_both_designs {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::LockDesign::Embedded).await
+            })*
+        }
+        mod record {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(super::LockDesign::Record).await
+            })*
+        }
+    };
+}
+
+for_both_designs!(
+    pre_lock_returns_the_lock_view_with_the_declared_convergence,
+    lock_api_needs_credentials_and_a_test_resource,
+    every_lock_refusal_has_its_type,
+    renew_and_release_succeed_for_the_holder,
+    store_failures_are_503_and_change_nothing,
+    full_lifecycle_enforces_each_phase_and_the_swap_carries_the_data,
+    a_short_write_lock_lapses_by_itself_and_its_token_cannot_swap,
+    fifty_concurrent_pre_locks_give_one_winner,
+    a_stale_cache_shows_the_lock_only_after_its_ttl,
+    under_declared_convergence_lets_a_stale_instance_delete_physically,
+    an_honest_declaration_refuses_that_early_escalation,
+    enforcement_faults_allow_what_should_be_refused,
+    bad_input_is_400_and_changes_nothing,
+    oversized_bodies_are_413,
+    server_timing_tells_cache_from_read_through,
+    a_refused_pre_lock_of_a_new_resource_creates_no_document,
+    lock_calls_check_credentials_before_the_body,
+    a_swap_to_an_undeclared_target_copies_nothing,
+    the_bearer_scheme_is_case_insensitive,
+    a_new_resource_is_found_on_every_instance_before_replicas_catch_up,
+    ids_and_keys_with_characters_cosmos_forbids_are_400_on_every_route,
+    an_owner_with_control_characters_is_400,
+    undecodable_paths_are_400_problems_on_every_route,
+    unknown_routes_are_404_and_wrong_methods_405_problems,
+    settings_and_leases_at_the_ten_year_bound_do_not_panic,
+);

@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::store::{OpenStoreError, StoreArgs};
 use crate::clock::{Clock, SystemClock};
 use crate::service::tls::{server_config, ServerTlsFile, ServerTlsFiles};
-use crate::service::{start, ClockSkew, Fault, ServiceConfig};
+use crate::service::{start, ClockSkew, Fault, LockDesign, ServiceConfig};
+use crate::store::counting::CountingStore;
 use crate::store::faults::{FaultRule, FaultyStore};
 use crate::store::LocationStore;
 use crate::usage::UsageError;
@@ -81,6 +82,11 @@ pub struct ServiceArgs {
     /// (mutual TLS; needs --tls-cert).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
+    /// Where locks live: `embedded` in the routing document (cached with it), or
+    /// `record`, a separate lock record per resource read from the write region on every
+    /// user operation (the lock-table baseline `lockprobe bench` compares against).
+    #[arg(long, value_enum, default_value_t = LockDesign::Embedded)]
+    pub lock_design: LockDesign,
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]
     pub store: StoreArgs,
@@ -104,6 +110,7 @@ impl ServiceArgs {
             faults: self.faults.clone(),
             clock_skews: self.clock_skews.clone(),
             tls: self.tls()?,
+            lock_design: self.lock_design,
             ..ServiceConfig::new(api_key)
         };
         if let Some(skew) = self.clock_skews.iter().find(|s| s.instance >= usize::from(self.instances)) {
@@ -184,6 +191,11 @@ pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Resu
         .await
         .map_err(OpenStoreError::into_anyhow)?;
     let store = with_store_faults(store, clock.clone(), &args.store_faults, args.store_fault_seed);
+    // The store's own counts of calls per document kind, on /metrics: what each lock
+    // design costs in reads.
+    let counting = CountingStore::new(store);
+    counting.register(&registry)?;
+    let store: Arc<dyn LocationStore> = Arc::new(counting);
     let config = ServiceConfig { metrics: Some(registry), ..config };
     let declared = config.declared_convergence();
     let scheme = if config.tls.is_some() { "https" } else { "http" };
@@ -192,6 +204,7 @@ pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Resu
         println!("lockprobe service: instance {i} listening on {scheme}://{addr}");
     }
     println!("lockprobe service: declared convergence delay {}", humantime::format_duration(declared));
+    println!("lockprobe service: lock design {}", args.lock_design);
     running.wait().await;
     Ok(())
 }

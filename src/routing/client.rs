@@ -384,6 +384,48 @@ impl RoutingClient {
         Ok(SwapPlan::Copy(record))
     }
 
+    /// The authoritative document of `id`, read from the write region now, settled and
+    /// not cached: how the lock-record design checks a lock record on every user
+    /// operation. A read slower than the decision age is refused like any other.
+    pub async fn read_uncached(&self, id: &str) -> Result<Resolved, RoutingError> {
+        let started = Instant::now();
+        let read = self.store.read(id, ReadFrom::WriteRegion).await?;
+        let read = self.fresh_enough(started, read)?;
+        let record = Arc::new(Versioned { doc: lifecycle::settle(read.doc, read.committed_at), ..read });
+        Ok(Resolved { record, source: Source::ReadThrough, store_time: started.elapsed() })
+    }
+
+    /// Moves `id`'s document to `location` (creating it there if it has none), leaving
+    /// everything else as it is, by compare-and-set; no write when it is there already.
+    /// The lock-record design's swap: its lock record is swapped by the lifecycle, then
+    /// the routing document follows with this second write.
+    pub async fn publish_location(&self, id: &str, location: &str) -> Result<Versioned, RoutingError> {
+        for _ in 0..self.options.retry_budget {
+            let fetched = self.fetch_time();
+            let (mut doc, etag) = match self.read_settled(id).await {
+                Ok(current) if current.doc.primary.location == location => return Ok(current),
+                Ok(current) => (current.doc, Some(current.etag)),
+                Err(RoutingError::NotFound) => (LocationDocument::new(id, location), None),
+                Err(e) => return Err(e),
+            };
+            doc.primary.location = location.to_owned();
+            let written = match &etag {
+                Some(etag) => self.store.replace(&doc, etag).await,
+                None => self.store.create(&doc).await,
+            };
+            match written {
+                Ok(committed) => {
+                    let record = Versioned { doc, etag: committed.etag, committed_at: committed.committed_at };
+                    self.remember(id, Arc::new(record.clone()), fetched);
+                    return Ok(record);
+                }
+                Err(StoreError::PreconditionFailed | StoreError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(RoutingError::RetryExhausted { attempts: self.options.retry_budget })
+    }
+
     /// The authoritative document, settled.
     async fn read_settled(&self, id: &str) -> Result<Versioned, RoutingError> {
         let read = self.store.read(id, ReadFrom::WriteRegion).await?;

@@ -14,6 +14,47 @@ use serde_json::{Map, Value};
 /// The major schema version this library writes and understands.
 pub const SCHEMA_VERSION: u64 = 1;
 
+/// The id prefix of a lock record: the lock-record design (`--lock-design record`) keeps
+/// each resource's lock in its own document, `lock:<resource id>`, beside the routing
+/// document in the same store. A store counts calls per kind by it ([`DocKind::of`]).
+pub const LOCK_RECORD_PREFIX: &str = "lock:";
+
+/// The id of `resource`'s lock record in the lock-record design.
+pub fn lock_record_id(resource: &str) -> String {
+    format!("{LOCK_RECORD_PREFIX}{resource}")
+}
+
+/// What a stored document is for, told by its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DocKind {
+    /// A resource's routing document (the embedded design's lock lives in it).
+    Routing,
+    /// A lock record of the lock-record design.
+    Lock,
+}
+
+impl DocKind {
+    /// Both kinds, in declaration order.
+    pub const ALL: [DocKind; 2] = [DocKind::Routing, DocKind::Lock];
+
+    /// The kind of the document with id `id`.
+    pub fn of(id: &str) -> Self {
+        if id.starts_with(LOCK_RECORD_PREFIX) {
+            DocKind::Lock
+        } else {
+            DocKind::Routing
+        }
+    }
+
+    /// The name used as a metrics label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocKind::Routing => "routing",
+            DocKind::Lock => "lock",
+        }
+    }
+}
+
 /// Why a stored JSON value is not a usable location document.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum DocumentError {

@@ -14,11 +14,12 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::design::Routed;
 use super::error::ApiError;
 use super::input::{self, JsonBody, PathParams};
 use super::items::WriteOutcome;
 use super::{Fault, Instance};
-use crate::routing::{enforce, Decision, Operation, Resolved, RoutingError, Source};
+use crate::routing::{enforce, Decision, Operation, RoutingError, Source};
 
 /// Body of an item write.
 #[derive(Debug, Deserialize)]
@@ -29,9 +30,14 @@ pub struct WriteBody {
 /// Adds `Server-Timing` describing how the route was resolved and, for a store with
 /// regions, `store;desc="<region>"`: the region lock decisions read now, so a client sees
 /// a failover.
-fn timed(instance: &Instance, source: Source, store_time: Duration, response: impl IntoResponse) -> Response {
+fn timed(instance: &Instance, routed: Option<&Routed>, response: impl IntoResponse) -> Response {
     let mut response = response.into_response();
+    let (source, store_time) = routed.map_or((Source::Store, Duration::ZERO), |r| (r.source, r.store_time));
     let mut value = format!("route;desc=\"{}\";dur={:.3}", source.as_str(), store_time.as_secs_f64() * 1000.0);
+    // The lock-record design's read of the lock record, every operation.
+    if let Some(lock_time) = routed.and_then(|r| r.lock_time) {
+        value.push_str(&format!(", lock;desc=\"record\";dur={:.3}", lock_time.as_secs_f64() * 1000.0));
+    }
     if let Some(region) = instance.routing.store_region() {
         let region: String = region.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
         value.push_str(&format!(", store;desc=\"{region}\""));
@@ -44,11 +50,11 @@ fn timed(instance: &Instance, source: Source, store_time: Duration, response: im
 
 /// A resolve failure, still timed (a miss that found nothing was a store read).
 fn unresolved(instance: &Instance, e: RoutingError) -> Response {
-    timed(instance, Source::Store, Duration::ZERO, ApiError::from(e))
+    timed(instance, None, ApiError::from(e))
 }
 
 /// The decision for `op`, bent by deliberately injected faults.
-fn decide(instance: &Instance, op: Operation, resolved: &Resolved) -> Decision {
+fn decide(instance: &Instance, op: Operation, resolved: &Routed) -> Decision {
     let policy = instance.routing.policy();
     let decision = enforce(op, resolved.lock(), instance.routing.clock().now(), policy.skew_margin);
     match decision {
@@ -64,19 +70,19 @@ fn blocked(instance: &Instance, retry_after: Duration) -> ApiError {
 
 /// `GET /v1/resources/{id}/route`.
 pub async fn route(State(instance): State<Arc<Instance>>, PathParams(id): PathParams<String>) -> Response {
-    if let Err(e) = input::check_name("resource id", &id) {
+    if let Err(e) = instance.check_resource_id(&id) {
         return e.into_response();
     }
-    let resolved = match instance.routing.resolve(&id).await {
+    let resolved = match instance.route(&id, false).await {
         Ok(r) => r,
         Err(e) => return unresolved(&instance, e),
     };
     let now = instance.routing.clock().now();
-    let lock = resolved.record.doc.live_lock(now).map(
+    let lock = resolved.live_lock(now).map(
         |l| json!({ "phase": l.phase, "effectiveAt": l.effective_at, "expiresAt": l.expires_at, "owner": l.owner }),
     );
     let body = json!({ "location": resolved.location(), "lock": lock, "source": resolved.source.as_str() });
-    timed(&instance, resolved.source, resolved.store_time, Json(body))
+    timed(&instance, Some(&resolved), Json(body))
 }
 
 /// `GET /v1/resources/{id}/items/{key}`: reads are never blocked.
@@ -84,10 +90,10 @@ pub async fn read_item(
     State(instance): State<Arc<Instance>>,
     PathParams((id, key)): PathParams<(String, String)>,
 ) -> Response {
-    if let Err(e) = input::check_name("resource id", &id).and_then(|_| input::check_name("item key", &key)) {
+    if let Err(e) = instance.check_resource_id(&id).and_then(|_| input::check_name("item key", &key)) {
         return e.into_response();
     }
-    let resolved = match instance.routing.resolve(&id).await {
+    let resolved = match instance.route(&id, false).await {
         Ok(r) => r,
         Err(e) => return unresolved(&instance, e),
     };
@@ -96,7 +102,7 @@ pub async fn read_item(
         Some(item) => Json(json!({ "key": key, "value": item.value, "tombstone": item.tombstone })).into_response(),
         None => ApiError::not_found(format!("no item {key:?}")).into_response(),
     };
-    timed(&instance, resolved.source, resolved.store_time, answer)
+    timed(&instance, Some(&resolved), answer)
 }
 
 /// `PUT /v1/resources/{id}/items/{key}`: 423 while a write lock is in force.
@@ -105,12 +111,12 @@ pub async fn write_item(
     PathParams((id, key)): PathParams<(String, String)>,
     body: Result<JsonBody<WriteBody>, ApiError>,
 ) -> Response {
-    let checked = input::check_name("resource id", &id).and_then(|_| input::check_name("item key", &key));
+    let checked = instance.check_resource_id(&id).and_then(|_| input::check_name("item key", &key));
     let JsonBody(body) = match checked.and(body) {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let resolved = match instance.routing.resolve_or_create(&id, &instance.config.home_location).await {
+    let resolved = match instance.route(&id, true).await {
         Ok(r) => r,
         Err(e) => return unresolved(&instance, e),
     };
@@ -124,7 +130,7 @@ pub async fn write_item(
             (status, Json(json!({ "key": key, "value": body.value, "tombstone": false }))).into_response()
         }
     };
-    timed(&instance, resolved.source, resolved.store_time, answer)
+    timed(&instance, Some(&resolved), answer)
 }
 
 /// `DELETE /v1/resources/{id}/items/{key}`: 204 deleted, 202 tombstoned, 423 blocked.
@@ -132,10 +138,10 @@ pub async fn delete_item(
     State(instance): State<Arc<Instance>>,
     PathParams((id, key)): PathParams<(String, String)>,
 ) -> Response {
-    if let Err(e) = input::check_name("resource id", &id).and_then(|_| input::check_name("item key", &key)) {
+    if let Err(e) = instance.check_resource_id(&id).and_then(|_| input::check_name("item key", &key)) {
         return e.into_response();
     }
-    let resolved = match instance.routing.resolve(&id).await {
+    let resolved = match instance.route(&id, false).await {
         Ok(r) => r,
         Err(e) => return unresolved(&instance, e),
     };
@@ -149,5 +155,5 @@ pub async fn delete_item(
         Decision::Allow if instance.items.remove(location, &id, &key) => StatusCode::NO_CONTENT.into_response(),
         Decision::Tombstone | Decision::Allow => missing(),
     };
-    timed(&instance, resolved.source, resolved.store_time, answer)
+    timed(&instance, Some(&resolved), answer)
 }

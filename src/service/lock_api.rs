@@ -15,6 +15,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::design::LockDesign;
 use super::error::ApiError;
 use super::input::{self, JsonBody, PathParams};
 use super::{Fault, Instance};
@@ -75,7 +76,7 @@ fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), A
     if !expected.matches(&LockToken::from_presented(presented)) {
         return Err(ApiError::forbidden());
     }
-    input::check_name("resource id", id)?;
+    instance.check_resource_id(id)?;
     match &instance.config.test_prefix {
         Some(prefix) if !id.starts_with(prefix.as_str()) => Err(ApiError::not_test_resource(prefix)),
         _ => Ok(()),
@@ -155,8 +156,12 @@ pub async fn pre_lock(
         input::check_name("targetLocation", target)?;
     }
     let req = PreLockRequest { owner: body.owner, duration, target_location: body.target_location };
-    let home = &instance.config.home_location;
-    let granting = instance.routing.pre_lock_with_key(&id, home, &req, key.as_deref());
+    let lock_id = instance.lock_document_id(&id);
+    let home = match instance.config.lock_design {
+        LockDesign::Embedded => instance.config.home_location.clone(),
+        LockDesign::Record => in_step("preLock", instance.lock_record_home(&id)).await?,
+    };
+    let granting = instance.routing.pre_lock_with_key(&lock_id, &home, &req, key.as_deref());
     let grant = in_step("preLock", granting).await.map_err(|e| match e {
         // The loser learns when the holder's lease ends at the latest.
         RoutingError::Lock(LockError::LockHeld { expires_at }) => {
@@ -182,7 +187,9 @@ pub async fn escalate(
     let phase: Phase = body.phase.parse().map_err(ApiError::bad_request)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     let call = LockCall::Escalate { token: token.clone(), phase, duration };
-    let record = in_step("escalate", instance.routing.call(&id, None, &call, key.as_deref())).await?;
+    let record =
+        in_step("escalate", instance.routing.call(&instance.lock_document_id(&id), None, &call, key.as_deref()))
+            .await?;
     tracing::info!(resource = %id, instance = instance.index, %phase, "lock escalated");
     Ok(Json(lock_view(&record.doc, &token)))
 }
@@ -200,7 +207,8 @@ pub async fn renew(
     let token = token("token", body.token)?;
     let duration = input::duration("durationSeconds", body.duration_seconds)?;
     let call = LockCall::Renew { token: token.clone(), duration };
-    let record = in_step("renew", instance.routing.call(&id, None, &call, key.as_deref())).await?;
+    let record =
+        in_step("renew", instance.routing.call(&instance.lock_document_id(&id), None, &call, key.as_deref())).await?;
     tracing::info!(resource = %id, instance = instance.index, "lock renewed");
     Ok(Json(lock_view(&record.doc, &token)))
 }
@@ -221,13 +229,19 @@ pub async fn swap(
     let to = body.target_location;
     input::check_name("targetLocation", &to)?;
     let routing = &instance.routing;
+    let lock_id = instance.lock_document_id(&id);
     for _ in 0..SWAP_ATTEMPTS {
         // The target as it is before the document is read: a concurrent swap of the same
         // lock may finish while this one reads and waits, and writes may then land at the
         // new location that a copy made from this one's (older) look must not overwrite.
         let target_before = instance.items.version(&to, &id);
-        let held = match in_step("swap", routing.prepare_swap(&id, &token, &to, key.as_deref())).await? {
-            SwapPlan::AlreadySwapped(record) => return Ok(Json(route_view(&record.doc))),
+        let held = match in_step("swap", routing.prepare_swap(&lock_id, &token, &to, key.as_deref())).await? {
+            SwapPlan::AlreadySwapped(record) => {
+                // A repeat finishes what the first call may not have: the routing
+                // document's move (no write when it moved already).
+                follow_swap(&instance, &id, &to).await?;
+                return Ok(Json(route_view(&record.doc)));
+            }
             SwapPlan::Copy(held) => held,
         };
         let from = held.doc.primary.location.clone();
@@ -236,11 +250,22 @@ pub async fn swap(
             tracing::info!(resource = %id, instance = instance.index, "target changed while the swap read and waited; deciding again");
             continue;
         };
-        let record = in_step("swap", routing.swap_with_key(&id, &token, &to, key.as_deref())).await?;
+        let record = in_step("swap", routing.swap_with_key(&lock_id, &token, &to, key.as_deref())).await?;
+        follow_swap(&instance, &id, &to).await?;
         tracing::info!(resource = %id, instance = instance.index, %from, to = %to, copied, "swapped");
         return Ok(Json(route_view(&record.doc)));
     }
     Err(RoutingError::RetryExhausted { attempts: SWAP_ATTEMPTS }.into())
+}
+
+/// In the record design, moves the routing document after its lock record was swapped.
+/// Until it lands, operations act on the lock record's location, so a failure here is
+/// reported (503) for the orchestrator to repeat the swap under its key, and harms no one.
+async fn follow_swap(instance: &Instance, id: &str, to: &str) -> Result<(), ApiError> {
+    if instance.config.lock_design == LockDesign::Record {
+        in_step("swap", instance.routing.publish_location(id, to)).await?;
+    }
+    Ok(())
 }
 
 /// A swap whose copy found the target changed decides again; this many times at most.
@@ -267,7 +292,11 @@ pub async fn release(
     if instance.config.has_fault(Fault::AckReleaseWithoutReleasing) {
         return Ok(StatusCode::NO_CONTENT);
     }
-    in_step("release", instance.routing.call(&id, None, &LockCall::Release { token }, key.as_deref())).await?;
+    in_step(
+        "release",
+        instance.routing.call(&instance.lock_document_id(&id), None, &LockCall::Release { token }, key.as_deref()),
+    )
+    .await?;
     tracing::info!(resource = %id, instance = instance.index, "lock released");
     Ok(StatusCode::NO_CONTENT)
 }

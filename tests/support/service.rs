@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::{Clock, SystemClock};
-use lockprobe::service::{start, Fault, ServiceConfig};
+use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::LocationStore;
@@ -42,12 +42,31 @@ pub async fn start_service_with_store_faults(
     replication_bound: Duration,
     store_faults: &[&str],
 ) -> TestService {
-    start_service_keeping_store(faults, cache_ttl, replication_bound, store_faults).await.0
+    start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults).await.0
 }
 
 /// [`start_service_with_store_faults`], also returning the memory store under the
 /// service, for tests that count what the service committed (its change stream).
 pub async fn start_service_keeping_store(
+    faults: Vec<Fault>,
+    cache_ttl: Duration,
+    replication_bound: Duration,
+    store_faults: &[&str],
+) -> (TestService, Arc<MemoryStore>) {
+    start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults).await
+}
+
+/// [`start_service`] with locks where `design` keeps them.
+pub async fn start_service_with_design(
+    design: LockDesign,
+    cache_ttl: Duration,
+    replication_bound: Duration,
+) -> TestService {
+    start_service_with(design, Vec::new(), cache_ttl, replication_bound, &[]).await.0
+}
+
+async fn start_service_with(
+    design: LockDesign,
     faults: Vec<Fault>,
     cache_ttl: Duration,
     replication_bound: Duration,
@@ -70,6 +89,7 @@ pub async fn start_service_keeping_store(
         replication_bound,
         test_prefix: Some("probe-".into()),
         faults,
+        lock_design: design,
         ..ServiceConfig::new(key.clone())
     };
     let stop = CancellationToken::new();

@@ -1,0 +1,173 @@
+//! Where a resource's lock lives: the two designs the service can run, behind one set
+//! of handlers, so they can be measured head to head (`lockprobe bench`).
+//!
+//! - [`LockDesign::Embedded`] (the default, the paper's design): the lock is part of the
+//!   routing document. A user operation resolves that document through the cache tiers
+//!   and reads the write region only while a lock has started.
+//! - [`LockDesign::Record`] (the baseline, DynamoDB Lock Client style): each resource's
+//!   lock lives in its own document, `lock:<id>` in the same store
+//!   ([`lock_record_id`]), under the same lifecycle (the routing library's, token,
+//!   ETag, idempotency and commit-time rules unchanged: the lock calls are the same
+//!   calls on the lock record). Every user operation reads the lock record from the
+//!   write region, with no lock cache (a cache would have to bound its staleness as the
+//!   embedded design does, which is the embedded design); routing documents keep the
+//!   same cache tiers. The lock record also carries the location its lock governs (set
+//!   from the routing document when it is created, moved by the swap in the same write
+//!   that clears the lock), so that a cached routing document that has not yet seen a
+//!   swap is never acted on: on a resource with a lock record, the record's location
+//!   wins. The routing document follows a swap with a second write.
+//!
+//! In the record design, ids starting with [`LOCK_RECORD_PREFIX`] are refused (400):
+//! they would name another resource's lock record.
+
+use std::time::Duration;
+
+use super::error::ApiError;
+use super::input;
+use super::Instance;
+use crate::routing::document::{lock_record_id, LOCK_RECORD_PREFIX};
+use crate::routing::{LockInfo, Resolved, RoutingError, Source};
+
+/// Where locks live; see the module documentation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LockDesign {
+    /// The lock is embedded in the routing document (cached with it).
+    #[default]
+    Embedded,
+    /// The lock lives in its own record, read from the write region on every operation.
+    Record,
+}
+
+impl LockDesign {
+    /// The name used on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockDesign::Embedded => "embedded",
+            LockDesign::Record => "record",
+        }
+    }
+}
+
+impl std::fmt::Display for LockDesign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a user operation acts on: the location and the lock, however the design found
+/// them.
+#[derive(Debug, Clone)]
+pub struct Routed {
+    /// The document whose location is acted on: the routing document, or in the record
+    /// design the lock record when the resource has one.
+    at: Resolved,
+    /// Whether `at` carries the lock (false: the record design found no lock record).
+    lock_in_at: bool,
+    /// Which way the decision went, for `Server-Timing`.
+    pub source: Source,
+    /// Time spent in store reads.
+    pub store_time: Duration,
+    /// Time spent reading the lock record (record design only).
+    pub lock_time: Option<Duration>,
+}
+
+impl Routed {
+    fn embedded(route: Resolved) -> Self {
+        Self { source: route.source, store_time: route.store_time, at: route, lock_in_at: true, lock_time: None }
+    }
+
+    /// The location to act on.
+    pub fn location(&self) -> &str {
+        self.at.location()
+    }
+
+    /// The lock as resolved (possibly expired; `enforce` decides).
+    pub fn lock(&self) -> Option<&LockInfo> {
+        self.at.lock().filter(|_| self.lock_in_at)
+    }
+
+    /// The lock if its lease has not lapsed at `now`.
+    pub fn live_lock(&self, now: chrono::DateTime<chrono::Utc>) -> Option<&LockInfo> {
+        self.lock().filter(|l| l.is_live(now))
+    }
+}
+
+impl Instance {
+    /// The id lock calls act on: the resource's own document, or its lock record.
+    pub fn lock_document_id(&self, id: &str) -> String {
+        match self.config.lock_design {
+            LockDesign::Embedded => id.to_owned(),
+            LockDesign::Record => lock_record_id(id),
+        }
+    }
+
+    /// Checks a resource id: the contract's rule, and in the record design not a lock
+    /// record's id.
+    pub fn check_resource_id(&self, id: &str) -> Result<(), ApiError> {
+        input::check_name("resource id", id)?;
+        if self.config.lock_design == LockDesign::Record && id.starts_with(LOCK_RECORD_PREFIX) {
+            return Err(ApiError::bad_request(format!(
+                "resource ids starting with {LOCK_RECORD_PREFIX:?} are reserved for lock records in this lock design"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Resolves what a user operation on `id` acts on; with `create`, a resource with
+    /// no routing document gets one (at its lock record's location, or home).
+    pub async fn route(&self, id: &str, create: bool) -> Result<Routed, RoutingError> {
+        let routing = &self.routing;
+        let home = &self.config.home_location;
+        if self.config.lock_design == LockDesign::Embedded {
+            let resolved =
+                if create { routing.resolve_or_create(id, home).await? } else { routing.resolve(id).await? };
+            return Ok(Routed::embedded(resolved));
+        }
+        // Both reads at once: the lock record's is the one the design adds, and a
+        // client of it would not wait for the (mostly cached) route before sending it.
+        let lock_id = lock_record_id(id);
+        let (lock_record, route) = futures::join!(routing.read_uncached(&lock_id), routing.resolve(id));
+        let lock_record = match lock_record {
+            Ok(record) => Some(record),
+            Err(RoutingError::NotFound) => None,
+            Err(e) => return Err(e),
+        };
+        let route = match route {
+            Ok(route) => Some(route),
+            Err(RoutingError::NotFound) if create => {
+                let at = lock_record.as_ref().map_or(home.as_str(), |r| r.location());
+                Some(routing.resolve_or_create(id, at).await?)
+            }
+            Err(RoutingError::NotFound) if lock_record.is_some() => None,
+            Err(e) => return Err(e),
+        };
+        let lock_time = lock_record.as_ref().map_or(Duration::ZERO, |r| r.store_time);
+        let route_time = route.as_ref().map_or(Duration::ZERO, |r| r.store_time);
+        let now = routing.clock().now();
+        let skew = chrono::TimeDelta::from_std(routing.policy().skew_margin).unwrap_or(chrono::TimeDelta::MAX);
+        // The lock decision came from the write region; say so while it restricts, as
+        // the embedded design's read-through does.
+        let started = lock_record.as_ref().and_then(|r| r.lock()).is_some_and(|l| l.is_started(now, skew));
+        let route_source = route.as_ref().map_or(Source::Store, |r| r.source);
+        let source = if started { Source::ReadThrough } else { route_source };
+        let (at, lock_in_at) = match (lock_record, route) {
+            (Some(record), _) => (record, true),
+            (None, Some(route)) => (route, false),
+            (None, None) => return Err(RoutingError::NotFound),
+        };
+        // The two reads ran side by side: the operation waited for the slower.
+        let store_time = lock_time.max(route_time);
+        Ok(Routed { at, lock_in_at, source, store_time, lock_time: Some(lock_time) })
+    }
+
+    /// Where a new lock record starts: where the routing document says the resource
+    /// is now (home for a resource without one).
+    pub async fn lock_record_home(&self, id: &str) -> Result<String, RoutingError> {
+        match self.routing.read_uncached(id).await {
+            Ok(route) => Ok(route.location().to_owned()),
+            Err(RoutingError::NotFound) => Ok(self.config.home_location.clone()),
+            Err(e) => Err(e),
+        }
+    }
+}
