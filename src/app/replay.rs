@@ -64,7 +64,8 @@ impl Default for ReplayConfig {
             hard_delete_hold: Duration::from_secs(30),
             copy_hold: Duration::from_secs(60),
             release_every: 100,
-            max_monitor_lag: 50_000,
+            // Small: a long log of retained documents only churns the allocator.
+            max_monitor_lag: 4_096,
         }
     }
 }
