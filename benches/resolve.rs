@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
@@ -121,11 +121,54 @@ fn bench_resolve(cr: &mut Criterion) {
     p.bench_function("tiered_cache_lookup_one_tier", |b| {
         b.iter(|| one_tier.lookup(black_box(PROBE_ID), black_box(now)))
     });
+    // The tier as it was before the sharded map (main at dad18b6): one RwLock over a
+    // SipHash HashMap per tier, the entry checked under the read lock.
+    let old_tier: OldTier = RwLock::new(map.iter().map(|(k, v)| (k.clone(), (v.clone(), now, i64::MAX))).collect());
+    p.bench_function("rwlock_siphash_lookup_one_tier_before", |b| {
+        b.iter(|| old_lookup(&old_tier, black_box(PROBE_ID), black_box(now)))
+    });
     p.bench_function("arc_clone_drop", |b| {
         let a = map[PROBE_ID].clone();
         b.iter(|| black_box(&a).clone())
     });
     p.finish();
+}
+
+/// The tier before the sharded map: one lock over a SipHash map of (record, fetched,
+/// serve-until).
+type OldTier = RwLock<HashMap<String, (Arc<Versioned>, i64, i64)>>;
+
+/// The old tier's hit path: read lock, SipHash lookup, freshness compares, Arc clone.
+fn old_lookup(tier: &OldTier, id: &str, now: i64) -> Option<Arc<Versioned>> {
+    let entries = tier.read().unwrap();
+    let (record, fetched, serve_until) = entries.get(id)?;
+    (now < fetched.saturating_add(3_600_000_000_000) && now < *serve_until).then(|| record.clone())
+}
+
+/// Lookups per second of the old tier on `threads` threads, as [`hits_per_second`].
+fn old_lookups_per_second(tier: &OldTier, ids: &[String], threads: usize, run: Duration) -> f64 {
+    let now = SystemClock.now_unix_nanos();
+    let total: u64 = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let start = Instant::now();
+                    let mut done = 0u64;
+                    let mut i = t * ids.len() / threads;
+                    while start.elapsed() < run {
+                        for _ in 0..1024 {
+                            black_box(old_lookup(tier, &ids[i], now));
+                            i = (i + 1) % ids.len();
+                        }
+                        done += 1024;
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("worker")).sum()
+    });
+    total as f64 / run.as_secs_f64()
 }
 
 /// Cache hits per second on `threads` threads sharing `client`, each walking every
@@ -169,19 +212,34 @@ fn bench_threads() {
     for i in &ids {
         assert_eq!(resolve_once(&client, i), Source::Store);
     }
+    let old_tier: OldTier = RwLock::new(
+        ids.iter()
+            .map(|i| {
+                let doc = LocationDocument::new(i.clone(), "westeurope");
+                let v = Versioned { doc, etag: ETag("e".into()), committed_at: chrono::DateTime::UNIX_EPOCH };
+                (i.clone(), (Arc::new(v), SystemClock.now_unix_nanos(), i64::MAX))
+            })
+            .collect(),
+    );
     let run = Duration::from_millis(500);
-    let (mut one, mut two) = (Vec::new(), Vec::new());
+    let (mut one, mut two, mut old_one, mut old_two) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..5 {
         one.push(hits_per_second(&client, &ids, 1, run));
         two.push(hits_per_second(&client, &ids, 2, run));
+        old_one.push(old_lookups_per_second(&old_tier, &ids, 1, run));
+        old_two.push(old_lookups_per_second(&old_tier, &ids, 2, run));
     }
-    let (one, two) = (median(one), median(two));
-    println!(
-        "threads/cache_hit_unlocked: 1 thread {:.2} M hits/s, 2 threads {:.2} M hits/s, ratio {:.2}x (medians of 5)",
-        one / 1e6,
-        two / 1e6,
-        two / one
-    );
+    for (name, one, two) in
+        [("cache_hit_unlocked", one, two), ("rwlock_siphash_tier_before (lookup only)", old_one, old_two)]
+    {
+        let (one, two) = (median(one), median(two));
+        println!(
+            "threads/{name}: 1 thread {:.2} M/s, 2 threads {:.2} M/s, ratio {:.2}x (medians of 5)",
+            one / 1e6,
+            two / 1e6,
+            two / one
+        );
+    }
 }
 
 criterion_group!(benches, bench_resolve);

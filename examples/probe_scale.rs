@@ -70,8 +70,8 @@ fn main() -> std::process::ExitCode {
     };
     println!("targets run         {} of {}", r.targets_run, args.targets);
     println!(
-        "cycles judged       {} ({} passed); {} later ones cut short at the stop",
-        r.cycles, r.passed, r.cycles_cut_short
+        "cycles judged       {} ({} passed); {} more not judged (later cycles, or cancelled at the stop)",
+        r.cycles, r.passed, r.cycles_not_judged
     );
     println!(
         "scheduler lateness  p50 {}  p99 {}  max {}  ({} wake-ups)",

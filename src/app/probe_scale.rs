@@ -78,8 +78,9 @@ impl Default for ScaleConfig {
 pub struct ScaleReport {
     /// Cycles finished and judged: each target's first `rounds`.
     pub cycles: usize,
-    /// Later cycles, cancelled when the run stopped (not judged).
-    pub cycles_cut_short: usize,
+    /// Cycles not judged: a target's cycles after its first `rounds`, and those
+    /// cancelled when the run stopped.
+    pub cycles_not_judged: usize,
     /// Judged cycles that passed.
     pub passed: usize,
     /// Targets with at least one judged cycle.
@@ -292,7 +293,7 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     names.dedup();
     Ok(ScaleReport {
         cycles: cycles.len(),
-        cycles_cut_short: summary.cycles.saturating_sub(cycles.len()),
+        cycles_not_judged: summary.cycles.saturating_sub(cycles.len()),
         passed: cycles.iter().filter(|c| c.3 == CycleResult::Passed).count(),
         targets_run: names.len(),
         not_passed: cycles
