@@ -7,13 +7,17 @@
 //! poll, so it is polled once with `now_or_never` (no runtime, no scheduler cost in the
 //! figure). The `parts/*` benchmarks time the pieces of a cache hit, to show where the
 //! time goes.
+//!
+//! After the criterion groups, `threads` measures cache-hit throughput on one thread and
+//! on two sharing one client (five rounds of half a second each, medians), and prints
+//! the ratio: the hit path must not serialise threads on a lock.
 
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use futures::FutureExt;
 
 use lockprobe::clock::{Clock, SystemClock};
@@ -92,8 +96,13 @@ fn bench_resolve(cr: &mut Criterion) {
     let miss = client(&store, &[Duration::ZERO]);
     assert_eq!(resolve_once(&miss, MISS_ID), Source::Store);
 
+    // The same map hashed as the cache hashes (ahash), to tell the hasher's share apart.
+    let ahash_map: HashMap<String, Arc<Versioned>, ahash::RandomState> =
+        map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+
     let mut g = cr.benchmark_group("resolve");
     g.bench_function("hashmap_baseline", |b| b.iter(|| map.get(black_box(PROBE_ID)).cloned()));
+    g.bench_function("hashmap_ahash_baseline", |b| b.iter(|| ahash_map.get(black_box(PROBE_ID)).cloned()));
     g.bench_function("cache_hit_unlocked", |b| b.iter(|| hit.resolve(black_box(PROBE_ID)).now_or_never()));
     g.bench_function("cache_miss", |b| b.iter(|| miss.resolve(black_box(MISS_ID)).now_or_never()));
     g.bench_function("read_through_live_lock", |b| b.iter(|| through.resolve(black_box(LOCKED_ID)).now_or_never()));
@@ -112,6 +121,12 @@ fn bench_resolve(cr: &mut Criterion) {
     p.bench_function("tiered_cache_lookup_one_tier", |b| {
         b.iter(|| one_tier.lookup(black_box(PROBE_ID), black_box(now)))
     });
+    // The tier as it was before the sharded map (main at dad18b6): one RwLock over a
+    // SipHash HashMap per tier, the entry checked under the read lock.
+    let old_tier: OldTier = RwLock::new(map.iter().map(|(k, v)| (k.clone(), (v.clone(), now, i64::MAX))).collect());
+    p.bench_function("rwlock_siphash_lookup_one_tier_before", |b| {
+        b.iter(|| old_lookup(&old_tier, black_box(PROBE_ID), black_box(now)))
+    });
     p.bench_function("arc_clone_drop", |b| {
         let a = map[PROBE_ID].clone();
         b.iter(|| black_box(&a).clone())
@@ -119,5 +134,121 @@ fn bench_resolve(cr: &mut Criterion) {
     p.finish();
 }
 
+/// The tier before the sharded map: one lock over a SipHash map of (record, fetched,
+/// serve-until).
+type OldTier = RwLock<HashMap<String, (Arc<Versioned>, i64, i64)>>;
+
+/// The old tier's hit path: read lock, SipHash lookup, freshness compares, Arc clone.
+fn old_lookup(tier: &OldTier, id: &str, now: i64) -> Option<Arc<Versioned>> {
+    let entries = tier.read().unwrap();
+    let (record, fetched, serve_until) = entries.get(id)?;
+    (now < fetched.saturating_add(3_600_000_000_000) && now < *serve_until).then(|| record.clone())
+}
+
+/// Lookups per second of the old tier on `threads` threads, as [`hits_per_second`].
+fn old_lookups_per_second(tier: &OldTier, ids: &[String], threads: usize, run: Duration) -> f64 {
+    let now = SystemClock.now_unix_nanos();
+    let total: u64 = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let start = Instant::now();
+                    let mut done = 0u64;
+                    let mut i = t * ids.len() / threads;
+                    while start.elapsed() < run {
+                        for _ in 0..1024 {
+                            black_box(old_lookup(tier, &ids[i], now));
+                            i = (i + 1) % ids.len();
+                        }
+                        done += 1024;
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("worker")).sum()
+    });
+    total as f64 / run.as_secs_f64()
+}
+
+/// Cache hits per second on `threads` threads sharing `client`, each walking every
+/// resource from its own starting point, for `run` of wall time.
+fn hits_per_second(client: &RoutingClient, ids: &[String], threads: usize, run: Duration) -> f64 {
+    let total: u64 = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let start = Instant::now();
+                    let mut done = 0u64;
+                    let mut i = t * ids.len() / threads;
+                    while start.elapsed() < run {
+                        // Checking the clock every 1024 hits keeps its cost out of the figure.
+                        for _ in 0..1024 {
+                            let hit = client.resolve(&ids[i]).now_or_never();
+                            black_box(hit);
+                            i = (i + 1) % ids.len();
+                        }
+                        done += 1024;
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("worker")).sum()
+    });
+    total as f64 / run.as_secs_f64()
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// One thread against two, alternating, five rounds: the ratio of the medians.
+fn bench_threads() {
+    let store = store();
+    let client = client(&store, &[HOUR, HOUR]);
+    let ids: Vec<String> = (0..RESOURCES).map(id).collect();
+    for i in &ids {
+        assert_eq!(resolve_once(&client, i), Source::Store);
+    }
+    let old_tier: OldTier = RwLock::new(
+        ids.iter()
+            .map(|i| {
+                let doc = LocationDocument::new(i.clone(), "westeurope");
+                let v = Versioned { doc, etag: ETag("e".into()), committed_at: chrono::DateTime::UNIX_EPOCH };
+                (i.clone(), (Arc::new(v), SystemClock.now_unix_nanos(), i64::MAX))
+            })
+            .collect(),
+    );
+    let run = Duration::from_millis(500);
+    let (mut one, mut two, mut old_one, mut old_two) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..5 {
+        one.push(hits_per_second(&client, &ids, 1, run));
+        two.push(hits_per_second(&client, &ids, 2, run));
+        old_one.push(old_lookups_per_second(&old_tier, &ids, 1, run));
+        old_two.push(old_lookups_per_second(&old_tier, &ids, 2, run));
+    }
+    for (name, one, two) in
+        [("cache_hit_unlocked", one, two), ("rwlock_siphash_tier_before (lookup only)", old_one, old_two)]
+    {
+        let (one, two) = (median(one), median(two));
+        println!(
+            "threads/{name}: 1 thread {:.2} M/s, 2 threads {:.2} M/s, ratio {:.2}x (medians of 5)",
+            one / 1e6,
+            two / 1e6,
+            two / one
+        );
+    }
+}
+
 criterion_group!(benches, bench_resolve);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    // `cargo test --all-targets` runs this binary without `--bench`: skip the timed part.
+    if std::env::args().any(|a| a == "--bench") {
+        bench_threads();
+    }
+    Criterion::default().configure_from_args().final_summary();
+}

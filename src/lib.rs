@@ -43,8 +43,10 @@
 //!      the service it judges and uses only [`clock`], [`usage`], [`percentiles`],
 //!      [`exposition`] and [`html`].
 //! 5. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,
-//!    `service`, `monitor`, `bench`), the store selection they share and their shutdown;
-//!    `main.rs` only parses the command line and calls into it.
+//!    `service`, `monitor`, `bench`), the store selection they share and their shutdown,
+//!    and the two scale runs behind `examples/` (`replay`: a paper-scale day of
+//!    migrations; `probe_scale`: a thousand probe targets in one process); `main.rs` only
+//!    parses the command line and calls into it.
 
 pub mod app;
 pub mod clock;

@@ -79,6 +79,15 @@ pub struct ScanReport {
     pub orphaned_locks: usize,
 }
 
+/// The monitor's own account of what it keeps ([`Monitor::retained`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retained {
+    /// Timelines held: in flight, orphaned and recently ended.
+    pub timelines: usize,
+    /// Their estimated heap in bytes.
+    pub bytes: usize,
+}
+
 /// A recent anomaly, for operators reading the status API.
 #[derive(Debug, Clone)]
 struct Anomaly {
@@ -169,6 +178,8 @@ impl Monitor {
                 let at = change.doc.committed_at.min(now);
                 self.apply(&mut inner, &settled(&change.doc, at), at, Seen::Stream);
             }
+            // Once per batch: the gauges are read by scrapes, not per change.
+            self.refresh_gauges(&inner);
         }
         self.metrics.changes.inc_by(n as u64);
         *cursor = batch.next;
@@ -210,6 +221,7 @@ impl Monitor {
                 for v in &page {
                     self.apply(&mut inner, &settled(v, v.committed_at.min(read_at)), read_at, Seen::Scan);
                 }
+                self.refresh_gauges(&inner);
             }
             documents += page.len();
             match page.last() {
@@ -246,6 +258,7 @@ impl Monitor {
     pub fn observe(&self, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen) {
         let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.apply(&mut inner, doc, at, seen);
+        self.refresh_gauges(&inner);
     }
 
     /// Reserves room for `n` more in-flight timelines (bulk loads, benches).
@@ -256,6 +269,13 @@ impl Monitor {
     /// Whether a full scan of the store has completed (readiness of `lockprobe monitor`).
     pub fn has_scanned(&self) -> bool {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).last_scan_at.is_some()
+    }
+
+    /// What the monitor holds now: its timelines (in flight, orphaned, recently ended)
+    /// and an estimate of their heap (table slots, spare capacity included, and ids).
+    pub fn retained(&self) -> Retained {
+        let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Retained { timelines: inner.tracker.retained(), bytes: inner.tracker.retained_bytes() }
     }
 
     /// Migrations currently holding a live lock.
@@ -410,7 +430,6 @@ impl Monitor {
             self.record(inner, &doc.id, source, event, at);
         }
         inner.events = events;
-        self.refresh_gauges(inner);
     }
 
     fn refresh_gauges(&self, inner: &Inner) {

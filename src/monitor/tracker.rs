@@ -255,6 +255,18 @@ impl Tracker {
         self.timelines.get(id).map_or(Source::Fleet, |t| Source::of_flags(t.flags))
     }
 
+    /// Timelines held: in flight, orphaned and ended ones remembered for the grace.
+    pub fn retained(&self) -> usize {
+        self.timelines.len()
+    }
+
+    /// An estimate of the heap the timelines take: every slot of the table (key, value
+    /// and a control byte, spare capacity included) and each id's bytes.
+    pub fn retained_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<(Box<str>, Timeline)>() + 1;
+        self.timelines.capacity() * slot + self.timelines.keys().map(|id| id.len()).sum::<usize>()
+    }
+
     /// Reserves room for `n` more timelines (for bulk loads).
     pub fn reserve(&mut self, n: usize) {
         self.timelines.reserve(n);

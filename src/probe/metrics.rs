@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
-use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{CounterVec, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use serde::{Deserialize, Serialize};
 
 use super::report::{CycleReport, CycleResult};
@@ -27,6 +27,10 @@ const CYCLE_BUCKETS: &[f64] = &[
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 172800.0,
     259200.0,
 ];
+
+/// Buckets for how late the scheduler woke for a firing: milliseconds when the process
+/// keeps up, seconds when it is overloaded.
+const LATENESS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// Recent values per (target, series), for the status API's exact percentiles.
 #[derive(Default)]
@@ -134,6 +138,8 @@ pub struct Metrics {
     consecutive_failures: GaugeVec,
     unresolved: GaugeVec,
     store_region_changes: IntCounterVec,
+    schedule_lateness: Histogram,
+    lateness_window: Mutex<WindowedPercentiles>,
     windows: Mutex<Windows>,
     /// Per target, the label sets of `unresolved` set to 1, to clear on a passing cycle.
     unresolved_series: Mutex<HashMap<String, Vec<[String; 4]>>>,
@@ -242,6 +248,20 @@ impl Metrics {
                 "Changes of the store region an instance reports in Server-Timing (a failover of the service's store), seen by the probe.",
                 &["target"],
             )?,
+            // One series for the process, not per target: lateness is the scheduler's
+            // (a busy runtime delays every target alike), and a thousand targets would
+            // make a thousand bucket sets.
+            schedule_lateness: register(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "lockprobe_probe_schedule_lateness_seconds",
+                        "How long after its firing time (jitter included) the scheduler woke to start a cycle.",
+                    )
+                    .buckets(LATENESS_BUCKETS.to_vec()),
+                )?,
+            )?,
+            lateness_window: Mutex::new(WindowedPercentiles::new(Duration::from_micros(1), DEFAULT_WINDOW)),
             registry: r,
             windows: Mutex::new(Windows::default()),
             unresolved_series: Mutex::new(HashMap::new()),
@@ -304,6 +324,20 @@ impl Metrics {
     /// Counts a scheduled cycle that did not start.
     pub fn record_missed(&self, target: &str, n: u64) {
         self.missed.with_label_values(&[target]).inc_by(n);
+    }
+
+    /// Records how late the scheduler woke for a firing.
+    pub fn record_lateness(&self, lateness: Duration) {
+        self.schedule_lateness.observe(lateness.as_secs_f64());
+        self.lateness_window
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record_seconds(Utc::now(), lateness.as_secs_f64());
+    }
+
+    /// Exact percentiles of the scheduler's lateness over the last day.
+    pub fn schedule_lateness(&self) -> Summary {
+        self.lateness_window.lock().unwrap_or_else(|e| e.into_inner()).summary(Utc::now())
     }
 
     /// Counts a claim on a group of test resources (`held`, `busy` or `unavailable`).
@@ -665,5 +699,28 @@ mod tests {
         let empty = |p: PercentilesDocument| PercentilesDocument { window_seconds: None, ..p };
         assert_eq!(empty(m.percentiles("demo", Utc::now())), PercentilesDocument::default());
         assert_ne!(empty(m.percentiles("other", Utc::now())), PercentilesDocument::default());
+    }
+
+    #[test]
+    fn scheduler_lateness_is_one_histogram_with_exact_percentiles_beside_it() {
+        let m = Metrics::new().unwrap();
+        for ms in [2, 20, 20, 700] {
+            m.record_lateness(Duration::from_millis(ms));
+        }
+        let text = m.render();
+        for line in [
+            "lockprobe_probe_schedule_lateness_seconds_bucket{le=\"0.001\"} 0",
+            "lockprobe_probe_schedule_lateness_seconds_bucket{le=\"0.025\"} 3",
+            "lockprobe_probe_schedule_lateness_seconds_bucket{le=\"1\"} 4",
+            "lockprobe_probe_schedule_lateness_seconds_count 4",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        let summary = m.schedule_lateness();
+        assert_eq!(summary.count, 4);
+        let p50 = summary.p50.unwrap();
+        assert!((0.0199..0.0201).contains(&p50), "{p50}");
+        let max = summary.max.unwrap();
+        assert!((0.699..0.701).contains(&max), "{max}");
     }
 }

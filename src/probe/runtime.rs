@@ -132,6 +132,10 @@ impl CycleSink for Sink {
         self.status.add_missed(target, n);
     }
 
+    fn woke(&self, _target: &str, lateness: std::time::Duration) {
+        self.metrics.record_lateness(lateness);
+    }
+
     fn claimed(&self, target: &str, claim: &Claim) {
         let outcome = match claim {
             Claim::Held { .. } => "held",

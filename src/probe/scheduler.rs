@@ -108,6 +108,9 @@ pub trait CycleSink: Send + Sync + 'static {
     fn missed(&self, target: &str, n: u64);
     /// A claim on a group of `target`'s pool gave `claim` (held, busy or unavailable).
     fn claimed(&self, _target: &str, _claim: &Claim) {}
+    /// The scheduler woke for a firing of `target` this long after its time (jitter
+    /// included): how far the process keeps up with its schedules.
+    fn woke(&self, _target: &str, _lateness: Duration) {}
 }
 
 /// Parses a schedule: the standard 5-field cron (`minute hour day month weekday`, run at
@@ -361,7 +364,8 @@ pub async fn run_target_plans(
             }
         }
         let target = &plan.schedule;
-        let Some(fire) = next else { continue };
+        let (Some(fire), Some(wake)) = (next, wake) else { continue };
+        sink.woke(&target.name, Instant::now().saturating_duration_since(wake));
         // Reap finished cycles so the set does not grow over months of uptime.
         while running.try_join_next().is_some() {}
 
@@ -485,20 +489,14 @@ mod tests {
         unclaimed: Mutex<Vec<Claim>>,
     }
 
-    #[async_trait]
-    impl CycleRunner for FakeRunner {
-        async fn run(&self, resources: Vec<String>, cancel: CancellationToken) -> CycleReport {
-            let started_at = self.clock.now();
-            self.starts.lock().unwrap().push((started_at, resources.clone()));
-            tokio::select! {
-                _ = tokio::time::sleep(self.length) => {}
-                _ = cancel.cancelled() => *self.cancelled.lock().unwrap() += 1,
-            }
+    impl FakeRunner {
+        /// A passed cycle on `resources` that started and finished at `started_at`.
+        fn report(resources: &[String], started_at: DateTime<Utc>) -> CycleReport {
             CycleReport {
                 target: "t".into(),
                 resource: resources[0].clone(),
                 started_at,
-                finished_at: self.clock.now(),
+                finished_at: started_at,
                 result: CycleResult::Passed,
                 error: None,
                 assertions: vec![],
@@ -512,6 +510,19 @@ mod tests {
                 store_region_changes: Vec::new(),
                 walk: Default::default(),
             }
+        }
+    }
+
+    #[async_trait]
+    impl CycleRunner for FakeRunner {
+        async fn run(&self, resources: Vec<String>, cancel: CancellationToken) -> CycleReport {
+            let started_at = self.clock.now();
+            self.starts.lock().unwrap().push((started_at, resources.clone()));
+            tokio::select! {
+                _ = tokio::time::sleep(self.length) => {}
+                _ = cancel.cancelled() => *self.cancelled.lock().unwrap() += 1,
+            }
+            CycleReport { finished_at: self.clock.now(), ..FakeRunner::report(&resources, started_at) }
         }
 
         async fn claim(&self, group: &[String], _lease: Duration) -> Claim {
@@ -531,6 +542,7 @@ mod tests {
     struct Sink {
         cycles: Mutex<usize>,
         missed: Mutex<u64>,
+        woke: Mutex<Vec<Duration>>,
     }
 
     impl CycleSink for Sink {
@@ -539,6 +551,9 @@ mod tests {
         }
         fn missed(&self, _: &str, n: u64) {
             *self.missed.lock().unwrap() += n;
+        }
+        fn woke(&self, _: &str, lateness: Duration) {
+            self.woke.lock().unwrap().push(lateness);
         }
     }
 
@@ -601,6 +616,48 @@ mod tests {
         assert_eq!(offsets(&r), vec![7, 17, 27]);
         assert_eq!(*r.sink.cycles.lock().unwrap(), 3);
         assert_eq!(*r.sink.missed.lock().unwrap(), 0);
+        // Every wake-up is reported; on a paused clock the timer fires exactly on time.
+        assert_eq!(*r.sink.woke.lock().unwrap(), vec![Duration::ZERO; 3]);
+    }
+
+    /// A runner that holds its thread (no await point) for a while, as a CPU-bound cycle
+    /// on a busy runtime would.
+    struct Hog(Duration);
+
+    #[async_trait]
+    impl CycleRunner for Hog {
+        async fn run(&self, resources: Vec<String>, _cancel: CancellationToken) -> CycleReport {
+            // Moving tokio's clock without yielding: the scheduler's own timer fires late.
+            tokio::time::advance(self.0).await;
+            FakeRunner::report(&resources, Utc::now())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_delayed_by_a_busy_runtime_is_reported_late() {
+        let sink = Arc::new(Sink::default());
+        let target = TargetSchedule {
+            name: "t".into(),
+            schedule: cron::Schedule::from_str("* * * * * *").unwrap(),
+            jitter: Duration::ZERO,
+            concurrency: 4,
+            timeout: Duration::from_secs(60),
+            pool: (1..=28).map(|i| format!("probe-{i:04}")).collect(),
+        };
+        let cancel = CancellationToken::new();
+        let clock = WallClock::starting_at(Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap());
+        let task = tokio::spawn(run_target(
+            target,
+            Arc::new(Hog(Duration::from_millis(1500))),
+            sink.clone(),
+            clock,
+            cancel.clone(),
+        ));
+        tokio::time::sleep(Duration::from_millis(3200)).await;
+        cancel.cancel();
+        task.await.unwrap();
+        let woke = sink.woke.lock().unwrap().clone();
+        assert!(woke.iter().any(|l| *l >= Duration::from_millis(400)), "{woke:?}");
     }
 
     #[tokio::test(start_paused = true)]

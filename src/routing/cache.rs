@@ -10,9 +10,14 @@
 //! then one hash lookup and two integer compares, with times as Unix nanoseconds.
 //! Fetch times are lower bounds of the true instant and lookups compare an upper bound
 //! ([`crate::clock::Clock::upper_unix_nanos`]), so an entry expires early, never late.
+//!
+//! Each tier is a sharded concurrent map (`dashmap`) hashed with `ahash`: a hit takes
+//! one shard's read lock, not a lock over the whole tier, so service threads resolving
+//! different resources do not contend on one lock word; and ahash, randomly keyed per
+//! map, keeps hashing an id cheap while resource ids chosen by clients still cannot be
+//! made to collide on purpose. BENCHMARKS.md ("Routing resolve") has the figures.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::store::Versioned;
@@ -38,10 +43,12 @@ struct Entry {
     serve_until_ns: i64,
 }
 
+type Entries = dashmap::DashMap<String, Entry, ahash::RandomState>;
+
 #[derive(Debug)]
 struct Tier {
     ttl_ns: i64,
-    entries: RwLock<HashMap<String, Entry>>,
+    entries: Entries,
 }
 
 /// Cache tiers, fastest first.
@@ -56,16 +63,6 @@ pub struct TieredCache {
 #[error("cache: {0}")]
 pub struct CacheConfigError(String);
 
-// A panic elsewhere cannot leave a map half-updated (each critical section is one
-// insert, read or retain), so a poisoned lock is recovered rather than propagated.
-fn read(map: &RwLock<HashMap<String, Entry>>) -> std::sync::RwLockReadGuard<'_, HashMap<String, Entry>> {
-    map.read().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write(map: &RwLock<HashMap<String, Entry>>) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Entry>> {
-    map.write().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 fn nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
@@ -77,7 +74,10 @@ impl TieredCache {
         if ttls.is_empty() {
             return Err(CacheConfigError("at least one cache tier is needed".into()));
         }
-        let tiers = ttls.iter().map(|ttl| Tier { ttl_ns: nanos(*ttl), entries: RwLock::default() }).collect();
+        let tiers = ttls
+            .iter()
+            .map(|ttl| Tier { ttl_ns: nanos(*ttl), entries: Entries::with_hasher(ahash::RandomState::new()) })
+            .collect();
         Ok(Self { tiers, max_ttl: ttls.iter().copied().max().unwrap_or_default() })
     }
 
@@ -90,8 +90,7 @@ impl TieredCache {
     /// the faster ones, keeping its fetch time.
     pub fn lookup(&self, id: &str, now_ns: i64) -> Lookup {
         for (depth, tier) in self.tiers.iter().enumerate() {
-            let entries = read(&tier.entries);
-            let Some(entry) = entries.get(id) else { continue };
+            let Some(entry) = tier.entries.get(id) else { continue };
             let fresh_until = entry.fetched_ns.saturating_add(tier.ttl_ns);
             if now_ns >= fresh_until {
                 continue;
@@ -99,10 +98,11 @@ impl TieredCache {
             let answer =
                 if now_ns < entry.serve_until_ns { Lookup::Serve(entry.record.clone()) } else { Lookup::ReadThrough };
             if depth > 0 {
-                let entry = entry.clone();
-                drop(entries);
+                // The shard's read lock is let go before any tier is written.
+                let copy = Entry::clone(&entry);
+                drop(entry);
                 for faster in &self.tiers[..depth] {
-                    write(&faster.entries).insert(id.to_owned(), entry.clone());
+                    faster.entries.insert(id.to_owned(), copy.clone());
                 }
             }
             return answer;
@@ -115,7 +115,7 @@ impl TieredCache {
     pub fn put(&self, id: &str, record: Arc<Versioned>, fetched_ns: i64, serve_until_ns: i64) {
         let entry = Entry { record, fetched_ns, serve_until_ns };
         for tier in &self.tiers {
-            write(&tier.entries).insert(id.to_owned(), entry.clone());
+            tier.entries.insert(id.to_owned(), entry.clone());
         }
     }
 
@@ -123,7 +123,7 @@ impl TieredCache {
     /// documents it no longer serves.
     pub fn evict_expired(&self, now_ns: i64) {
         for tier in &self.tiers {
-            write(&tier.entries).retain(|_, e| now_ns < e.fetched_ns.saturating_add(tier.ttl_ns));
+            tier.entries.retain(|_, e| now_ns < e.fetched_ns.saturating_add(tier.ttl_ns));
         }
     }
 }

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use crate::clock::{to_chrono, Clock};
-use crate::routing::document::LocationDocument;
+use crate::routing::document::{DocumentError, LocationDocument};
 
 /// Settings of the in-memory store.
 #[derive(Debug, Clone)]
@@ -117,9 +117,11 @@ struct History {
     pruned: bool,
 }
 
+/// A committed version, kept decoded: decoding is deterministic, so the document (or
+/// the reason it cannot be read) is worked out once at commit rather than on every read.
 #[derive(Debug, Clone)]
 struct StoredVersion {
-    json: Value,
+    doc: Result<LocationDocument, DocumentError>,
     etag: ETag,
     committed_at: DateTime<Utc>,
 }
@@ -165,10 +167,34 @@ impl MemoryStore {
     /// forged partial cutover).
     pub fn put_raw(&self, id: &str, json: Value) -> ETag {
         let now = self.clock.now();
+        let decoded = LocationDocument::from_json(json);
         let mut state = self.lock_state();
-        let etag = state.commit(id, json, now, self.config.change_log_capacity);
+        let etag = state.commit(id, decoded, now, self.config.change_log_capacity);
         state.prune(id, self.replica_horizon(now));
         etag
+    }
+
+    /// Forgets the document `id` entirely, as if it had never been written: for long
+    /// replays that would otherwise keep every resource they ever migrated. Nothing
+    /// appears on the change stream (it is no delete a reader must learn of) and the
+    /// changes already logged stay. Returns whether there was a document.
+    pub fn retire(&self, id: &str) -> bool {
+        self.lock_state().docs.remove(id).is_some()
+    }
+
+    /// Changes written to the change stream so far (dropped ones included).
+    pub fn changes_logged(&self) -> u64 {
+        self.lock_state().next_seq
+    }
+
+    /// How many documents the store holds.
+    pub fn len(&self) -> usize {
+        self.lock_state().docs.len()
+    }
+
+    /// Whether the store holds no document.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The store's state. Every critical section leaves it consistent (a version is
@@ -207,19 +233,28 @@ fn kind_index(kind: OpKind) -> usize {
 }
 
 impl State {
-    fn commit(&mut self, id: &str, json: Value, now: DateTime<Utc>, log_capacity: usize) -> ETag {
+    /// Commits `decoded` (a document, or why its JSON is not one) as the newest version
+    /// of `id`. Callers decode before taking the state's lock: the lock is held for the
+    /// bookkeeping only.
+    fn commit(
+        &mut self,
+        id: &str,
+        decoded: Result<LocationDocument, DocumentError>,
+        now: DateTime<Utc>,
+        log_capacity: usize,
+    ) -> ETag {
         self.next_etag += 1;
         let etag = ETag(format!("\"m{:012x}\"", self.next_etag));
-        let history = self.docs.entry(id.to_owned()).or_default();
-        history.versions.push_back(StoredVersion { json: json.clone(), etag: etag.clone(), committed_at: now });
-        if let Ok(doc) = LocationDocument::from_json(json) {
+        if let Ok(doc) = &decoded {
             self.next_seq += 1;
-            self.log
-                .push_back((self.next_seq, Change { doc: Versioned { doc, etag: etag.clone(), committed_at: now } }));
+            let change = Change { doc: Versioned { doc: doc.clone(), etag: etag.clone(), committed_at: now } };
+            self.log.push_back((self.next_seq, change));
             while self.log.len() > log_capacity {
                 self.log.pop_front();
             }
         }
+        let history = self.docs.entry(id.to_owned()).or_default();
+        history.versions.push_back(StoredVersion { doc: decoded, etag: etag.clone(), committed_at: now });
         etag
     }
 
@@ -240,11 +275,7 @@ impl State {
 }
 
 fn to_versioned(v: &StoredVersion) -> Result<Versioned, StoreError> {
-    Ok(Versioned {
-        doc: LocationDocument::from_json(v.json.clone())?,
-        etag: v.etag.clone(),
-        committed_at: v.committed_at,
-    })
+    Ok(Versioned { doc: v.doc.clone()?, etag: v.etag.clone(), committed_at: v.committed_at })
 }
 
 #[async_trait]
@@ -273,23 +304,27 @@ impl LocationStore for MemoryStore {
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
         self.enter(OpKind::Create).await?;
         let now = self.clock.now();
+        // Kept as written: a document this library made reads back from its JSON as
+        // itself, so the round trip through JSON (the replay's largest cost) adds nothing.
+        let decoded = Ok(doc.clone());
         let mut state = self.lock_state();
         if state.docs.contains_key(&doc.id) {
             return Err(StoreError::Conflict);
         }
-        let etag = state.commit(&doc.id, doc.to_json(), now, self.config.change_log_capacity);
+        let etag = state.commit(&doc.id, decoded, now, self.config.change_log_capacity);
         Ok(Committed { etag, committed_at: now })
     }
 
     async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
         self.enter(OpKind::Replace).await?;
         let now = self.clock.now();
+        let decoded = Ok(doc.clone());
         let mut state = self.lock_state();
         let current = state.newest(&doc.id).ok_or(StoreError::NotFound)?;
         if &current.etag != if_match {
             return Err(StoreError::PreconditionFailed);
         }
-        let etag = state.commit(&doc.id, doc.to_json(), now, self.config.change_log_capacity);
+        let etag = state.commit(&doc.id, decoded, now, self.config.change_log_capacity);
         state.prune(&doc.id, self.replica_horizon(now));
         Ok(Committed { etag, committed_at: now })
     }
@@ -305,9 +340,13 @@ impl LocationStore for MemoryStore {
                 .map_err(|_| StoreError::Unavailable(format!("not a memory-store cursor: {:?}", cursor.0)))?
         };
         let state = self.lock_state();
-        let changes: Vec<Change> =
-            state.log.iter().filter(|(seq, _)| *seq > after).take(limit).map(|(_, c)| c.clone()).collect();
-        let last = state.log.iter().filter(|(seq, _)| *seq > after).take(limit).last().map(|(s, _)| *s);
+        // Sequence numbers in the log are consecutive, so the first change after the
+        // cursor is found by arithmetic, not by walking the whole retained log.
+        let oldest = state.log.front().map_or(0, |(seq, _)| *seq);
+        let skip = usize::try_from((after + 1).saturating_sub(oldest)).unwrap_or(usize::MAX);
+        let page: Vec<&(u64, Change)> = state.log.range(skip.min(state.log.len())..).take(limit).collect();
+        let changes: Vec<Change> = page.iter().map(|(_, c)| c.clone()).collect();
+        let last = page.last().map(|(s, _)| *s);
         Ok(ChangeBatch { changes, next: ChangeCursor(last.unwrap_or(after).to_string()) })
     }
 
@@ -376,5 +415,42 @@ mod tests {
         let rest = store.read_changes(&batch.next, 100).await.unwrap();
         assert!(rest.changes.is_empty());
         assert_eq!(rest.next, batch.next);
+    }
+
+    #[tokio::test]
+    async fn pages_continue_from_the_cursor_and_a_reader_left_behind_resumes_at_the_oldest() {
+        let (_clock, store) = store(Duration::ZERO);
+        let ids = |b: &ChangeBatch| b.changes.iter().map(|c| c.doc.doc.id.clone()).collect::<Vec<_>>();
+        for i in 0..3 {
+            store.create(&LocationDocument::new(format!("r{i}"), "x")).await.unwrap();
+        }
+        let first = store.read_changes(&ChangeCursor::beginning(), 2).await.unwrap();
+        assert_eq!(ids(&first), ["r0", "r1"]);
+        let second = store.read_changes(&first.next, 2).await.unwrap();
+        assert_eq!(ids(&second), ["r2"]);
+        // Four more writes push r0..r2 out of a log of four: the reader at r0 resumes
+        // at the oldest change still held.
+        for i in 3..7 {
+            store.create(&LocationDocument::new(format!("r{i}"), "x")).await.unwrap();
+        }
+        let behind = store.read_changes(&first.next, 10).await.unwrap();
+        assert_eq!(ids(&behind), ["r3", "r4", "r5", "r6"]);
+        let ahead = ChangeCursor("99".into());
+        let none = store.read_changes(&ahead, 10).await.unwrap();
+        assert!(none.changes.is_empty());
+        assert_eq!(none.next, ahead);
+    }
+
+    #[tokio::test]
+    async fn a_retired_document_is_gone_without_a_change() {
+        let (_clock, store) = store(Duration::ZERO);
+        store.create(&LocationDocument::new("r1", "x")).await.unwrap();
+        assert_eq!(store.len(), 1);
+        assert!(store.retire("r1"));
+        assert!(!store.retire("r1"));
+        assert!(store.is_empty());
+        assert_eq!(store.read("r1", ReadFrom::WriteRegion).await, Err(StoreError::NotFound));
+        let log = store.read_changes(&ChangeCursor::beginning(), 10).await.unwrap();
+        assert_eq!(log.changes.len(), 1, "only the create is on the stream");
     }
 }

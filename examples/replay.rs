@@ -1,0 +1,108 @@
+//! A paper-scale day: 10 million migrations through the routing library and the
+//! convergence monitor on the memory store, in compressed time (`app::replay`).
+//!
+//! ```text
+//! cargo run --release --example replay -- --migrations 10000000
+//! ```
+//!
+//! Prints what the monitor saw, the wall time, events (changes the monitor applied)
+//! per second, the monitor's peak timelines and its own estimate of their heap, and
+//! the process's peak RSS. Exits 1 if any migration failed or the monitor found an
+//! anomaly. Figures are in BENCHMARKS.md.
+
+use std::time::Duration;
+
+use clap::Parser;
+
+use lockprobe::app::replay::{self, ReplayConfig};
+
+/// Replays a day of migrations in compressed time.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Migrations started over the day.
+    #[arg(long, default_value_t = 10_000_000)]
+    migrations: u64,
+    /// Virtual length of the day.
+    #[arg(long, default_value = "24h", value_parser = lockprobe::usage::parse_bounded_duration)]
+    day: Duration,
+    /// Service instances (routing clients, each with its own cache).
+    #[arg(long, default_value_t = 2)]
+    instances: usize,
+    /// Every n-th migration is released instead of swapped (0: none).
+    #[arg(long, default_value_t = 100)]
+    release_every: u64,
+}
+
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    if args.migrations == 0 || args.instances == 0 || args.day.is_zero() {
+        eprintln!("replay: --migrations, --instances and --day must be positive");
+        return std::process::ExitCode::from(64);
+    }
+    let config = ReplayConfig {
+        migrations: args.migrations,
+        day: args.day,
+        instances: args.instances,
+        release_every: args.release_every,
+        ..ReplayConfig::default()
+    };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime");
+    let r = match runtime.block_on(replay::run(config)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("replay: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let secs = r.wall.as_secs_f64();
+    println!("migrations          {}", r.migrations);
+    println!("wall                {secs:.1} s  (virtual {:.0} s)", r.virtual_span.as_secs_f64());
+    println!("migrations/s        {:.0}", r.migrations as f64 / secs);
+    println!("monitor events      {}  ({:.0}/s)", r.changes, r.events_per_second());
+    println!("lock calls          {}  resolves {}", r.lock_calls, r.resolves);
+    println!(
+        "store calls         reads {} (write region {}, replica {}), writes {}, change reads {}",
+        r.store.reads(),
+        r.store.read_write_region,
+        r.store.read_replica,
+        r.store.writes(),
+        r.store.read_changes
+    );
+    println!("outcomes            swapped {}  released {}  lapsed {}", r.swapped, r.released, r.lapsed);
+    println!(
+        "anomalies           early escalations {}  partial cutovers {}  orphans {}  in flight at end {}",
+        r.early_escalations, r.partial_cutovers, r.orphaned_locks, r.in_flight_at_end
+    );
+    println!(
+        "monitor peak        {} in flight, {} timelines, ~{:.1} MiB (its own estimate)",
+        r.peak_in_flight,
+        r.peak_timelines,
+        r.peak_monitor_bytes as f64 / 1048576.0
+    );
+    println!("store peak          {} documents", r.peak_documents);
+    if let Some(kib) = peak_rss_kib() {
+        println!("peak RSS            {:.1} MiB (whole process)", kib as f64 / 1024.0);
+    }
+    println!("failures            {}", r.failures);
+    for f in &r.first_failures {
+        println!("  {f}");
+    }
+    let clean = r.failures == 0
+        && r.swapped + r.released == r.migrations
+        && r.lapsed == 0
+        && r.early_escalations == 0
+        && r.partial_cutovers == 0
+        && r.orphaned_locks == 0;
+    if clean {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    }
+}

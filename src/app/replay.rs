@@ -1,0 +1,370 @@
+//! A day of migrations replayed in compressed time: the paper's scale (6-10 million a
+//! day) through the routing library and the convergence monitor, on the memory store.
+//!
+//! Every lock call goes through [`RoutingClient`] as the reference service makes it
+//! (pre-lock under an idempotency key, hardDelete, write, `prepare_swap` then the swap
+//! under a key, or a release), user reads resolve through another instance's cache,
+//! and the [`Monitor`] follows the store's own change stream on a task of its own,
+//! sweeping as it goes. Time is a [`ManualClock`] the driver moves from one scheduled
+//! step to the next, so a day passes as fast as the code runs. A migration's document
+//! is retired from the store once it ends, and the monitor forgets ended migrations on
+//! its sweeps, so memory follows the migrations in flight rather than the day's total.
+//!
+//! `examples/replay.rs` runs it from the command line (BENCHMARKS.md has the figures);
+//! `tests/replay_day.rs` runs a small day in the suite. No command of its own.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::clock::{Clock, ManualClock};
+use crate::monitor::{Monitor, MonitorConfig, MonitorError, Outcome};
+use crate::routing::cache::TieredCache;
+use crate::routing::{ClientOptions, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient, RoutingError};
+use crate::store::memory::{MemoryStore, MemoryStoreConfig, OpCounts};
+
+/// The shape of the replayed day. Durations are virtual (the manual clock's).
+#[derive(Debug, Clone)]
+pub struct ReplayConfig {
+    /// Migrations started over the day.
+    pub migrations: u64,
+    /// The span over which migrations start, evenly spaced.
+    pub day: Duration,
+    /// Service instances, each a `RoutingClient` with its own cache; lock calls and
+    /// user reads of one migration go to different instances.
+    pub instances: usize,
+    /// Cache TTL of every instance (one tier).
+    pub cache_ttl: Duration,
+    /// The replication bound declared with the TTL (convergence delay = TTL + this).
+    pub replication_bound: Duration,
+    /// The orchestrator's wait past effectiveAt before hardDelete.
+    pub escalation_buffer: Duration,
+    /// How long hardDelete is held before the write lock.
+    pub hard_delete_hold: Duration,
+    /// How long the write lock is held (the data copy) before the swap.
+    pub copy_hold: Duration,
+    /// Every n-th migration is released instead of swapped (0: none).
+    pub release_every: u64,
+    /// Most changes the monitor may be behind before the driver waits for it; the
+    /// store's change log holds twice this, so none is ever dropped unread.
+    pub max_monitor_lag: usize,
+}
+
+impl Default for ReplayConfig {
+    fn default() -> Self {
+        Self {
+            migrations: 10_000_000,
+            day: Duration::from_secs(86_400),
+            instances: 2,
+            cache_ttl: Duration::from_secs(30),
+            replication_bound: Duration::from_secs(30),
+            escalation_buffer: Duration::from_secs(10),
+            hard_delete_hold: Duration::from_secs(30),
+            copy_hold: Duration::from_secs(60),
+            release_every: 100,
+            // Small: a long log of retained documents only churns the allocator.
+            max_monitor_lag: 4_096,
+        }
+    }
+}
+
+/// What a replay did and what the monitor made of it.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayReport {
+    /// Migrations started.
+    pub migrations: u64,
+    /// Lock calls made through the routing client (prepare_swap counted).
+    pub lock_calls: u64,
+    /// User reads resolved through an instance's cache.
+    pub resolves: u64,
+    /// Routing calls that failed, and the first few failures.
+    pub failures: u64,
+    /// The first failures, for the report.
+    pub first_failures: Vec<String>,
+    /// Store calls, by kind.
+    pub store: OpCounts,
+    /// Changes the monitor applied from the stream.
+    pub changes: u64,
+    /// The monitor's outcomes.
+    pub swapped: u64,
+    /// Released migrations.
+    pub released: u64,
+    /// Lapsed migrations.
+    pub lapsed: u64,
+    /// Anomalies the monitor counted.
+    pub early_escalations: u64,
+    /// Partial cutovers counted.
+    pub partial_cutovers: u64,
+    /// Orphaned locks at the end.
+    pub orphaned_locks: usize,
+    /// Migrations the monitor still saw in flight at the end.
+    pub in_flight_at_end: usize,
+    /// Most migrations in flight at once (the monitor's count, sampled at each sweep).
+    pub peak_in_flight: usize,
+    /// Most timelines the monitor held at once (in flight plus recently ended).
+    pub peak_timelines: usize,
+    /// The monitor's own estimate of its heap at that peak.
+    pub peak_monitor_bytes: usize,
+    /// Most documents the store held at once.
+    pub peak_documents: usize,
+    /// Wall time of the whole replay.
+    pub wall: Duration,
+    /// Virtual time the replay covered.
+    pub virtual_span: Duration,
+}
+
+impl ReplayReport {
+    /// Changes applied by the monitor per wall second.
+    pub fn events_per_second(&self) -> f64 {
+        self.changes as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The steps of one migration, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Step {
+    PreLock,
+    HardDelete,
+    Write,
+    End,
+}
+
+/// Runs a replay on the current tokio runtime (give it two worker threads: the driver
+/// and the monitor each take one).
+pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
+    let clock = Arc::new(ManualClock::at_epoch());
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let store = Arc::new(MemoryStore::new(
+        dyn_clock.clone(),
+        MemoryStoreConfig { replica_lag: Duration::ZERO, change_log_capacity: config.max_monitor_lag * 2 },
+    ));
+    let policy = LockPolicy::declared(config.cache_ttl, config.replication_bound, Duration::from_secs(3600));
+    let monitor_config = MonitorConfig {
+        poll_batch: 4096,
+        declared_delay: Some(policy.convergence_delay),
+        escalation_buffer: config.escalation_buffer,
+        ..MonitorConfig::default()
+    };
+    let registry = prometheus::Registry::new();
+    let monitor = Arc::new(Monitor::new(store.clone(), dyn_clock.clone(), monitor_config, &registry)?);
+    let clients: Vec<RoutingClient> = (0..config.instances.max(1))
+        .map(|_| {
+            RoutingClient::new(
+                store.clone(),
+                dyn_clock.clone(),
+                TieredCache::try_new(&[config.cache_ttl]).expect("one tier"),
+                policy.clone(),
+                ClientOptions::default(),
+            )
+        })
+        .collect();
+
+    let started = Instant::now();
+    let applied = Arc::new(AtomicU64::new(0));
+    let driving = Arc::new(AtomicBool::new(true));
+    let follower = tokio::spawn(follow(monitor.clone(), dyn_clock.clone(), applied.clone(), driving.clone()));
+    let mut report = drive(&config, &clock, &store, &clients, &applied).await;
+    driving.store(false, Ordering::Release);
+    let peaks = follower.await.expect("the monitor task does not panic")?;
+
+    // Past every lease and the lapse grace: a lock still standing now is an orphan.
+    clock.advance(Duration::from_secs(3600) + monitor.config().lapse_grace);
+    monitor.drain().await?;
+    monitor.sweep();
+    report.wall = started.elapsed();
+    report.virtual_span = crate::clock::span(ManualClock::at_epoch().now(), clock.now());
+    report.store = store.counts();
+    report.changes = applied.load(Ordering::Acquire);
+    report.swapped = monitor.outcomes(Outcome::Swapped);
+    report.released = monitor.outcomes(Outcome::Released);
+    report.lapsed = monitor.outcomes(Outcome::Lapsed);
+    report.early_escalations = monitor.early_escalations();
+    report.partial_cutovers = monitor.partial_cutovers();
+    report.orphaned_locks = monitor.orphaned_locks();
+    report.in_flight_at_end = monitor.in_flight();
+    (report.peak_in_flight, report.peak_timelines, report.peak_monitor_bytes) = peaks;
+    Ok(report)
+}
+
+/// The monitor's side: follows the change stream while the driver runs, sweeping every
+/// `sweep_interval` of virtual time; returns its peaks (in flight, timelines, bytes).
+async fn follow(
+    monitor: Arc<Monitor>,
+    clock: Arc<dyn Clock>,
+    applied: Arc<AtomicU64>,
+    driving: Arc<AtomicBool>,
+) -> Result<(usize, usize, usize), MonitorError> {
+    let sweep_every = crate::clock::to_chrono(monitor.config().sweep_interval);
+    let mut next_sweep = clock.now() + sweep_every;
+    let mut peaks = (0, 0, 0);
+    loop {
+        // Read before the poll: once the driver has stopped, a poll that then comes
+        // back short has read everything.
+        let still_driving = driving.load(Ordering::Acquire);
+        let n = monitor.poll_once().await?;
+        applied.fetch_add(n as u64, Ordering::Release);
+        if clock.now() >= next_sweep {
+            monitor.sweep();
+            next_sweep = clock.now() + sweep_every;
+            let retained = monitor.retained();
+            peaks.0 = peaks.0.max(monitor.in_flight());
+            if retained.timelines > peaks.1 {
+                (peaks.1, peaks.2) = (retained.timelines, retained.bytes);
+            }
+        }
+        if n < monitor.config().poll_batch {
+            if !still_driving {
+                return Ok(peaks);
+            }
+            if n == 0 {
+                // Caught up: let the driver write a batch rather than spin on a core.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+}
+
+/// The orchestrators' and users' side: every migration's steps in virtual-time order.
+async fn drive(
+    config: &ReplayConfig,
+    clock: &ManualClock,
+    store: &MemoryStore,
+    clients: &[RoutingClient],
+    applied: &AtomicU64,
+) -> ReplayReport {
+    let origin = clock.now();
+    let spacing_ns = (config.day.as_nanos() / u128::from(config.migrations.max(1))) as i64;
+    let delay = clients[0].policy().convergence_delay + clients[0].policy().skew_margin;
+    let offsets = |step: Step| -> Duration {
+        let hard_delete = delay + config.escalation_buffer;
+        match step {
+            Step::PreLock => Duration::ZERO,
+            Step::HardDelete => hard_delete,
+            Step::Write => hard_delete + config.hard_delete_hold,
+            Step::End => hard_delete + config.hard_delete_hold + config.copy_hold,
+        }
+    };
+    let lease = Duration::from_secs(600);
+    let mut report = ReplayReport { migrations: config.migrations, ..ReplayReport::default() };
+    let mut pending: BinaryHeap<Reverse<(i64, u64, Step)>> = BinaryHeap::new();
+    let mut tokens: HashMap<u64, LockToken> = HashMap::new();
+    let mut next_start = 0u64;
+    let mut next_eviction = config.cache_ttl;
+    loop {
+        let start_at = (next_start < config.migrations).then(|| next_start as i64 * spacing_ns);
+        let event = match (pending.peek(), start_at) {
+            (Some(Reverse((at, _, _))), Some(s)) if *at <= s => pending.pop().map(|Reverse(e)| e),
+            (_, Some(s)) => {
+                next_start += 1;
+                Some((s, next_start - 1, Step::PreLock))
+            }
+            (Some(_), None) => pending.pop().map(|Reverse(e)| e),
+            (None, None) => None,
+        };
+        let Some((at_ns, m, step)) = event else { break };
+        let at = Duration::from_nanos(at_ns as u64);
+        clock.set(origin + crate::clock::to_chrono(at));
+        if at >= next_eviction {
+            clients.iter().for_each(RoutingClient::evict_expired);
+            next_eviction = at + config.cache_ttl;
+        }
+        wait_for_monitor(store, applied, config.max_monitor_lag).await;
+        report.peak_documents = report.peak_documents.max(store.len());
+
+        let id = format!("resource-{m:010}");
+        let (orchestrator, user) = (&clients[m as usize % clients.len()], &clients[(m as usize + 1) % clients.len()]);
+        let outcome = migration_step(config, orchestrator, user, &id, m, step, lease, &mut tokens, &mut report).await;
+        match outcome {
+            Ok(Some(next)) => pending.push(Reverse((
+                (offsets(next).as_nanos() as i64).saturating_add(m as i64 * spacing_ns),
+                m,
+                next,
+            ))),
+            Ok(None) => {
+                store.retire(&id);
+            }
+            Err(e) => {
+                report.failures += 1;
+                if report.first_failures.len() < 10 {
+                    report.first_failures.push(format!("{id} at {step:?}: {e}"));
+                }
+                tokens.remove(&m);
+                store.retire(&id);
+            }
+        }
+    }
+    report
+}
+
+fn text(e: RoutingError) -> String {
+    e.to_string()
+}
+
+/// Waits while the monitor is more than `max_lag` changes behind the store's log.
+async fn wait_for_monitor(store: &MemoryStore, applied: &AtomicU64, max_lag: usize) {
+    while store.changes_logged().saturating_sub(applied.load(Ordering::Acquire)) > max_lag as u64 {
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+}
+
+/// Makes one step of migration `m`; returns the next step, or `None` once it ended.
+#[allow(clippy::too_many_arguments)]
+async fn migration_step(
+    config: &ReplayConfig,
+    orchestrator: &RoutingClient,
+    user: &RoutingClient,
+    id: &str,
+    m: u64,
+    step: Step,
+    lease: Duration,
+    tokens: &mut HashMap<u64, LockToken>,
+    report: &mut ReplayReport,
+) -> Result<Option<Step>, String> {
+    let (home, target) =
+        if m.is_multiple_of(2) { ("westeurope", "northeurope") } else { ("northeurope", "westeurope") };
+    match step {
+        Step::PreLock => {
+            let req = PreLockRequest { owner: "replay".into(), duration: lease, target_location: Some(target.into()) };
+            let key = format!("pre-{m}");
+            report.lock_calls += 1;
+            let grant = orchestrator.pre_lock_with_key(id, home, &req, Some(&key)).await.map_err(text)?;
+            tokens.insert(m, grant.token);
+            report.resolves += 1;
+            user.resolve(id).await.map_err(text)?;
+            Ok(Some(Step::HardDelete))
+        }
+        Step::HardDelete | Step::Write => {
+            let phase = if step == Step::HardDelete { Phase::HardDelete } else { Phase::Write };
+            let token = tokens.get(&m).expect("a started migration has its token");
+            report.lock_calls += 1;
+            orchestrator.escalate(id, token, phase, lease).await.map_err(text)?;
+            Ok(Some(if step == Step::HardDelete { Step::Write } else { Step::End }))
+        }
+        Step::End => {
+            let token = tokens.remove(&m).expect("a started migration has its token");
+            let released = config.release_every > 0 && m.is_multiple_of(config.release_every);
+            if released {
+                report.lock_calls += 1;
+                orchestrator.release(id, &token).await.map_err(text)?;
+            } else {
+                let key = format!("swap-{m}");
+                report.lock_calls += 2;
+                orchestrator.prepare_swap(id, &token, target, Some(&key)).await.map_err(text)?;
+                orchestrator.swap_with_key(id, &token, target, Some(&key)).await.map_err(text)?;
+            }
+            report.resolves += 1;
+            let routed = user.resolve(id).await.map_err(text)?;
+            let expected = if released { home } else { target };
+            if routed.location() != expected || routed.lock().is_some() {
+                return Err(format!(
+                    "after the migration the user instance routes to {} (lock: {}), not {expected} unlocked",
+                    routed.location(),
+                    routed.lock().is_some()
+                ));
+            }
+            Ok(None)
+        }
+    }
+}
