@@ -329,30 +329,33 @@ impl Monitor {
     pub fn status(&self) -> MonitorStatus {
         let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let m = &self.metrics;
-        let mut orphan_ids = inner.tracker.orphan_ids(STATUS_ORPHAN_IDS);
+        // One walk of the timelines for the orphans, one for the phases.
+        let orphans: Vec<OrphanDocument> = inner
+            .tracker
+            .orphans_with_lease_end(STATUS_ORPHAN_IDS)
+            .into_iter()
+            .map(|(resource, lease_ended_at)| OrphanDocument { resource, lease_ended_at })
+            .collect();
+        let mut orphan_ids: Vec<String> = orphans.iter().map(|o| o.resource.clone()).collect();
         orphan_ids.sort();
+        let (fleet_by_phase, probe_by_phase) = inner.tracker.in_flight_by_phase();
         let now = self.clock.now();
         let (phase_duration_seconds, escalation_interval_seconds) = inner.percentiles.summaries(now);
         let fleet = Source::Fleet.as_str();
         MonitorStatus {
             generated_at: now,
             in_flight: inner.tracker.in_flight_of(Source::Fleet),
-            in_flight_by_phase: inner.tracker.in_flight_by_phase(Source::Fleet).into(),
+            in_flight_by_phase: fleet_by_phase.into(),
             orphaned_locks: inner.tracker.orphans(),
             orphan_ids,
-            orphans: inner
-                .tracker
-                .orphans_with_lease_end(STATUS_ORPHAN_IDS)
-                .into_iter()
-                .map(|(resource, lease_ended_at)| OrphanDocument { resource, lease_ended_at })
-                .collect(),
+            orphans,
             migrations: self.migration_counts(Source::Fleet),
             early_escalations: self.early_escalations(),
             partial_cutovers: self.partial_cutovers(),
             renewals: m.renewals.with_label_values(&[fleet]).get(),
             probe: ProbeLocks {
                 in_flight: inner.tracker.in_flight_of(Source::Probe),
-                in_flight_by_phase: inner.tracker.in_flight_by_phase(Source::Probe).into(),
+                in_flight_by_phase: probe_by_phase.into(),
                 orphaned_locks: inner.tracker.orphans_of(Source::Probe),
                 migrations: self.migration_counts(Source::Probe),
                 early_escalations: m.early_escalations.with_label_values(&[Source::Probe.as_str()]).get(),

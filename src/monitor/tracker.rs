@@ -206,31 +206,28 @@ impl Tracker {
         self.orphans[source.index()]
     }
 
-    /// Ids of the fleet's orphaned locks, at most `limit`, in no particular order.
+    /// Ids of the fleet's orphaned locks, at most `limit` (the longest lapsed), in no
+    /// particular order.
     pub fn orphan_ids(&self, limit: usize) -> Vec<String> {
-        self.timelines
-            .iter()
-            .filter(|(_, t)| t.has(LAPSED) && !t.has(PROBE))
-            .take(limit)
-            .map(|(id, _)| id.to_string())
-            .collect()
+        self.orphans_with_lease_end(limit).into_iter().map(|(id, _)| id).collect()
     }
 
-    /// Live migrations of `source` (neither lapsed nor ended) in each phase: `preLock`,
-    /// `hardDelete`, `write`. Walks every timeline, so it is for status pages, not for
-    /// every event.
-    pub fn in_flight_by_phase(&self, source: Source) -> [usize; 3] {
-        let mut counts = [0; 3];
+    /// Live migrations (neither lapsed nor ended) in each phase, `preLock`, `hardDelete`,
+    /// `write`: the fleet's, then the probe's. Walks every timeline once, so it is for
+    /// status pages, not for every event.
+    pub fn in_flight_by_phase(&self) -> ([usize; 3], [usize; 3]) {
+        let mut counts = [[0; 3]; 2];
         for t in self.timelines.values() {
-            if !t.has(LAPSED) && !t.has(ENDED) && Source::of_flags(t.flags) == source {
-                counts[match t.phase {
+            if !t.has(LAPSED) && !t.has(ENDED) {
+                counts[Source::of_flags(t.flags).index()][match t.phase {
                     Phase::PreLock => 0,
                     Phase::HardDelete => 1,
                     Phase::Write => 2,
                 }] += 1;
             }
         }
-        counts
+        let [fleet, probe] = counts;
+        (fleet, probe)
     }
 
     /// The fleet's orphaned locks with the end of their lease, longest lapsed first, at
@@ -242,8 +239,13 @@ impl Tracker {
             .filter(|(_, t)| t.has(LAPSED) && !t.has(PROBE))
             .map(|(id, t)| (id.to_string(), t.expires_ms))
             .collect();
-        found.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-        found.truncate(limit);
+        let longest_lapsed = |a: &(String, i64), b: &(String, i64)| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0));
+        // Only the `limit` longest lapsed need sorting: select them first (linear).
+        if limit < found.len() {
+            found.select_nth_unstable_by(limit, longest_lapsed);
+            found.truncate(limit);
+        }
+        found.sort_by(longest_lapsed);
         found
             .into_iter()
             .map(|(id, ms)| (id, DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC)))
