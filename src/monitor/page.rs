@@ -152,19 +152,7 @@ fn render_anomalies(page: &mut String, status: &MonitorStatus) {
             }
             continue;
         }
-        page.push_str(
-            "<div class=\"scroll\" tabindex=\"0\"><table>\n<tr><th>resource</th><th>seen</th><th>age</th></tr>\n",
-        );
-        for a in listed {
-            let _ = writeln!(
-                page,
-                "<tr class=\"fail\"><td><code>{}</code></td><td><time>{}</time></td><td>{}</td></tr>",
-                esc(&a.resource),
-                time(a.at),
-                ago(now, a.at).unwrap_or_else(|| "—".into())
-            );
-        }
-        page.push_str("</table></div>\n");
+        resource_table(page, now, ["seen", "age"], listed.iter().map(|a| (a.resource.as_str(), a.at)));
     }
     anomaly_heading(
         page,
@@ -174,19 +162,8 @@ fn render_anomalies(page: &mut String, status: &MonitorStatus) {
         "a lease ran out with the lock still in the document, never released or swapped",
     );
     if !status.orphans.is_empty() {
-        page.push_str(
-            "<div class=\"scroll\" tabindex=\"0\"><table>\n<tr><th>resource</th><th>lease ended</th><th>orphaned for</th></tr>\n",
-        );
-        for o in &status.orphans {
-            let _ = writeln!(
-                page,
-                "<tr class=\"fail\"><td><code>{}</code></td><td><time>{}</time></td><td>{}</td></tr>",
-                esc(&o.resource),
-                time(o.lease_ended_at),
-                ago(now, o.lease_ended_at).unwrap_or_else(|| "—".into())
-            );
-        }
-        page.push_str("</table></div>\n");
+        let rows = status.orphans.iter().map(|o| (o.resource.as_str(), o.lease_ended_at));
+        resource_table(page, now, ["lease ended", "orphaned for"], rows);
         if status.orphaned_locks > status.orphans.len() {
             let _ = writeln!(
                 page,
@@ -197,6 +174,31 @@ fn render_anomalies(page: &mut String, status: &MonitorStatus) {
         }
     }
     page.push_str("</section>\n");
+}
+
+/// A table of resources, each with a moment (`headers[0]`) and how long ago it was
+/// (`headers[1]`), every row marked failed.
+fn resource_table<'a>(
+    page: &mut String,
+    now: DateTime<Utc>,
+    headers: [&str; 2],
+    rows: impl Iterator<Item = (&'a str, DateTime<Utc>)>,
+) {
+    let _ = writeln!(
+        page,
+        "<div class=\"scroll\" tabindex=\"0\"><table>\n<tr><th>resource</th><th>{}</th><th>{}</th></tr>",
+        headers[0], headers[1]
+    );
+    for (resource, at) in rows {
+        let _ = writeln!(
+            page,
+            "<tr class=\"fail\"><td><code>{}</code></td><td><time>{}</time></td><td>{}</td></tr>",
+            esc(resource),
+            time(at),
+            ago(now, at).unwrap_or_else(|| "—".into())
+        );
+    }
+    page.push_str("</table></div>\n");
 }
 
 fn anomaly_heading(page: &mut String, kind: &str, title: &str, count: u64, why: &str) {
