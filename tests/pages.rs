@@ -38,7 +38,7 @@ use lockprobe::probe::observer::TracingObserver;
 use lockprobe::probe::report::CycleResult;
 use lockprobe::probe::scenario::Scenario;
 use lockprobe::probe::server::{router, AppState};
-use lockprobe::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use lockprobe::probe::settings::RESOURCES_PER_CYCLE;
 use lockprobe::probe::state::StateFile;
 use lockprobe::probe::status::ProbeStatus;
 use lockprobe::routing::cache::TieredCache;
@@ -168,36 +168,11 @@ async fn a_passing_demo_draws_its_cycle_and_fits_a_phone_in_light_and_dark() {
 // ---------------------------------------------------------------------------------------
 // A failing service
 
-fn settings(urls: &[String], key: &str) -> ProbeSettings {
-    ProbeSettings {
-        name: "faulty".into(),
-        instances: urls.to_vec(),
-        api_key: key.into(),
-        test_prefix: "probe-".into(),
-        locations: ["westeurope".into(), "northeurope".into()],
-        expected_convergence: Some(Duration::from_millis(1500)),
-        replication_bound: Duration::from_millis(500),
-        buffer: Duration::from_millis(300),
-        leases: Leases {
-            pre_lock: Duration::from_secs(120),
-            hard_delete: Duration::from_secs(60),
-            write: Duration::from_secs(60),
-            short_write: Duration::from_secs(1),
-        },
-        request_timeout: Duration::from_secs(5),
-        poll_interval: Duration::from_millis(50),
-        concurrent_pre_locks: 3,
-        owner: "lockprobe/faulty".into(),
-        eager: false,
-        tls: Default::default(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_service_labels_the_failed_step_on_the_timeline() {
     let svc =
         service::start_service(vec![Fault::IgnoreWriteLock], Duration::from_secs(1), Duration::from_millis(500)).await;
-    let settings = settings(&svc.urls, &svc.key);
+    let settings = svc.probe_settings("faulty", "lockprobe/faulty");
     let metrics = Arc::new(Metrics::new().unwrap());
     let status = Arc::new(ProbeStatus::new());
     metrics.register_target("faulty", Some(1.5));

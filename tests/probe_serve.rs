@@ -12,35 +12,14 @@ use lockprobe::probe::observer::TracingObserver;
 use lockprobe::probe::report::CycleResult;
 use lockprobe::probe::runtime::{Probe, RunSummary};
 use lockprobe::probe::scheduler::TargetSchedule;
-use lockprobe::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use lockprobe::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use lockprobe::probe::state::StateFile;
 use lockprobe::service::Fault;
 use support::{start_service, TestService};
 use tokio_util::sync::CancellationToken;
 
 fn target(svc: &TestService, concurrency: usize) -> (ProbeSettings, TargetSchedule) {
-    let settings = ProbeSettings {
-        name: "serve-test".into(),
-        instances: svc.urls.clone(),
-        api_key: svc.key.clone(),
-        tls: Default::default(),
-        test_prefix: "probe-".into(),
-        locations: ["westeurope".into(), "northeurope".into()],
-        expected_convergence: Some(Duration::from_millis(1500)),
-        replication_bound: Duration::from_millis(500),
-        buffer: Duration::from_millis(300),
-        leases: Leases {
-            pre_lock: Duration::from_secs(120),
-            hard_delete: Duration::from_secs(60),
-            write: Duration::from_secs(60),
-            short_write: Duration::from_secs(1),
-        },
-        request_timeout: Duration::from_secs(5),
-        poll_interval: Duration::from_millis(50),
-        concurrent_pre_locks: 3,
-        owner: "serve-test".into(),
-        eager: false,
-    };
+    let settings = svc.probe_settings("serve-test", "serve-test");
     let schedule = TargetSchedule {
         name: "serve-test".into(),
         schedule: cron::Schedule::from_str("* * * * * *").unwrap(),

@@ -21,7 +21,7 @@ use lockprobe::probe::observer::TracingObserver;
 use lockprobe::probe::report::CycleResult;
 use lockprobe::probe::runtime::{target_control, Probe, TargetChanges};
 use lockprobe::probe::scheduler::TargetSchedule;
-use lockprobe::probe::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
+use lockprobe::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use lockprobe::probe::state::StateFile;
 use lockprobe::probe::status::{CycleDocument, StatusDocument};
 use lockprobe::routing::document::Phase;
@@ -382,28 +382,7 @@ async fn a_bad_config_is_refused_naming_the_field_and_a_good_change_applies_from
 /// The two-replica target of `tests/probe_serve.rs`: every second, `concurrency` cycles at
 /// once, two groups of test resources shared by both replicas.
 fn replica_target(svc: &TestService, concurrency: usize, buffer: Duration) -> (ProbeSettings, TargetSchedule) {
-    let settings = ProbeSettings {
-        name: "shared".into(),
-        instances: svc.urls.clone(),
-        api_key: svc.key.clone(),
-        test_prefix: "probe-".into(),
-        locations: ["westeurope".into(), "northeurope".into()],
-        expected_convergence: Some(Duration::from_millis(1500)),
-        replication_bound: Duration::from_millis(500),
-        buffer,
-        leases: Leases {
-            pre_lock: Duration::from_secs(120),
-            hard_delete: Duration::from_secs(60),
-            write: Duration::from_secs(60),
-            short_write: Duration::from_secs(1),
-        },
-        request_timeout: Duration::from_secs(5),
-        poll_interval: Duration::from_millis(50),
-        concurrent_pre_locks: 3,
-        owner: "lockprobe/shared".into(),
-        eager: false,
-        tls: Default::default(),
-    };
+    let settings = ProbeSettings { buffer, ..svc.probe_settings("shared", "lockprobe/shared") };
     let schedule = TargetSchedule {
         name: "shared".into(),
         schedule: cron::Schedule::from_str("* * * * * *").unwrap(),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::{Clock, SystemClock};
+use lockprobe::probe::settings::{Leases, ProbeSettings};
 use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
@@ -19,7 +20,41 @@ pub struct TestService {
     pub urls: Vec<String>,
     /// Lock API key.
     pub key: String,
+    /// The service's cache TTL (one tier).
+    pub cache_ttl: Duration,
+    /// Its store's replication bound.
+    pub replication_bound: Duration,
     stop: CancellationToken,
+}
+
+impl TestService {
+    /// Probe settings for a target `name` (locking as `owner`) against this service: its
+    /// declared convergence (cache TTL + replication bound), a 300 ms buffer, leases long enough for a seconds-scale
+    /// cycle and a 1 s short write lease for the lease-lapse check.
+    pub fn probe_settings(&self, name: &str, owner: &str) -> ProbeSettings {
+        ProbeSettings {
+            name: name.into(),
+            instances: self.urls.clone(),
+            api_key: self.key.clone(),
+            tls: Default::default(),
+            test_prefix: "probe-".into(),
+            locations: ["westeurope".into(), "northeurope".into()],
+            expected_convergence: Some(self.cache_ttl + self.replication_bound),
+            replication_bound: self.replication_bound,
+            buffer: Duration::from_millis(300),
+            leases: Leases {
+                pre_lock: Duration::from_secs(120),
+                hard_delete: Duration::from_secs(60),
+                write: Duration::from_secs(60),
+                short_write: Duration::from_secs(1),
+            },
+            request_timeout: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(50),
+            concurrent_pre_locks: 3,
+            owner: owner.into(),
+            eager: false,
+        }
+    }
 }
 
 impl Drop for TestService {
@@ -98,7 +133,7 @@ async fn start_service_with(
     let urls = running.addrs.iter().map(|a| format!("http://{a}")).collect();
     // The service tasks stop when `stop` fires; nothing needs to wait for them here.
     std::mem::forget(running);
-    (TestService { urls, key, stop }, kept)
+    (TestService { urls, key, cache_ttl, replication_bound, stop }, kept)
 }
 
 /// The route view of `resource` on `url`.
