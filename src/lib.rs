@@ -23,8 +23,7 @@
 //!    either that injects slow, late, ambiguous and failed calls, [`store::counting`] a
 //!    wrapper counting point calls by document kind (routing document or lock record),
 //!    and [`store::latency`] one that gives the memory store Cosmos DB's latencies for
-//!    load runs. It knows documents, not
-//!    lock rules, and no command line.
+//!    load runs. It knows documents, not lock rules, and no command line.
 //! 3. [`routing`]: the lock lifecycle (pure, with the commit-time rules and idempotency
 //!    records), enforcement, cache freshness, the tiered cache and the `RoutingClient` a
 //!    service links.
