@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use lockprobe::store::faults::FaultKind;
+use lockprobe::store::OpKind;
 use support::{route, start_service, start_service_with_store_faults};
 
 const KEY_ENV: &str = "LOCKPROBE_TEST_KILL_RESTART_KEY";
@@ -171,7 +173,7 @@ async fn sigterm_mid_cycle_releases_the_lock_before_exit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probe_killed_mid_pre_lock_recovers_the_token_and_releases() {
     // The first replace is the main resource's pre-lock (seeding only creates).
-    let svc = start_service_with_store_faults(
+    let (svc, store) = start_service_with_store_faults(
         vec![],
         Duration::from_secs(1),
         Duration::from_millis(500),
@@ -180,14 +182,18 @@ async fn a_probe_killed_mid_pre_lock_recovers_the_token_and_releases() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let first = serve(&config(dir.path(), &svc.urls, "* * * * * *"), &svc.key);
-    wait_for("the pre-lock's key journaled with no token yet", Duration::from_secs(20), async || {
-        journaled_key_without_token(dir.path(), "probe-0001").is_some()
+    // Killed only once the store holds the late write: the key is journaled before the
+    // request is sent, so a kill on the journal alone can beat the request to the
+    // service (it did in CI, on a loaded machine) and then nothing ever lands.
+    wait_for("the pre-lock to reach the store, its key journaled with no token", Duration::from_secs(20), async || {
+        store.stats().injected(OpKind::Replace, FaultKind::LateCommit) == 1
+            && journaled_key_without_token(dir.path(), "probe-0001").is_some()
     })
     .await;
     drop(first);
 
     // The lock lands with nobody to hear of it.
-    wait_for("the in-flight pre-lock to land", Duration::from_secs(10), async || {
+    wait_for("the in-flight pre-lock to land", Duration::from_secs(20), async || {
         route(&svc.urls[0], "probe-0001").await["lock"]["phase"] == "preLock"
     })
     .await;

@@ -66,18 +66,21 @@ impl Drop for TestService {
 /// Starts the service with `faults`, one cache tier of `cache_ttl` and a store whose
 /// replicas lag by `replication_bound`.
 pub async fn start_service(faults: Vec<Fault>, cache_ttl: Duration, replication_bound: Duration) -> TestService {
-    start_service_with_store_faults(faults, cache_ttl, replication_bound, &[]).await
+    start_service_with_store_faults(faults, cache_ttl, replication_bound, &[]).await.0
 }
 
 /// [`start_service`] over a store behind the given store-fault rules (the grammar of
-/// `lockprobe service --store-fault`).
+/// `lockprobe service --store-fault`), also returning that store so a test can tell
+/// when a fault has struck.
 pub async fn start_service_with_store_faults(
     faults: Vec<Fault>,
     cache_ttl: Duration,
     replication_bound: Duration,
     store_faults: &[&str],
-) -> TestService {
-    start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults).await.0
+) -> (TestService, Arc<FaultyStore>) {
+    let (service, _, faulty) =
+        start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults).await;
+    (service, faulty)
 }
 
 /// [`start_service_with_store_faults`], also returning the memory store under the
@@ -88,7 +91,9 @@ pub async fn start_service_keeping_store(
     replication_bound: Duration,
     store_faults: &[&str],
 ) -> (TestService, Arc<MemoryStore>) {
-    start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults).await
+    let (service, kept, _) =
+        start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults).await;
+    (service, kept)
 }
 
 /// [`start_service`] with locks where `design` keeps them.
@@ -106,7 +111,7 @@ async fn start_service_with(
     cache_ttl: Duration,
     replication_bound: Duration,
     store_faults: &[&str],
-) -> (TestService, Arc<MemoryStore>) {
+) -> (TestService, Arc<MemoryStore>, Arc<FaultyStore>) {
     let key = format!("test-key-{}", std::process::id());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let kept = Arc::new(MemoryStore::new(
@@ -114,11 +119,11 @@ async fn start_service_with(
         MemoryStoreConfig { replica_lag: replication_bound, ..MemoryStoreConfig::default() },
     ));
     let memory: Arc<dyn LocationStore> = kept.clone();
-    let faulty = FaultyStore::new(memory, clock.clone(), 0);
+    let faulty = Arc::new(FaultyStore::new(memory, clock.clone(), 0));
     for rule in store_faults {
         faulty.add_rule(rule.parse().expect("a valid store-fault rule"));
     }
-    let store: Arc<dyn LocationStore> = Arc::new(faulty);
+    let store: Arc<dyn LocationStore> = faulty.clone();
     let config = ServiceConfig {
         cache_ttls: vec![cache_ttl],
         replication_bound,
@@ -133,7 +138,7 @@ async fn start_service_with(
     let urls = running.addrs.iter().map(|a| format!("http://{a}")).collect();
     // The service tasks stop when `stop` fires; nothing needs to wait for them here.
     std::mem::forget(running);
-    (TestService { urls, key, cache_ttl, replication_bound, stop }, kept)
+    (TestService { urls, key, cache_ttl, replication_bound, stop }, kept, faulty)
 }
 
 /// The route view of `resource` on `url`.
