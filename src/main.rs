@@ -86,6 +86,14 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
+        // The long-running commands without a config file must not die of a SIGHUP (a
+        // `systemctl reload`, a supervisor passing on a hangup): there is nothing to
+        // re-read, so say so and keep serving. `serve` reloads on it instead.
+        match &cli.command {
+            Command::Service(_) => ignore_hangups("service"),
+            Command::Monitor(_) => ignore_hangups("monitor"),
+            _ => {}
+        }
         match cli.command {
             Command::Service(args) => service::run(*args, shutdown).await.map(|()| 0),
             Command::Demo(args) => demo::run(*args, shutdown).await,
@@ -104,6 +112,26 @@ fn main() -> ExitCode {
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// Catches SIGHUP for the rest of the process's life and logs that `command` has nothing
+/// to reload, instead of the default action (exit 129).
+fn ignore_hangups(command: &'static str) {
+    #[cfg(unix)]
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hangups) => {
+            tokio::spawn(async move {
+                while hangups.recv().await.is_some() {
+                    tracing::warn!(
+                        "SIGHUP ignored: `lockprobe {command}` takes its settings from flags and has nothing to reload; restart it to change them"
+                    );
+                }
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot catch SIGHUP; a SIGHUP will end the process"),
+    }
+    #[cfg(not(unix))]
+    let _ = command;
 }
 
 /// Cancels `token` on SIGINT or SIGTERM.

@@ -1,6 +1,7 @@
 //! What an operator gets from every process: `--log-format json` (one JSON object per log
 //! line on stderr; a bad value is a usage error) and `lockprobe_build_info` plus the
-//! process metrics on `/metrics`, here from `lockprobe monitor` alone.
+//! process metrics on `/metrics`, here from `lockprobe monitor` alone; and a SIGHUP to
+//! `service` or `monitor`, which have nothing to reload, is logged and survived.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -61,4 +62,64 @@ fn json_logs_build_info_and_process_metrics_from_the_monitor_alone() {
     let bad = Command::new(env!("CARGO_BIN_EXE_lockprobe")).args(["monitor", "--log-format", "xml"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--log-format"), "{}", String::from_utf8_lossy(&bad.stderr));
+}
+
+/// `systemctl reload` (or any stray SIGHUP) must not take down the processes that have
+/// nothing to reload: `service` and `monitor` log it and keep serving, and still stop
+/// cleanly on SIGTERM. Without the handler, SIGHUP's default action ends them (exit 129).
+#[test]
+fn service_and_monitor_log_and_survive_a_sighup() {
+    for (args, key) in [
+        (vec!["service", "--listen", "127.0.0.1:0", "--instances", "1"], Some("k")),
+        (vec!["monitor", "--listen", "127.0.0.1:0"], None),
+    ] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lockprobe"));
+        command.args(&args).env("RUST_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::piped());
+        if let Some(key) = key {
+            command.env("LOCKPROBE_LOCK_API_KEY", key);
+        }
+        let mut child = Kill(command.spawn().unwrap());
+        // Both pipes are drained for the process's whole life: a closed stdout would make
+        // its later lines fail, which is not what this test is about.
+        let stdout = drain(child.0.stdout.take().unwrap());
+        let rx = drain(child.0.stderr.take().unwrap());
+        let base = std::iter::from_fn(|| stdout.recv_timeout(Duration::from_secs(20)).ok())
+            .find_map(|l| l.split("listening on ").nth(1).map(str::to_owned))
+            .unwrap_or_else(|| panic!("{args:?} prints its address"));
+
+        let pid = child.0.id().to_string();
+        assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+        let logged = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(20)).ok())
+            .find(|l| l.contains("SIGHUP ignored"))
+            .unwrap_or_else(|| panic!("{args:?}: no `SIGHUP ignored` log line; exit {:?}", child.0.try_wait()));
+        assert!(logged.contains(args[0]), "{logged}");
+        let health = tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(async { reqwest::get(format!("{base}/healthz")).await.map(|r| r.status().as_u16()) });
+        assert_eq!(health.ok(), Some(200), "{args:?} still serves after the SIGHUP");
+
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let exit = loop {
+            if let Some(exit) = child.0.try_wait().unwrap() {
+                break exit;
+            }
+            assert!(std::time::Instant::now() < deadline, "{args:?} did not stop within 20 s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(exit.success(), "{args:?}: {exit:?}");
+    }
+}
+
+/// The lines of `pipe`, read on a thread of their own until it closes.
+fn drain(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
