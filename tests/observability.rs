@@ -1136,30 +1136,37 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    // One more scrape after the increase.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-
-    let mut empty = Vec::new();
-    // The dashboard: every expression, with `$target` = all targets and a window that
-    // covers the whole run, returns at least one series.
-    for e in dashboard_exprs("10m") {
-        if prom.query(&e.expr).await.is_empty() {
-            empty.push(format!("dashboard {}: `{}`", e.origin, e.expr));
-        }
-    }
-    // The rules: every series an alert condition reads returns data (see
-    // `measured_operands` for why the thresholds are dropped).
+    // Some expressions need a scrape after the increase too. Prometheus scrapes late on
+    // a loaded machine, so instead of sleeping a fixed time, every expression is asked
+    // again until all return data, or the deadline passes and the empty ones are named.
     let rules = prom.rules().await;
     assert_eq!(rules.len(), alert_names().len());
-    for rule in &rules {
-        let operands = measured_operands(&rule.query);
-        assert!(!operands.is_empty(), "{}: no operands in {}", rule.name, rule.query);
-        for operand in operands {
-            if prom.query(&operand).await.is_empty() {
-                empty.push(format!("alert {}: `{operand}`", rule.name));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let empty = loop {
+        let mut empty = Vec::new();
+        // The dashboard: every expression, with `$target` = all targets and a window that
+        // covers the whole run, returns at least one series.
+        for e in dashboard_exprs("10m") {
+            if prom.query(&e.expr).await.is_empty() {
+                empty.push(format!("dashboard {}: `{}`", e.origin, e.expr));
             }
         }
-    }
+        // The rules: every series an alert condition reads returns data (see
+        // `measured_operands` for why the thresholds are dropped).
+        for rule in &rules {
+            let operands = measured_operands(&rule.query);
+            assert!(!operands.is_empty(), "{}: no operands in {}", rule.name, rule.query);
+            for operand in operands {
+                if prom.query(&operand).await.is_empty() {
+                    empty.push(format!("alert {}: `{operand}`", rule.name));
+                }
+            }
+        }
+        if empty.is_empty() || Instant::now() >= deadline {
+            break empty;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     assert!(
         empty.is_empty(),
         "these expressions return no series from a real scrape of the demos:\n{}\n\nscrape of the healthy demo:\n{scrape}",
@@ -1185,9 +1192,14 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    // And the healthy demo pages nobody.
-    let demo_alerts = prom.query(r#"ALERTS{target="demo"}"#).await;
+    // And the healthy demo pages nobody: no alert about it fires, nor is even pending,
+    // but LockprobeMissedSchedules (a warning, 5 m before it fires). On a loaded machine
+    // a demo cycle can outlast its schedule's interval, and that alert then rightly
+    // reports the host's lack of capacity, not a fault of the service.
+    let demo_alerts = prom.query(r#"ALERTS{target="demo",alertname!="LockprobeMissedSchedules"}"#).await;
     assert!(demo_alerts.is_empty(), "alerts for the healthy demo: {demo_alerts:?}");
+    let firing = prom.query(r#"ALERTS{target="demo",alertstate="firing"}"#).await;
+    assert!(firing.is_empty(), "alerts firing for the healthy demo: {firing:?}");
 
     for demo in [&healthy, &faulty] {
         check_percentiles_agree(demo, &prom).await;
