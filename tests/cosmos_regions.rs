@@ -50,6 +50,11 @@ fn assert_write_forbidden(what: &str, answer: &RawResponse) {
     assert!(message.contains("cannot be performed at this region"), "{what}: {message}");
 }
 
+/// How long a test waits for replication at a lag of zero (or lowered to zero): only a
+/// safety net, since it does come, after the server's next replication pass, which can
+/// take seconds on a loaded machine.
+const REPLICATION_DEADLINE: Duration = Duration::from_secs(30);
+
 /// Polls region `region` until document `id` answers `status`; returns the answer and
 /// how long it took.
 async fn wait_for(
@@ -228,7 +233,7 @@ async fn the_lag_can_be_changed_while_writes_are_pending() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(regions.read_document(READ_REGION, &database, CONTAINER, "held").await.status, 404);
     regions.set_lag(Duration::ZERO).await;
-    regions.wait_replicated(Duration::from_secs(2)).await;
+    regions.wait_replicated(REPLICATION_DEADLINE).await;
     assert_eq!(regions.read_document(READ_REGION, &database, CONTAINER, "held").await.status, 200);
 }
 
@@ -237,7 +242,7 @@ async fn a_read_region_refuses_every_write_with_403_sub_status_3() {
     let regions = CosmosServer::start_two_regions(Duration::ZERO);
     let database = container(&regions).await;
     let created = regions.create_document(WRITE_REGION, &database, CONTAINER, &json!({"id": "w", "v": 1})).await;
-    regions.wait_replicated(Duration::from_secs(2)).await;
+    regions.wait_replicated(REPLICATION_DEADLINE).await;
     let path = doc_path(&database, "w");
 
     let create = regions.create_document(READ_REGION, &database, CONTAINER, &json!({"id": "n"})).await;
@@ -352,7 +357,7 @@ async fn a_forced_failover_loses_the_writes_not_yet_replicated() {
     let regions = CosmosServer::start_two_regions(Duration::ZERO);
     let database = container(&regions).await;
     let kept = regions.create_document(WRITE_REGION, &database, CONTAINER, &json!({"id": "kept", "v": 1})).await;
-    regions.wait_replicated(Duration::from_secs(2)).await;
+    regions.wait_replicated(REPLICATION_DEADLINE).await;
 
     // Beyond any bound: these two never reach the read region before the failover.
     regions.set_lag(Duration::from_secs(3600)).await;
@@ -371,7 +376,8 @@ async fn a_forced_failover_loses_the_writes_not_yet_replicated() {
 
     let started = Instant::now();
     let record = regions.failover(Failover::Forced).await;
-    assert!(started.elapsed() < Duration::from_secs(1), "a forced failover does not wait");
+    // Waiting would take the hour of lag; a minute is only the loaded machine's slack.
+    assert!(started.elapsed() < Duration::from_secs(60), "a forced failover does not wait");
     assert_eq!((record.mode.as_str(), record.to.as_str(), record.lost_writes), ("forced", READ_REGION, 2));
     let status = regions.status().await;
     let named: Vec<(&str, &str, Option<&str>)> =
@@ -409,7 +415,7 @@ async fn the_sdk_routes_replica_reads_to_the_read_region_and_sees_the_lag() {
     let fresh = store.read("s1", ReadFrom::WriteRegion).await.expect("the write region has it");
     assert_eq!(fresh.etag, committed.etag);
 
-    regions.wait_replicated(Duration::from_secs(5)).await;
+    regions.wait_replicated(REPLICATION_DEADLINE).await;
     let replica = store.read("s1", ReadFrom::Replica).await.expect("replicated");
     assert_eq!(
         (replica.etag, replica.committed_at, replica.doc),
@@ -441,7 +447,7 @@ async fn the_sdk_follows_a_failover_for_writes_after_one_403_3() {
     eprintln!("first write after the failover took {:?}", started.elapsed());
     let raw = regions.read_document(READ_REGION, &database, CONTAINER, "f1").await;
     assert_eq!(raw.body["_etag"].as_str(), Some(committed.etag.0.as_str()), "committed in North Europe");
-    regions.wait_replicated(Duration::from_secs(2)).await;
+    regions.wait_replicated(REPLICATION_DEADLINE).await;
     let back = regions.read_document(WRITE_REGION, &database, CONTAINER, "f1").await;
     assert_eq!(back.body, raw.body, "and replicated back to West Europe");
 }
@@ -555,7 +561,10 @@ async fn a_store_that_only_reads_finds_the_new_write_region_on_its_timer() {
             }
             Err(other) => panic!("{other:?}"),
         }
-        assert!(started.elapsed() < refresh * 3, "the timer did not find the new write region");
+        // Only a safety net: the timer fires every second, but its refresh (a call to
+        // the local server) can take seconds on a loaded machine; the metric below shows
+        // it was the timer that found the region.
+        assert!(started.elapsed() < refresh * 30, "the timer did not find the new write region");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(store.write_region(), "northeurope");

@@ -29,7 +29,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use fleet::{Answer, Fleet, FleetOptions, PerInstance};
 use lockprobe::clock::TokioClock;
 use lockprobe::routing::Phase;
-use lockprobe::service::Fault;
+use lockprobe::service::{Fault, LockDesign};
 use lockprobe::store::faults::{in_step, FaultAction, FaultKind, FaultRule, FaultStats, OpSet};
 use lockprobe::store::{LocationStore, OpKind};
 use oracle::{Evidence, Final, Holding, Op, UserOp, Violation};
@@ -226,6 +226,7 @@ async fn run_seed_with(
         decision_age: DECISION_AGE,
         faults: legacy.to_vec(),
         seed,
+        lock_design: LockDesign::Embedded,
     };
     let fleet = Arc::new(match backend {
         Backend::Memory => Fleet::new(opts),

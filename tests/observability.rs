@@ -90,6 +90,12 @@ impl Output {
     }
 }
 
+/// How long an external tool (promtool, Chromium) or Prometheus' start-up may take:
+/// only a safety net against one that hangs, since each does finish. promtool's rule unit
+/// tests alone take about 30 s of CPU here, and several times that of wall time on a
+/// loaded 2-core machine (they timed out at 60 s under stress).
+const TOOL_DEADLINE: Duration = Duration::from_secs(300);
+
 /// Runs a command to completion with `stdin`, killing it (and failing) after `timeout`.
 fn run(cmd: &mut Command, stdin: Option<&[u8]>, timeout: Duration) -> Output {
     let what = format!("{cmd:?}");
@@ -329,11 +335,11 @@ impl Prometheus {
                 .stderr(log),
         );
         let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + TOOL_DEADLINE;
         loop {
             if Instant::now() > deadline {
                 panic!(
-                    "prometheus not ready within 30s; log:\n{}",
+                    "prometheus not ready within {TOOL_DEADLINE:?}; log:\n{}",
                     std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default()
                 );
             }
@@ -405,11 +411,7 @@ impl Prometheus {
 
 #[test]
 fn alert_rules_pass_promtool_check_rules() {
-    let out = run(
-        Command::new(tool("promtool")).args(["check", "rules"]).arg(repo_path(RULES)),
-        None,
-        Duration::from_secs(30),
-    );
+    let out = run(Command::new(tool("promtool")).args(["check", "rules"]).arg(repo_path(RULES)), None, TOOL_DEADLINE);
     assert!(out.status.success(), "promtool check rules failed\n{}", out.describe());
     let expected = format!("SUCCESS: {} rules found", alert_names().len());
     assert!(out.stdout.contains(&expected), "expected `{expected}`\n{}", out.describe());
@@ -420,7 +422,7 @@ fn alert_rule_unit_tests_pass_promtool_test_rules() {
     let out = run(
         Command::new(tool("promtool")).args(["test", "rules"]).args(rule_test_files()).current_dir(repo_path("")),
         None,
-        Duration::from_secs(60),
+        TOOL_DEADLINE,
     );
     assert!(out.status.success(), "promtool test rules failed\n{}", out.describe());
 }
@@ -452,7 +454,7 @@ fn every_alert_has_a_firing_and_a_silent_unit_test() {
     }
 }
 
-/// The success-ratio panel's expression is the one `alerts/tests/schedules_test.yml`
+/// The success-ratio panel's expression is the one `alerts/tests/schedules_6h_test.yml`
 /// evaluates at a 6-hourly schedule (not NaN when no cycle ran in the window), with the
 /// default window of 1h.
 #[test]
@@ -461,10 +463,11 @@ fn the_success_ratio_tested_at_a_6_hourly_schedule_is_the_dashboards() {
         .into_iter()
         .find(|e| e.origin.starts_with("panel \"Probe success ratio\""))
         .expect("a Probe success ratio panel");
-    let tests = std::fs::read_to_string(repo_path("alerts/tests/schedules_test.yml")).expect("schedules_test.yml");
+    let tests =
+        std::fs::read_to_string(repo_path("alerts/tests/schedules_6h_test.yml")).expect("schedules_6h_test.yml");
     assert!(
         tests.contains(&format!("- expr: '{}'", ratio.expr)),
-        "schedules_test.yml does not test the dashboard's success ratio `{}`",
+        "schedules_6h_test.yml does not test the dashboard's success ratio `{}`",
         ratio.expr
     );
 }
@@ -1100,8 +1103,7 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
     let scrape = healthy.get_text("/metrics").await;
     assert!(scrape.contains("lockprobe_"), "no lockprobe metrics in:\n{scrape}");
     for (which, text) in [("healthy", scrape.clone()), ("faulty", faulty.get_text("/metrics").await)] {
-        let lint =
-            run(Command::new(&promtool).args(["check", "metrics"]), Some(text.as_bytes()), Duration::from_secs(30));
+        let lint = run(Command::new(&promtool).args(["check", "metrics"]), Some(text.as_bytes()), TOOL_DEADLINE);
         assert!(
             lint.status.success() && lint.stdout.trim().is_empty() && lint.stderr.trim().is_empty(),
             "promtool check metrics reported problems on the {which} demo\n{}",
@@ -1136,30 +1138,37 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    // One more scrape after the increase.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-
-    let mut empty = Vec::new();
-    // The dashboard: every expression, with `$target` = all targets and a window that
-    // covers the whole run, returns at least one series.
-    for e in dashboard_exprs("10m") {
-        if prom.query(&e.expr).await.is_empty() {
-            empty.push(format!("dashboard {}: `{}`", e.origin, e.expr));
-        }
-    }
-    // The rules: every series an alert condition reads returns data (see
-    // `measured_operands` for why the thresholds are dropped).
+    // Some expressions need a scrape after the increase too. Prometheus scrapes late on
+    // a loaded machine, so instead of sleeping a fixed time, every expression is asked
+    // again until all return data, or the deadline passes and the empty ones are named.
     let rules = prom.rules().await;
     assert_eq!(rules.len(), alert_names().len());
-    for rule in &rules {
-        let operands = measured_operands(&rule.query);
-        assert!(!operands.is_empty(), "{}: no operands in {}", rule.name, rule.query);
-        for operand in operands {
-            if prom.query(&operand).await.is_empty() {
-                empty.push(format!("alert {}: `{operand}`", rule.name));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let empty = loop {
+        let mut empty = Vec::new();
+        // The dashboard: every expression, with `$target` = all targets and a window that
+        // covers the whole run, returns at least one series.
+        for e in dashboard_exprs("10m") {
+            if prom.query(&e.expr).await.is_empty() {
+                empty.push(format!("dashboard {}: `{}`", e.origin, e.expr));
             }
         }
-    }
+        // The rules: every series an alert condition reads returns data (see
+        // `measured_operands` for why the thresholds are dropped).
+        for rule in &rules {
+            let operands = measured_operands(&rule.query);
+            assert!(!operands.is_empty(), "{}: no operands in {}", rule.name, rule.query);
+            for operand in operands {
+                if prom.query(&operand).await.is_empty() {
+                    empty.push(format!("alert {}: `{operand}`", rule.name));
+                }
+            }
+        }
+        if empty.is_empty() || Instant::now() >= deadline {
+            break empty;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     assert!(
         empty.is_empty(),
         "these expressions return no series from a real scrape of the demos:\n{}\n\nscrape of the healthy demo:\n{scrape}",
@@ -1185,9 +1194,14 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    // And the healthy demo pages nobody.
-    let demo_alerts = prom.query(r#"ALERTS{target="demo"}"#).await;
+    // And the healthy demo pages nobody: no alert about it fires, nor is even pending,
+    // but LockprobeMissedSchedules (a warning, 5 m before it fires). On a loaded machine
+    // a demo cycle can outlast its schedule's interval, and that alert then rightly
+    // reports the host's lack of capacity, not a fault of the service.
+    let demo_alerts = prom.query(r#"ALERTS{target="demo",alertname!="LockprobeMissedSchedules"}"#).await;
     assert!(demo_alerts.is_empty(), "alerts for the healthy demo: {demo_alerts:?}");
+    let firing = prom.query(r#"ALERTS{target="demo",alertstate="firing"}"#).await;
+    assert!(firing.is_empty(), "alerts firing for the healthy demo: {firing:?}");
 
     for demo in [&healthy, &faulty] {
         check_percentiles_agree(demo, &prom).await;
@@ -1335,7 +1349,7 @@ async fn headless_chromium_shows_the_target_and_its_last_cycle() {
             .arg("--dump-dom")
             .arg(format!("{}/", demo.base)),
         None,
-        Duration::from_secs(60),
+        TOOL_DEADLINE,
     );
     assert!(out.status.success(), "chromium failed\n{}", out.describe());
     let dom = out.stdout;

@@ -246,15 +246,23 @@ async fn a_cancelled_cycle_releases_its_lock_and_reports_an_error() {
     let (url, fake) = start_fake(30.0).await;
     let state = Arc::new(StateFile::in_memory());
     let cancel = CancellationToken::new();
-    let c2 = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        c2.cancel();
+    let cycle = tokio::spawn({
+        let (scenario, cancel) = (scenario(&url, state.clone()), cancel.clone());
+        async move { scenario.run_cycle(&resources(), cancel).await }
     });
-    let report =
-        tokio::time::timeout(Duration::from_secs(10), scenario(&url, state.clone()).run_cycle(&resources(), cancel))
-            .await
-            .expect("cancellation stops the cycle promptly");
+    // Cancelled once it waits with its lock held: both pre-locks granted and the fresh
+    // one released by the replay check (a fixed sleep could cancel it, on a loaded
+    // machine, before it ever locked).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while fake.issued.lock().unwrap().len() < 2 || fake.released.lock().unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the cycle never reached its convergence wait");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cancel.cancel();
+    let report = tokio::time::timeout(Duration::from_secs(10), cycle)
+        .await
+        .expect("cancellation stops the cycle promptly")
+        .expect("the cycle does not panic");
     assert_eq!(report.result, CycleResult::Error);
     assert!(report.error.as_deref().unwrap().contains("cancelled"));
     // The fresh lock the yes-man granted for the repeated pre-lock, and the cycle's own.

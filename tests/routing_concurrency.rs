@@ -2,10 +2,15 @@
 //! to pre-lock one resource, over and over on fresh resources. Exactly one wins; every
 //! other gets "lock held" (with the winner's lease), and the store holds the winner's
 //! token after exactly one committed change.
+//!
+//! The staged races are ordered by synchronisation, not by timing: a gate in front of
+//! the store holds every racer's write until all of them have arrived at it, so each has
+//! read the document before any write lands, however loaded the machine.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::routing::cache::TieredCache;
 use lockprobe::routing::lifecycle;
@@ -13,18 +18,92 @@ use lockprobe::routing::{
     ClientOptions, Grant, LocationDocument, LockError, LockPolicy, PreLockRequest, RoutingClient, RoutingError,
 };
 use lockprobe::store::memory::{Fault, MemoryStore, MemoryStoreConfig, OpKind};
-use lockprobe::store::{ChangeCursor, LocationStore, ReadFrom, StoreError, Versioned};
+use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use tokio::sync::Barrier;
 
 const TASKS: usize = 50;
 const ROUNDS: usize = 40;
 
-fn store() -> Arc<MemoryStore> {
+/// How long a staged race may take before the test gives up: only a safety net, since a
+/// racer that never reaches the gate would otherwise hold the others there for ever.
+const RACE_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The shared memory store behind a gate that can hold the calls of one kind until a
+/// given number of them have arrived, then let them all go at once.
+#[derive(Debug)]
+struct GatedStore {
+    memory: MemoryStore,
+    gate: Mutex<Option<Gate>>,
+}
+
+#[derive(Debug)]
+struct Gate {
+    kind: OpKind,
+    /// How many more calls of `kind` the gate will hold.
+    to_hold: usize,
+    all_arrived: Arc<Barrier>,
+}
+
+impl GatedStore {
+    /// Holds the next `racers` calls of `kind` until the last of them arrives.
+    fn hold_until_all_arrive(&self, kind: OpKind, racers: usize) {
+        let gate = Gate { kind, to_hold: racers, all_arrived: Arc::new(Barrier::new(racers)) };
+        *self.gate.lock().unwrap() = Some(gate);
+    }
+
+    async fn pass(&self, kind: OpKind) {
+        let held = match self.gate.lock().unwrap().as_mut() {
+            Some(gate) if gate.kind == kind && gate.to_hold > 0 => {
+                gate.to_hold -= 1;
+                Some(gate.all_arrived.clone())
+            }
+            _ => None,
+        };
+        if let Some(all_arrived) = held {
+            all_arrived.wait().await;
+        }
+    }
+}
+
+#[async_trait]
+impl LocationStore for GatedStore {
+    async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
+        let kind = match from {
+            ReadFrom::WriteRegion => OpKind::ReadWriteRegion,
+            ReadFrom::Replica => OpKind::ReadReplica,
+        };
+        self.pass(kind).await;
+        self.memory.read(id, from).await
+    }
+
+    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
+        self.pass(OpKind::Create).await;
+        self.memory.create(doc).await
+    }
+
+    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
+        self.pass(OpKind::Replace).await;
+        self.memory.replace(doc, if_match).await
+    }
+
+    async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
+        self.pass(OpKind::ReadChanges).await;
+        self.memory.read_changes(cursor, limit).await
+    }
+
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+        self.pass(OpKind::Scan).await;
+        self.memory.scan(after, limit).await
+    }
+}
+
+fn store() -> Arc<GatedStore> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    Arc::new(MemoryStore::new(clock, MemoryStoreConfig::default()))
+    Arc::new(GatedStore { memory: MemoryStore::new(clock, MemoryStoreConfig::default()), gate: Mutex::new(None) })
 }
 
 /// One orchestrator: its own client and cache over the shared store.
-fn orchestrator(store: &Arc<MemoryStore>, retry_budget: u32) -> RoutingClient {
+fn orchestrator(store: &Arc<GatedStore>, retry_budget: u32) -> RoutingClient {
     RoutingClient::new(
         store.clone(),
         Arc::new(SystemClock),
@@ -39,23 +118,39 @@ fn request(i: usize) -> PreLockRequest {
 }
 
 /// Runs `TASKS` pre-locks of `id` at once, each task from its own orchestrator.
-async fn race(store: &Arc<MemoryStore>, id: &str, retry_budget: u32) -> Vec<Result<Grant, RoutingError>> {
-    let start = Arc::new(tokio::sync::Barrier::new(TASKS));
+async fn race(store: &Arc<GatedStore>, id: &str, retry_budget: u32) -> Vec<Result<Grant, RoutingError>> {
+    race_with(store, retry_budget, move |client, i| {
+        let id = id.to_owned();
+        async move { client.pre_lock(&id, &request(i)).await }
+    })
+    .await
+}
+
+/// Runs `call` from `TASKS` tasks at once, each with its own orchestrator.
+async fn race_with<F, Fut>(store: &Arc<GatedStore>, retry_budget: u32, call: F) -> Vec<Result<Grant, RoutingError>>
+where
+    F: Fn(RoutingClient, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Grant, RoutingError>> + Send + 'static,
+{
+    let start = Arc::new(Barrier::new(TASKS));
     let tasks: Vec<_> = (0..TASKS)
         .map(|i| {
-            let client = orchestrator(store, retry_budget);
-            let (start, id) = (start.clone(), id.to_owned());
+            let pre_lock = call(orchestrator(store, retry_budget), i);
+            let start = start.clone();
             tokio::spawn(async move {
                 start.wait().await;
-                client.pre_lock(&id, &request(i)).await
+                pre_lock.await
             })
         })
         .collect();
-    let mut results = Vec::with_capacity(TASKS);
-    for t in tasks {
-        results.push(t.await.expect("task panicked"));
-    }
-    results
+    let results = async {
+        let mut results = Vec::with_capacity(TASKS);
+        for t in tasks {
+            results.push(t.await.expect("task panicked"));
+        }
+        results
+    };
+    tokio::time::timeout(RACE_DEADLINE, results).await.expect("a racer never reached the gate")
 }
 
 /// Exactly one grant; every other result is `LockHeld` with the winner's lease; the
@@ -85,25 +180,24 @@ async fn fifty_orchestrators_race_and_exactly_one_wins_every_time() {
     let store = store();
     for round in 0..ROUNDS {
         let id = format!("race-{round:02}");
-        store.create(&LocationDocument::new(&id, "westeurope")).await.unwrap();
-        let before = store.counts();
-        // Every other round, hold each writer at its replace long enough for all 50 to
-        // have read the unlocked document: the race is then certain, not a matter of
+        store.memory.create(&LocationDocument::new(&id, "westeurope")).await.unwrap();
+        let before = store.memory.counts();
+        // Every other round, hold each writer at its replace until all 50 are there, so
+        // all have read the unlocked document: the race is then certain, not a matter of
         // thread scheduling, and every loser has to go through a 412.
         let staged = round % 2 == 0;
         if staged {
-            store.inject(OpKind::Replace, Fault::Delay(Duration::from_millis(20)), TASKS);
+            store.hold_until_all_arrive(OpKind::Replace, TASKS);
         }
         let results = race(&store, &id, 16).await;
-        let calls = store.counts().since(&before);
-        check_one_winner(&store, &id, &results).await;
+        let calls = store.memory.counts().since(&before);
+        check_one_winner(&store.memory, &id, &results).await;
         if staged {
             assert_eq!(calls.replace, TASKS as u64, "{id}: one replace each, 49 of them refused with 412");
             assert_eq!(calls.read_write_region, 2 * TASKS as u64 - 1, "{id}: losers re-read once after their 412");
         } else {
             assert!(calls.replace >= 1 && calls.replace <= TASKS as u64, "{id}: {} replaces", calls.replace);
         }
-        store.clear_faults();
     }
 }
 
@@ -112,21 +206,22 @@ async fn fifty_orchestrators_race_and_exactly_one_wins_every_time() {
 #[tokio::test]
 async fn a_412_with_a_budget_of_one_is_retry_exhausted() {
     let store = store();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
-    let before = store.counts();
-    store.inject(OpKind::Replace, Fault::Fail(StoreError::PreconditionFailed), 1);
+    let memory = &store.memory;
+    memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    let before = memory.counts();
+    memory.inject(OpKind::Replace, Fault::Fail(StoreError::PreconditionFailed), 1);
     let r = orchestrator(&store, 1).pre_lock("r", &request(0)).await;
     assert_eq!(r.err(), Some(RoutingError::RetryExhausted { attempts: 1 }));
-    assert_eq!(store.read("r", ReadFrom::WriteRegion).await.unwrap().doc, LocationDocument::new("r", "westeurope"));
-    assert_eq!(store.counts().since(&before).replace, 1);
+    assert_eq!(memory.read("r", ReadFrom::WriteRegion).await.unwrap().doc, LocationDocument::new("r", "westeurope"));
+    assert_eq!(memory.counts().since(&before).replace, 1);
 
     // The same 412 with a budget of two: re-read, re-decide, one write.
-    store.inject(OpKind::Replace, Fault::Fail(StoreError::PreconditionFailed), 1);
-    let before = store.counts();
+    memory.inject(OpKind::Replace, Fault::Fail(StoreError::PreconditionFailed), 1);
+    let before = memory.counts();
     let grant = orchestrator(&store, 2).pre_lock("r", &request(0)).await.unwrap();
-    let calls = store.counts().since(&before);
+    let calls = memory.counts().since(&before);
     assert_eq!((calls.read_write_region, calls.replace), (2, 2));
-    assert_eq!(settled(&store, "r").await, grant.record);
+    assert_eq!(settled(memory, "r").await, grant.record);
 }
 
 /// The document as the routing library reads it: settled by its commit time.
@@ -145,8 +240,9 @@ fn margin() -> chrono::TimeDelta {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_budget_of_one_turns_lost_races_into_retry_exhausted() {
     let store = store();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
-    store.inject(OpKind::Replace, Fault::Delay(Duration::from_millis(20)), TASKS);
+    store.memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    // Every racer reads the unlocked document before any replace lands.
+    store.hold_until_all_arrive(OpKind::Replace, TASKS);
     let results = race(&store, "r", 1).await;
     assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
     for r in results.iter().filter(|r| r.is_err()) {
@@ -162,25 +258,15 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
     let store = store();
     for round in 0..ROUNDS / 4 {
         let id = format!("fresh-{round:02}");
-        let before = store.counts();
-        // Hold every create until all 50 have read "no document".
-        store.inject(OpKind::Create, Fault::Delay(Duration::from_millis(20)), TASKS);
-        let start = Arc::new(tokio::sync::Barrier::new(TASKS));
-        let tasks: Vec<_> = (0..TASKS)
-            .map(|i| {
-                let (client, start, id) = (orchestrator(&store, 4), start.clone(), id.clone());
-                tokio::spawn(async move {
-                    start.wait().await;
-                    client.pre_lock_or_create(&id, "westeurope", &request(i)).await
-                })
-            })
-            .collect();
-        let mut results = Vec::with_capacity(TASKS);
-        for t in tasks {
-            results.push(t.await.expect("task panicked"));
-        }
-        let calls = store.counts().since(&before);
-        store.clear_faults();
+        let before = store.memory.counts();
+        // Hold every create until all 50 are there, so all have read "no document".
+        store.hold_until_all_arrive(OpKind::Create, TASKS);
+        let results = race_with(&store, 4, |client, i| {
+            let id = id.clone();
+            async move { client.pre_lock_or_create(&id, "westeurope", &request(i)).await }
+        })
+        .await;
+        let calls = store.memory.counts().since(&before);
         let winners: Vec<&Grant> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
         assert_eq!(winners.len(), 1, "{id}: {} winners", winners.len());
         let lease = winners[0].record.doc.primary.lock.as_ref().unwrap().expires_at;
@@ -192,8 +278,8 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
             );
         }
         assert_eq!((calls.create, calls.replace), (TASKS as u64, 0), "{id}: one create each, no replace");
-        assert_eq!(settled(&store, &id).await, winners[0].record);
-        let changes = store.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
+        assert_eq!(settled(&store.memory, &id).await, winners[0].record);
+        let changes = store.memory.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
         assert_eq!(changes.iter().filter(|c| c.doc.doc.id == id).count(), 1, "{id}: the pre-lock is the only write");
     }
 }

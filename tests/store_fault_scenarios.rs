@@ -13,8 +13,10 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use fleet::{Answer, Fleet, FleetOptions};
-use lockprobe::service::Fault;
-use lockprobe::store::faults::FaultRule;
+use lockprobe::routing::document::lock_record_id;
+use lockprobe::service::{Fault, LockDesign};
+use lockprobe::store::faults::{FaultKind, FaultRule};
+use lockprobe::store::{LocationStore, OpKind, ReadFrom};
 use serde_json::json;
 
 const ID: &str = "r";
@@ -233,4 +235,134 @@ async fn a_late_acknowledged_release_is_not_cached_as_fresh() {
     assert_eq!(released.status, 204);
     let delete = f.delete(0, ID, "k").await;
     assert_eq!(delete.status, 202, "tombstoned under the second migration's hardDelete lock: {:?}", delete.body);
+}
+
+/// The lock-record design (`--lock-design record`) swaps with two writes: the lock
+/// record (which carries the location), then the routing document. These take the
+/// service down or fault the store between them.
+fn record_fleet() -> Fleet {
+    Fleet::new(FleetOptions { lock_design: LockDesign::Record, ..FleetOptions::default() })
+}
+
+/// Takes `ID` through a pre-lock towards `to`, hardDelete and write, under keys that
+/// start with `migration`: the token.
+async fn to_write_lock(f: &Fleet, migration: &str, to: &str) -> String {
+    let pre = f.pre_lock(0, ID, &format!("{migration}-pre"), 600.0, Some(to)).await;
+    assert_eq!(pre.status, 201, "{:?}", pre.body);
+    let tok = token(&pre);
+    f.until(pre.time("effectiveAt").unwrap()).await;
+    assert_eq!(f.escalate(0, ID, &format!("{migration}-hd"), &tok, "hardDelete", 60.0).await.status, 200);
+    assert_eq!(f.escalate(0, ID, &format!("{migration}-w"), &tok, "write", 60.0).await.status, 200);
+    tok
+}
+
+/// Where the store's own copy of `id` says the resource is.
+async fn stored_location(f: &Fleet, id: &str) -> String {
+    f.store.read(id, ReadFrom::WriteRegion).await.unwrap().doc.primary.location
+}
+
+/// Every instance routes `ID` to `at`, and a write acknowledged on one instance is there
+/// and is what the other reads.
+async fn assert_every_instance_acts_on(f: &Fleet, at: &str, value: &str) {
+    for i in 0..f.instances() {
+        let route = f.route(i, ID).await;
+        assert_eq!(route.body["location"], at, "instance {i}: {:?}", route.body);
+    }
+    let written = f.write(1, ID, "k", json!(value)).await;
+    assert!(matches!(written.status, 200 | 201), "{:?}", written.body);
+    assert_eq!(f.items.get(at, ID, "k").map(|item| item.value), Some(json!(value)), "written at {at}");
+    assert_eq!(f.read(0, ID, "k").await.body["value"], value);
+}
+
+/// The routing document's write fails after the lock record's committed. The swap has
+/// taken effect (every instance routes by the lock record), so it is answered as done,
+/// not with `store-unavailable` ("nothing was changed"), which would tell a client
+/// to act as if the resource were still at its source. A repeat under the key moves
+/// the routing document.
+#[tokio::test(start_paused = true)]
+async fn record_design_a_swap_whose_routing_document_write_fails_has_taken_effect() {
+    let f = record_fleet();
+    assert_eq!(f.write(0, ID, "k", json!("before")).await.status, 201);
+    let tok = to_write_lock(&f, "m1", "northeurope").await;
+    f.store.add_rule(rule(&format!("replace:fail x1 id={ID} step=swap")));
+    let swap = f.swap(0, ID, "m1-swap", &tok, "northeurope").await;
+    assert_eq!((swap.status, swap.problem()), (200, None), "{:?}", swap.body);
+    assert_eq!(swap.body["location"], "northeurope");
+    assert_eq!(f.store.stats().injected(OpKind::Replace, FaultKind::Fail), 1, "the fault struck");
+    assert_eq!(stored_location(&f, &lock_record_id(ID)).await, "northeurope");
+    assert_eq!(stored_location(&f, ID).await, "westeurope", "the routing document was left behind");
+    assert_every_instance_acts_on(&f, "northeurope", "after").await;
+
+    let again = f.swap(1, ID, "m1-swap", &tok, "northeurope").await;
+    assert_eq!((again.status, again.body["location"].clone()), (200, json!("northeurope")), "{:?}", again.body);
+    assert_eq!(stored_location(&f, ID).await, "northeurope", "the repeat moved the routing document");
+    assert_every_instance_acts_on(&f, "northeurope", "again").await;
+}
+
+/// The instance dies between the two writes (its request is dropped while the routing
+/// document's write is held up): nothing is lost and nobody acts on the routing document
+/// left behind; the orchestrator's repeat under its key finishes the move.
+#[tokio::test(start_paused = true)]
+async fn record_design_a_swap_killed_between_its_two_writes_is_finished_by_its_repeat() {
+    let f = record_fleet();
+    assert_eq!(f.write(0, ID, "k", json!("before")).await.status, 201);
+    let tok = to_write_lock(&f, "m1", "northeurope").await;
+    f.store.add_rule(rule(&format!("replace:delay=1h x1 id={ID} step=swap")));
+    let killed = tokio::time::timeout(Duration::from_secs(60), f.swap(0, ID, "m1-swap", &tok, "northeurope")).await;
+    assert!(killed.is_err(), "the swap was still waiting for the routing document's write: {killed:?}");
+    assert_eq!(stored_location(&f, &lock_record_id(ID)).await, "northeurope");
+    assert_eq!(stored_location(&f, ID).await, "westeurope", "the routing document was left behind");
+    assert_every_instance_acts_on(&f, "northeurope", "after").await;
+
+    let again = f.swap(1, ID, "m1-swap", &tok, "northeurope").await;
+    assert_eq!(again.status, 200, "{:?}", again.body);
+    assert_eq!(stored_location(&f, ID).await, "northeurope");
+}
+
+/// A repeat of a swap that left its routing document behind, arriving after a later
+/// migration moved the resource back, must not move the routing document to the old
+/// swap's target: it follows the lock record.
+#[tokio::test(start_paused = true)]
+async fn record_design_a_late_repeat_of_an_old_swap_never_moves_the_routing_document_back() {
+    let f = record_fleet();
+    assert_eq!(f.write(0, ID, "k", json!("before")).await.status, 201);
+    let first = to_write_lock(&f, "m1", "northeurope").await;
+    f.store.add_rule(rule(&format!("replace:fail x1 id={ID} step=swap")));
+    f.swap(0, ID, "m1-swap", &first, "northeurope").await;
+    assert_eq!(stored_location(&f, ID).await, "westeurope", "the routing document was left behind");
+
+    let second = to_write_lock(&f, "m2", "westeurope").await;
+    assert_eq!(f.swap(0, ID, "m2-swap", &second, "westeurope").await.status, 200);
+    let late = f.swap(1, ID, "m1-swap", &first, "northeurope").await;
+    assert_eq!(late.status, 200, "a replay: {:?}", late.body);
+    assert_eq!(stored_location(&f, &lock_record_id(ID)).await, "westeurope");
+    assert_eq!(stored_location(&f, ID).await, "westeurope", "the routing document follows the lock record");
+    assert_every_instance_acts_on(&f, "westeurope", "after").await;
+}
+
+/// The first swap's routing-document write is held up in the store until a second
+/// migration has moved the resource back (and found the routing document where it
+/// wanted it, so wrote nothing). The held write then lands; the first swap must not
+/// leave the routing document at its own, now stale, target.
+#[tokio::test(start_paused = true)]
+async fn record_design_a_routing_document_write_overtaken_by_a_later_swap_is_corrected() {
+    let f = record_fleet();
+    assert_eq!(f.write(0, ID, "k", json!("before")).await.status, 201);
+    let first = to_write_lock(&f, "m1", "northeurope").await;
+    f.store.add_rule(rule(&format!("replace:delay=30s x1 id={ID} step=swap")));
+    let first_swap = f.swap(0, ID, "m1-swap", &first, "northeurope");
+    let second_migration = async {
+        while stored_location(&f, &lock_record_id(ID)).await != "northeurope" {
+            tokio::time::sleep(ms(10)).await;
+        }
+        let second = to_write_lock(&f, "m2", "westeurope").await;
+        assert_eq!(f.swap(1, ID, "m2-swap", &second, "westeurope").await.status, 200);
+        f.now()
+    };
+    let (first_swap, second_done) = tokio::join!(first_swap, second_migration);
+    assert_eq!(first_swap.status, 200, "{:?}", first_swap.body);
+    assert!(second_done < f.now(), "the second migration finished while the first swap's write was held up");
+    assert_eq!(stored_location(&f, &lock_record_id(ID)).await, "westeurope");
+    assert_eq!(stored_location(&f, ID).await, "westeurope", "the routing document follows the lock record");
+    assert_every_instance_acts_on(&f, "westeurope", "after").await;
 }

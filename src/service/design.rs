@@ -15,7 +15,9 @@
 //!   from the routing document when it is created, moved by the swap in the same write
 //!   that clears the lock), so that a cached routing document that has not yet seen a
 //!   swap is never acted on: on a resource with a lock record, the record's location
-//!   wins. The routing document follows a swap with a second write.
+//!   wins. The routing document follows a swap with a second write
+//!   ([`Instance::follow_lock_record`]); a fault or a crash between the two leaves it
+//!   behind without harm (`docs/faults.md`).
 //!
 //! In the record design, ids starting with [`LOCK_RECORD_PREFIX`] are refused (400):
 //! they would name another resource's lock record.
@@ -54,6 +56,10 @@ impl std::fmt::Display for LockDesign {
         f.write_str(self.as_str())
     }
 }
+
+/// How many times [`Instance::follow_lock_record`] moves the routing document after a
+/// lock record that keeps moving (each round is a whole migration elsewhere).
+const FOLLOW_ROUNDS: usize = 3;
 
 /// What a user operation acts on: the location and the lock, however the design found
 /// them.
@@ -159,6 +165,34 @@ impl Instance {
         // The two reads ran side by side: the operation waited for the slower.
         let store_time = lock_time.max(route_time);
         Ok(Routed { at, lock_in_at, source, store_time, lock_time: Some(lock_time) })
+    }
+
+    /// In the record design, brings the routing document to `at`, the location its lock
+    /// record holds after a swap (or the repeat of one); nothing in the embedded design.
+    ///
+    /// The lock record is the authority on location from its creation on, and the
+    /// routing document only follows it: a fault or a crash between the swap's two writes
+    /// leaves the routing document behind, which no instance acts on (the record's
+    /// location wins). So the routing document is moved to where the lock record says,
+    /// never to a swap's own target, which a later migration may have moved on from; and
+    /// after each move the record is read again, since a move held up in the store can
+    /// land after a later swap found the routing document where it wanted it and wrote
+    /// nothing: the mover then corrects its own stale write.
+    pub async fn follow_lock_record(&self, id: &str, at: &str) -> Result<(), RoutingError> {
+        if self.config.lock_design != LockDesign::Record {
+            return Ok(());
+        }
+        let lock_id = lock_record_id(id);
+        let mut at = at.to_owned();
+        for _ in 0..FOLLOW_ROUNDS {
+            self.routing.publish_location(id, &at).await?;
+            let now_at = self.routing.read_uncached(&lock_id).await?.location().to_owned();
+            if now_at == at {
+                return Ok(());
+            }
+            at = now_at;
+        }
+        Ok(())
     }
 
     /// Where a new lock record starts: where the routing document says the resource

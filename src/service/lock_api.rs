@@ -239,7 +239,7 @@ pub async fn swap(
             SwapPlan::AlreadySwapped(record) => {
                 // A repeat finishes what the first call may not have: the routing
                 // document's move (no write when it moved already).
-                follow_swap(&instance, &id, &to).await?;
+                follow_swap(&instance, &id, &record.doc).await;
                 return Ok(Json(route_view(&record.doc)));
             }
             SwapPlan::Copy(held) => held,
@@ -251,21 +251,25 @@ pub async fn swap(
             continue;
         };
         let record = in_step("swap", routing.swap_with_key(&lock_id, &token, &to, key.as_deref())).await?;
-        follow_swap(&instance, &id, &to).await?;
+        follow_swap(&instance, &id, &record.doc).await;
         tracing::info!(resource = %id, instance = instance.index, %from, to = %to, copied, "swapped");
         return Ok(Json(route_view(&record.doc)));
     }
     Err(RoutingError::RetryExhausted { attempts: SWAP_ATTEMPTS }.into())
 }
 
-/// In the record design, moves the routing document after its lock record was swapped.
-/// Until it lands, operations act on the lock record's location, so a failure here is
-/// reported (503) for the orchestrator to repeat the swap under its key, and harms no one.
-async fn follow_swap(instance: &Instance, id: &str, to: &str) -> Result<(), ApiError> {
-    if instance.config.lock_design == LockDesign::Record {
-        in_step("swap", instance.routing.publish_location(id, to)).await?;
+/// In the record design, moves the routing document after its lock record, whose swap
+/// is committed (`lock_record` is the record as written, or as a repeat read it). The
+/// swap has then taken effect: every operation acts on the lock record's location. So a
+/// failure of this second write is logged, not answered: a 503 `store-unavailable`
+/// ("nothing was changed") would tell the orchestrator the resource is still at its
+/// source. The routing document, left behind, moves at the swap's repeat or the next
+/// swap.
+async fn follow_swap(instance: &Instance, id: &str, lock_record: &LocationDocument) {
+    let at = &lock_record.primary.location;
+    if let Err(e) = in_step("swap", instance.follow_lock_record(id, at)).await {
+        tracing::warn!(resource = %id, instance = instance.index, error = %e, "swapped; the routing document did not follow the lock record yet");
     }
-    Ok(())
 }
 
 /// A swap whose copy found the target changed decides again; this many times at most.

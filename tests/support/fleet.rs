@@ -21,7 +21,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use lockprobe::clock::{Clock, SkewedClock, TokioClock};
 use lockprobe::routing::LocationDocument;
 use lockprobe::service::items::ItemStores;
-use lockprobe::service::{self, Fault, ServiceConfig};
+use lockprobe::service::{self, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
@@ -51,6 +51,8 @@ pub struct FleetOptions {
     pub faults: Vec<Fault>,
     /// Seed of the store faults.
     pub seed: u64,
+    /// Where the instances keep locks.
+    pub lock_design: LockDesign,
 }
 
 impl Default for FleetOptions {
@@ -64,6 +66,7 @@ impl Default for FleetOptions {
             decision_age: Duration::from_secs(1),
             faults: Vec::new(),
             seed: 0,
+            lock_design: LockDesign::Embedded,
         }
     }
 }
@@ -226,6 +229,7 @@ impl Fleet {
             skew_margin: opts.skew_margin,
             max_decision_age: opts.decision_age,
             faults: opts.faults.clone(),
+            lock_design: opts.lock_design,
             ..ServiceConfig::new(KEY)
         });
         config.validate().expect("fleet settings are valid");
