@@ -43,6 +43,11 @@ pub struct DemoArgs {
     /// Probe buffer on top of the declared convergence delay.
     #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "500ms")]
     pub buffer: Duration,
+    /// The oldest routing decision the service acts on (as `lockprobe service
+    /// --max-decision-age`): a store read slower than this is refused (503). Raise it
+    /// for a slow or distant store, e.g. `--store cosmos` against a busy emulator.
+    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    pub max_decision_age: Duration,
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]
     pub store: StoreArgs,
@@ -135,6 +140,7 @@ async fn start_service(
         cache_ttls: vec![args.cache_ttl],
         replication_bound: args.replication_bound,
         test_prefix: Some("probe-".into()),
+        max_decision_age: args.max_decision_age,
         ..ServiceConfig::new(api_key)
     };
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
