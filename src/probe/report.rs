@@ -117,8 +117,8 @@ pub struct InstanceConvergence {
     /// How long the probe watched (declared delay + buffer): the least an instance that
     /// never showed the lock took.
     pub bound_seconds: f64,
-    /// The measurement tolerance on top of the declared delay for this instance: poll
-    /// interval + slowest round trip of its polls + a constant (`docs/probe.md`).
+    /// The measurement tolerance on top of the declared delay: a read sent later than
+    /// declared + this after the pre-lock's answer must show the lock (`docs/probe.md`).
     pub tolerance_seconds: f64,
 }
 

@@ -11,9 +11,10 @@ pub const RESOURCES_PER_CYCLE: usize = 7;
 /// Test resources the eager checks add to a cycle when they are on.
 pub const EAGER_RESOURCES: usize = 2;
 
-/// The constant of the convergence tolerance: an instance must show a pre-lock within
-/// the declared delay + poll interval + its slowest poll's round trip + this (timer and
-/// scheduling slack of the probe itself). See `docs/probe.md`.
+/// The convergence tolerance: a route read sent later than the declared delay + this
+/// after the pre-lock's answer must show the lock (it covers the service's coarse cache
+/// clock and the probe's own timers; round trips need no allowance, since a read is
+/// served after it is sent). See `docs/probe.md`.
 pub const CONVERGENCE_TOLERANCE_CONSTANT: Duration = Duration::from_millis(100);
 
 /// Lease lengths the probe requests for each lock phase.
