@@ -139,8 +139,8 @@ impl Scenario {
 
     async fn recover_where(&self, wanted: impl Fn(&str) -> bool) -> usize {
         let mut cleared = 0;
-        for held in self.state.entries() {
-            if held.target != self.settings.name || !wanted(&held.resource) {
+        for held in self.state.entries_of(&self.settings.name) {
+            if !wanted(&held.resource) {
                 continue;
             }
             let token = match held.token.clone() {
