@@ -5,7 +5,8 @@
 //! cargo run --release --example probe_scale -- --targets 1000
 //! ```
 //!
-//! Prints the scheduler's lateness (p50/p99/max over every wake-up), cycles run and
+//! Prints the scheduler's lateness (p50/p99/max over every wake-up), the cycles' start
+//! delay (firing time to running, cap and runtime queue included), cycles run and
 //! passed, the most cycles that overlapped, and the process's CPU time per cycle and
 //! resident memory per concurrent cycle. Exits 1 if a judged cycle did not pass.
 
@@ -33,6 +34,9 @@ struct Args {
     /// Random delay after each firing, up to this.
     #[arg(long, default_value = "2s", value_parser = lockprobe::usage::parse_bounded_duration)]
     jitter: Duration,
+    /// The probe's cap on cycles running at once (`max_concurrent_cycles`).
+    #[arg(long, default_value_t = lockprobe::probe::runtime::DEFAULT_MAX_CONCURRENT_CYCLES)]
+    max_concurrent_cycles: usize,
     /// Worker threads of the runtime.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -44,8 +48,15 @@ fn secs(x: Option<f64>) -> String {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    if args.targets == 0 || args.services == 0 || args.rounds == 0 || args.threads == 0 {
-        eprintln!("probe_scale: --targets, --services, --rounds and --threads must be positive");
+    if args.targets == 0
+        || args.services == 0
+        || args.rounds == 0
+        || args.threads == 0
+        || args.max_concurrent_cycles == 0
+    {
+        eprintln!(
+            "probe_scale: --targets, --services, --rounds, --threads and --max-concurrent-cycles must be positive"
+        );
         return std::process::ExitCode::from(64);
     }
     let config = ScaleConfig {
@@ -54,6 +65,7 @@ fn main() -> std::process::ExitCode {
         rounds: args.rounds,
         schedule: args.schedule,
         jitter: args.jitter,
+        max_concurrent_cycles: args.max_concurrent_cycles,
         ..ScaleConfig::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -79,6 +91,14 @@ fn main() -> std::process::ExitCode {
         secs(r.lateness.p99),
         secs(r.lateness.max),
         r.lateness.count
+    );
+    println!(
+        "cycle start delay   p50 {}  p99 {}  max {}  ({} cycles; {} held back by the cap)",
+        secs(r.start_delay.p50),
+        secs(r.start_delay.p99),
+        secs(r.start_delay.max),
+        r.start_delay.count,
+        r.held_back
     );
     println!("peak concurrent     {} cycles; median cycle {:.1} s", r.peak_concurrent, r.cycle_p50.as_secs_f64());
     println!("wall                {:.1} s", r.wall.as_secs_f64());

@@ -34,6 +34,9 @@ struct Fake {
     grant_status: u16,
     /// How long each item read, write and delete takes.
     item_delay: Duration,
+    /// With a lock view in the pre-lock's answer: `effectiveAt` this long after
+    /// `acquiredAt` (without, the answer has no timestamps).
+    effective_after: Option<Duration>,
 }
 
 type S = State<Arc<Fake>>;
@@ -41,12 +44,22 @@ type S = State<Arc<Fake>>;
 async fn pre_lock(State(f): S, Path(id): Path<String>) -> impl IntoResponse {
     let token = format!("tok-{id}-{}", rand_suffix());
     f.issued.lock().unwrap().push((id, token.clone()));
-    (
-        StatusCode::from_u16(f.grant_status).unwrap(),
-        Json(
-            json!({"token": token, "phase": "preLock", "convergenceDelaySeconds": f.declared, "location": "westeurope"}),
-        ),
-    )
+    let mut body =
+        json!({"token": token, "phase": "preLock", "convergenceDelaySeconds": f.declared, "location": "westeurope"});
+    if let Some(after) = f.effective_after {
+        let now = chrono::Utc::now();
+        let at = |d: Duration| (now + chrono::Duration::from_std(d).unwrap()).to_rfc3339();
+        for (field, d) in [
+            ("acquiredAt", Duration::ZERO),
+            ("effectiveAt", after),
+            ("expiresAt", Duration::from_secs(60)),
+            ("preLockExpiresAt", Duration::from_secs(60)),
+            ("maxExpiresAt", Duration::from_secs(120)),
+        ] {
+            body[field] = json!(at(d));
+        }
+    }
+    (StatusCode::from_u16(f.grant_status).unwrap(), Json(body))
 }
 
 fn rand_suffix() -> u32 {
@@ -162,6 +175,27 @@ fn failed_ops(r: &CycleReport, check: &str) -> Vec<(String, String, String)> {
         .filter(|a| a.check == check && !a.passed)
         .map(|a| (a.op.to_string(), a.expected.to_string(), a.observed.to_string()))
         .collect()
+}
+
+/// A yes-man accepts the early escalation. With 3 s to `effectiveAt` the probe's
+/// escalation (answered within milliseconds) surely came before it: the check fails. With none (`effectiveAt` =
+/// `acquiredAt`) the escalation may have come after it, as from an overloaded probe: the
+/// check is not judged, and the report says so.
+#[tokio::test]
+async fn an_early_escalation_is_judged_only_when_it_surely_came_before_effective_at() {
+    let escalate_early = |r: &CycleReport| {
+        let failed =
+            failed_ops(r, "negative/escalate-early").iter().any(|(op, _, obs)| op == "escalate-early" && obs == "200");
+        let noted = r.notes.iter().any(|n| n.starts_with("negative/escalate-early not judged"));
+        (failed, noted)
+    };
+    for (after, expected) in [(Duration::from_secs(3), (true, false)), (Duration::ZERO, (false, true))] {
+        let fake = Fake { declared: 0.1, grant_status: 201, effective_after: Some(after), ..Fake::default() };
+        let (url, _fake) = start_fake_with(fake).await;
+        let state = Arc::new(StateFile::in_memory());
+        let report = scenario(&url, state).run_cycle(&resources(), CancellationToken::new()).await;
+        assert_eq!(escalate_early(&report), expected, "effectiveAt {after:?} after acquiredAt: {report:#?}");
+    }
 }
 
 #[tokio::test]
@@ -295,10 +329,11 @@ async fn a_release_that_failed_earlier_is_retried_before_the_resource_is_reused(
     scenario(&url, state.clone()).run_cycle(&resources(), CancellationToken::new()).await;
     let released = fake.released.lock().unwrap().clone();
     assert_eq!(released.first().map(String::as_str), Some("probe-0001"));
+    // Entries come by target, then resource.
     let left: Vec<(String, String)> = state.entries().into_iter().map(|e| (e.target, e.resource)).collect();
     assert_eq!(
         left,
-        vec![("other".to_string(), "probe-0001".to_string()), ("fake".to_string(), "probe-0099".to_string())]
+        vec![("fake".to_string(), "probe-0099".to_string()), ("other".to_string(), "probe-0001".to_string())]
     );
 }
 

@@ -225,7 +225,10 @@ async fn unusable_files_are_usage_errors_naming_the_flag() {
 }
 
 /// `serve` reads the key file and the TLS files its config names, and its cycles pass
-/// against a service that requires client certificates.
+/// against a service that requires client certificates. A second target on the same
+/// service trusts the same CA but presents no certificate: its cycles fail the handshake,
+/// so targets with different TLS settings do not share an HTTP client (the process
+/// shares one per distinct TLS configuration).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_passes_cycles_with_a_key_file_and_mutual_tls_from_its_config() {
     let pki = Pki::generate();
@@ -258,6 +261,20 @@ pre_lock = "2m"
 hard_delete = "1m"
 write = "1m"
 short_write = "1s"
+
+[[targets]]
+name = "anonymous"
+instances = {instances:?}
+api_key_file = {key_file:?}
+ca_file = {ca:?}
+test_prefix = "probe-anonymous-"
+cache_ttl = "500ms"
+replication_bound = "500ms"
+buffer = "300ms"
+schedule = "*/2 * * * * *"
+timeout = "60s"
+request_timeout = "3s"
+poll_interval = "50ms"
 "#,
         state = pki.dir.join("state.json"),
         instances = svc.urls,
@@ -281,22 +298,27 @@ short_write = "1s"
     while Instant::now() < deadline {
         if let Ok(r) = reqwest::get(&metrics).await {
             last = r.text().await.unwrap_or_default();
-            if runs(&last, "passed") >= 1.0 {
-                assert_eq!(runs(&last, "failed"), 0.0, "{last}");
+            let anonymous_refused = runs(&last, "anonymous", "failed") + runs(&last, "anonymous", "error");
+            if runs(&last, "tls", "passed") >= 1.0 && anonymous_refused >= 1.0 {
+                assert_eq!(runs(&last, "tls", "failed"), 0.0, "{last}");
+                assert_eq!(runs(&last, "anonymous", "passed"), 0.0, "no certificate, no pass: {last}");
                 return;
             }
-            assert_eq!(runs(&last, "failed") + runs(&last, "error"), 0.0, "a cycle did not pass: {last}");
+            let tls_not_passed = runs(&last, "tls", "failed") + runs(&last, "tls", "error");
+            assert_eq!(tls_not_passed, 0.0, "a cycle did not pass: {last}");
+            assert_eq!(runs(&last, "anonymous", "passed"), 0.0, "no certificate, no pass: {last}");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    panic!("no passed cycle within 60 s: {last}");
+    panic!("no passed cycle of tls and refused one of anonymous within 60 s: {last}");
 }
 
-/// `lockprobe_probe_runs_total{target="tls",result}` in a scrape (0 when absent).
-fn runs(scrape: &str, result: &str) -> f64 {
+/// `lockprobe_probe_runs_total{target,result}` in a scrape (0 when absent).
+fn runs(scrape: &str, target: &str, result: &str) -> f64 {
     scrape
         .lines()
         .filter(|l| l.starts_with("lockprobe_probe_runs_total{") && l.contains(&format!("result=\"{result}\"")))
+        .filter(|l| l.contains(&format!("target=\"{target}\"")))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }

@@ -60,7 +60,7 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     println!("{}", starting_line(&args, &schedule, chrono::Utc::now()));
     let api_key = hex::encode(rand::random::<[u8; 16]>());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let probe = Probe::new()?;
+    let mut probe = Probe::new()?;
     // Store metrics (Cosmos request charges) are served with the probe's own.
     let store = args
         .store
@@ -69,7 +69,7 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         .map_err(OpenStoreError::into_anyhow)?;
     let background = Background::new();
     let monitor = start_monitor(&args, &store, &clock, &probe, &background)?;
-    let probe = Probe { extra_routes: Some(monitor_http::router(monitor.clone())), ..probe };
+    probe.extra_routes = Some(monitor_http::router(monitor.clone()));
     let instances = start_service(&args, &api_key, store, clock, &background).await?;
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;

@@ -3,7 +3,8 @@
 //! process on loopback, each target with its own test prefix and pool.
 //!
 //! It reports the scheduler's lateness (`lockprobe_probe_schedule_lateness_seconds`,
-//! with exact percentiles), the process CPU time per cycle, and the resident memory per
+//! with exact percentiles), the cycles' start delay (`..._cycle_start_delay_seconds`:
+//! firing time to the cycle running, which the scheduler's own thread cannot hide), the process CPU time per cycle, and the resident memory per
 //! concurrent cycle (peak RSS over the RSS before the first cycle, divided by the most
 //! cycles that overlapped). CPU and memory are the whole process's: probe, services and
 //! store together. `examples/probe_scale.rs` runs it (figures in BENCHMARKS.md);
@@ -23,7 +24,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::percentiles::Summary;
 use crate::probe::observer::Observer;
 use crate::probe::report::{Assertion, CycleReport, CycleResult};
-use crate::probe::runtime::Probe;
+use crate::probe::runtime::{Probe, DEFAULT_MAX_CONCURRENT_CYCLES};
 use crate::probe::scheduler::{parse_schedule, TargetSchedule};
 use crate::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use crate::probe::state::StateFile;
@@ -53,6 +54,8 @@ pub struct ScaleConfig {
     pub buffer: Duration,
     /// How often the probe polls route views while measuring convergence.
     pub poll_interval: Duration,
+    /// The probe process's cap on cycles running at once (`max_concurrent_cycles`).
+    pub max_concurrent_cycles: usize,
 }
 
 impl Default for ScaleConfig {
@@ -69,6 +72,7 @@ impl Default for ScaleConfig {
             // route poll that waits its turn must not read as a convergence violation.
             buffer: Duration::from_secs(2),
             poll_interval: Duration::from_millis(200),
+            max_concurrent_cycles: DEFAULT_MAX_CONCURRENT_CYCLES,
         }
     }
 }
@@ -89,6 +93,10 @@ pub struct ScaleReport {
     pub not_passed: Vec<String>,
     /// Scheduler lateness over every wake-up.
     pub lateness: Summary,
+    /// How long after its firing time (jitter included) each cycle began running.
+    pub start_delay: Summary,
+    /// Cycles that waited for a slot of the cap.
+    pub held_back: u64,
     /// Most judged cycles running at once.
     pub peak_concurrent: usize,
     /// Wall time from start to the stop.
@@ -253,7 +261,8 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
     let shutdown = CancellationToken::new();
     let (services, service_tasks) = start_services(&config, &api_key, &shutdown).await?;
 
-    let probe = Probe::new()?;
+    let mut probe = Probe::new()?;
+    probe.max_concurrent_cycles = config.max_concurrent_cycles;
     let stop = shutdown.child_token();
     let collect = Arc::new(Collect {
         rounds: config.rounds.max(1),
@@ -303,6 +312,8 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
             .map(|(t, _, _, r, why)| format!("{t}: {} {}", r.as_str(), why.as_deref().unwrap_or("")))
             .collect(),
         lateness: probe.metrics.schedule_lateness(),
+        start_delay: probe.metrics.cycle_start_delay(),
+        held_back: probe.metrics.cycles_held_back(),
         peak_concurrent: peak_overlap(&spans),
         wall,
         cpu,

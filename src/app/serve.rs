@@ -22,8 +22,8 @@
 //!
 //! SIGHUP and `POST /-/reload` re-read the file ([`ConfigReloader`]): targets are
 //! compared by name and by every field (and the key their variable holds); `listen`
-//! (unless `--listen` overrides it), `state_file` and the `[monitor]` table need a
-//! restart, and a reload that changes them is refused, as is a file that does not load.
+//! (unless `--listen` overrides it), `state_file`, `max_concurrent_cycles` and the
+//! `[monitor]` table need a restart, and a reload that changes them is refused, as is a file that does not load.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -121,6 +121,7 @@ async fn serve_config(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let targets = config.probe_targets().map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
+    probe.max_concurrent_cycles = config.max_concurrent_cycles;
     let state = Arc::new(StateFile::open(&config.state_file)?);
     let listen = args.listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
@@ -256,6 +257,9 @@ impl ConfigReloader {
         if new.monitor != old.monitor {
             return Err(ReloadError::RequiresRestart { field: "monitor".into() });
         }
+        if new.max_concurrent_cycles != old.max_concurrent_cycles {
+            return Err(ReloadError::RequiresRestart { field: "max_concurrent_cycles".into() });
+        }
         // Every key variable is read now: one unset refuses the whole reload.
         let targets = new.probe_targets()?;
         let (changes, report) = plan(old, &applied.keys, &new, &targets);
@@ -362,6 +366,30 @@ timeout = "5m"
         // The same fields with another key (a rotated key file) is a change.
         let (_, report) = plan(&old, &keys, &old, &settings(&old, "rotated"));
         assert_eq!(report.changed, ["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_changed_cycle_cap_needs_a_restart_and_a_bad_one_is_invalid_naming_it() {
+        let old = config(&[("a", "1s")]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lockprobe.toml");
+        let (control, _inbox) = target_control();
+        let reloader = ConfigReloader {
+            path: path.clone(),
+            listen_flag: false,
+            applied: tokio::sync::Mutex::new(Applied::new(old.clone(), &settings(&old, "k"))),
+            control,
+            shutdown: CancellationToken::new(),
+            metrics: ReloadMetrics::new(&prometheus::Registry::new()).unwrap(),
+        };
+        let text = ONE.replace("NAME", "a").replace("BUFFER", "1s");
+        std::fs::write(&path, format!("max_concurrent_cycles = 10\n{text}")).unwrap();
+        let e = reloader.reload().await.unwrap_err();
+        assert_eq!(e, ReloadError::RequiresRestart { field: "max_concurrent_cycles".into() });
+        std::fs::write(&path, format!("max_concurrent_cycles = 0\n{text}")).unwrap();
+        let e = reloader.reload().await.unwrap_err();
+        assert_eq!(e.kind(), "config-invalid");
+        assert_eq!(e.field(), Some("max_concurrent_cycles"), "{e}");
     }
 
     #[tokio::test]

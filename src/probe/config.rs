@@ -57,6 +57,11 @@ pub struct Config {
     /// Where the probe records the locks it holds, so a restarted probe releases them.
     #[serde(default = "default_state_file")]
     pub state_file: PathBuf,
+    /// Cycles of all targets that may run at once in this process; a cycle beyond it
+    /// waits for a slot, counted in `lockprobe_probe_cycles_held_back_total`. A restart
+    /// applies a change.
+    #[serde(default = "default_max_concurrent_cycles")]
+    pub max_concurrent_cycles: usize,
     /// The services to probe.
     pub targets: Vec<TargetConfig>,
     /// Optional: run the convergence monitor over the routing store this table names.
@@ -166,6 +171,12 @@ impl Default for LeaseConfig {
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 9464))
 }
+fn default_max_concurrent_cycles() -> usize {
+    super::runtime::DEFAULT_MAX_CONCURRENT_CYCLES
+}
+/// The most `max_concurrent_cycles` may be: far past what one process can time (about
+/// 1,000 at once on two cores, BENCHMARKS.md), so a larger value is a typo.
+pub const MAX_CONCURRENT_CYCLES_LIMIT: usize = 100_000;
 fn default_state_file() -> PathBuf {
     PathBuf::from("lockprobe-state.json")
 }
@@ -239,6 +250,12 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.targets.is_empty() {
             return Err(ConfigError::invalid("targets", "at least one target is required"));
+        }
+        if !(1..=MAX_CONCURRENT_CYCLES_LIMIT).contains(&self.max_concurrent_cycles) {
+            return Err(ConfigError::invalid(
+                "max_concurrent_cycles",
+                format!("must be between 1 and {MAX_CONCURRENT_CYCLES_LIMIT}, got {}", self.max_concurrent_cycles),
+            ));
         }
         let mut names = std::collections::HashSet::new();
         for (i, t) in self.targets.iter().enumerate() {
@@ -570,6 +587,20 @@ short_write = "30s"
         }
         let ten_years = GOOD.replace("timeout = \"60h\"", "timeout = \"10years\"");
         assert_eq!(ten_years.parse::<Config>().unwrap().targets[0].timeout, crate::usage::MAX_DURATION);
+    }
+
+    #[test]
+    fn max_concurrent_cycles_defaults_and_a_bad_value_is_refused_naming_it() {
+        let c: Config = GOOD.parse().unwrap();
+        assert_eq!(c.max_concurrent_cycles, crate::probe::runtime::DEFAULT_MAX_CONCURRENT_CYCLES);
+        let with = |v: &str| format!("max_concurrent_cycles = {v}\n{GOOD}");
+        assert_eq!(with("64").parse::<Config>().unwrap().max_concurrent_cycles, 64);
+        for bad in ["0", "100001"] {
+            let e = err_of(&with(bad));
+            assert!(e.starts_with("max_concurrent_cycles: must be between 1 and 100000"), "{bad}: {e}");
+        }
+        let e = err_of(&with("-1"));
+        assert!(e.contains("max_concurrent_cycles"), "{e}");
     }
 
     #[test]

@@ -78,7 +78,7 @@ pub struct TlsFiles {
 /// The TLS material of one target, loaded and checked: extra roots and an optional
 /// client identity. The default trusts the system's roots only and presents nothing.
 /// Kept as bytes so settings compare by content (a reload can tell a changed CA).
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct TargetTls {
     /// DER certificates added to the system's roots.
     roots: Vec<Vec<u8>>,

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
-use prometheus::{CounterVec, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{
+    CounterVec, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
 use serde::{Deserialize, Serialize};
 
 use super::report::{CycleReport, CycleResult};
@@ -140,6 +142,11 @@ pub struct Metrics {
     store_region_changes: IntCounterVec,
     schedule_lateness: Histogram,
     lateness_window: Mutex<WindowedPercentiles>,
+    start_delay: Histogram,
+    start_delay_window: Mutex<WindowedPercentiles>,
+    held_back: IntCounter,
+    running_cycles: IntGauge,
+    max_concurrent_cycles: IntGauge,
     windows: Mutex<Windows>,
     /// Per target, the label sets of `unresolved` set to 1, to clear on a passing cycle.
     unresolved_series: Mutex<HashMap<String, Vec<[String; 4]>>>,
@@ -262,6 +269,38 @@ impl Metrics {
                 )?,
             )?,
             lateness_window: Mutex::new(WindowedPercentiles::new(Duration::from_micros(1), DEFAULT_WINDOW)),
+            // The scheduler's wake-up on its own thread says little about a cycle that
+            // then waits for a slot of the cap or a busy runtime: this is the delay a
+            // cycle's own requests saw, and the one a late cycle is alerted on.
+            start_delay: register(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "lockprobe_probe_cycle_start_delay_seconds",
+                        "How long after its firing time (jitter included) a cycle began running: the scheduler's lateness, the wait for a slot of max_concurrent_cycles and for a thread of the runtime.",
+                    )
+                    .buckets(LATENESS_BUCKETS.to_vec()),
+                )?,
+            )?,
+            start_delay_window: Mutex::new(WindowedPercentiles::new(Duration::from_micros(1), DEFAULT_WINDOW)),
+            held_back: register(
+                &r,
+                IntCounter::new(
+                    "lockprobe_probe_cycles_held_back_total",
+                    "Cycles that found every slot of max_concurrent_cycles taken and waited for one.",
+                )?,
+            )?,
+            running_cycles: register(
+                &r,
+                IntGauge::new("lockprobe_probe_cycles_running", "Cycles of every target running now (holding a slot).")?,
+            )?,
+            max_concurrent_cycles: register(
+                &r,
+                IntGauge::new(
+                    "lockprobe_probe_max_concurrent_cycles",
+                    "The process's bound on cycles running at once (max_concurrent_cycles).",
+                )?,
+            )?,
             registry: r,
             windows: Mutex::new(Windows::default()),
             unresolved_series: Mutex::new(HashMap::new()),
@@ -338,6 +377,40 @@ impl Metrics {
     /// Exact percentiles of the scheduler's lateness over the last day.
     pub fn schedule_lateness(&self) -> Summary {
         self.lateness_window.lock().unwrap_or_else(|e| e.into_inner()).summary(Utc::now())
+    }
+
+    /// Records how long after its firing time a cycle began running.
+    pub fn record_start_delay(&self, delay: Duration) {
+        self.start_delay.observe(delay.as_secs_f64());
+        self.start_delay_window
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record_seconds(Utc::now(), delay.as_secs_f64());
+    }
+
+    /// Exact percentiles of the cycles' start delay over the last day.
+    pub fn cycle_start_delay(&self) -> Summary {
+        self.start_delay_window.lock().unwrap_or_else(|e| e.into_inner()).summary(Utc::now())
+    }
+
+    /// Counts a cycle that waited for a slot of the process's cap.
+    pub fn record_held_back(&self) {
+        self.held_back.inc();
+    }
+
+    /// Cycles held back so far.
+    pub fn cycles_held_back(&self) -> u64 {
+        self.held_back.get()
+    }
+
+    /// Sets how many cycles run now.
+    pub fn set_running_cycles(&self, cycles: usize) {
+        self.running_cycles.set(i64::try_from(cycles).unwrap_or(i64::MAX));
+    }
+
+    /// Sets the process's bound on cycles running at once.
+    pub fn set_max_concurrent_cycles(&self, limit: usize) {
+        self.max_concurrent_cycles.set(i64::try_from(limit).unwrap_or(i64::MAX));
     }
 
     /// Counts a claim on a group of test resources (`held`, `busy` or `unavailable`).

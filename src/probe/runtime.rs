@@ -22,12 +22,14 @@ use super::observer::Observer;
 use super::reload::Reload;
 use super::report::{CycleReport, CycleResult};
 use super::scenario::Scenario;
-use super::scheduler::{run_target_plans, Claim, CycleSink, Stops, TargetPlan, TargetSchedule, WallClock};
+use super::scheduler::{
+    run_target_plans, Claim, CycleCap, CycleRoom, CycleSink, Stops, TargetPlan, TargetSchedule, WallClock,
+};
 use super::server::{self, AppState};
 use super::settings::ProbeSettings;
 use super::state::StateFile;
 use super::status::ProbeStatus;
-use super::target::TargetError;
+use super::target::{HttpClients, TargetError};
 
 /// Why the probe could not run.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +40,9 @@ pub enum RuntimeError {
     /// The probe's HTTP server failed.
     #[error("http server: {0}")]
     Server(#[from] std::io::Error),
+    /// The schedules' thread could not be started.
+    #[error("scheduler thread: {0}")]
+    Scheduler(std::io::Error),
 }
 
 /// Why a change to the running targets was not applied (nothing of it was).
@@ -136,6 +141,18 @@ impl CycleSink for Sink {
         self.metrics.record_lateness(lateness);
     }
 
+    fn held_back(&self, _target: &str) {
+        self.metrics.record_held_back();
+    }
+
+    fn started(&self, _target: &str, delay: std::time::Duration) {
+        self.metrics.record_start_delay(delay);
+    }
+
+    fn running(&self, cycles: usize) {
+        self.metrics.set_running_cycles(cycles);
+    }
+
     fn claimed(&self, target: &str, claim: &Claim) {
         let outcome = match claim {
             Claim::Held { .. } => "held",
@@ -159,7 +176,16 @@ pub struct Probe {
     /// What `POST /-/reload` calls (`serve`, which knows the configuration file); without
     /// it the route does not exist.
     pub reload: Option<Arc<dyn Reload>>,
+    /// Cycles of all targets that may run at once (`serve`'s `max_concurrent_cycles`).
+    pub max_concurrent_cycles: usize,
+    /// One HTTP client per distinct TLS configuration, shared by the targets.
+    clients: Arc<HttpClients>,
 }
+
+/// The default of [`Probe::max_concurrent_cycles`]: a thousand targets' cycles at once
+/// (BENCHMARKS.md, "Probe engine at scale") fit, and a configuration that would start far
+/// more at once than a process can time is held back, counted and alerted on.
+pub const DEFAULT_MAX_CONCURRENT_CYCLES: usize = 1000;
 
 impl Probe {
     /// Fresh metrics and status.
@@ -169,6 +195,8 @@ impl Probe {
             status: Arc::new(ProbeStatus::new()),
             extra_routes: None,
             reload: None,
+            max_concurrent_cycles: DEFAULT_MAX_CONCURRENT_CYCLES,
+            clients: Arc::default(),
         })
     }
 
@@ -212,7 +240,14 @@ impl Probe {
             stop: stop.clone(),
         });
         let changeable = control.is_some();
-        let mut running = Targets { changeable, ..Targets::new(self, state, observer, sink.clone(), stop.clone()) };
+        let scheduler = SchedulerThread::start().map_err(RuntimeError::Scheduler)?;
+        let cap = Arc::new(CycleCap::new(self.max_concurrent_cycles));
+        self.metrics.set_max_concurrent_cycles(cap.limit());
+        let room = CycleRoom { runtime: Some(tokio::runtime::Handle::current()), cap: Some(cap) };
+        let mut running = Targets {
+            changeable,
+            ..Targets::new(self, state, observer, sink.clone(), stop.clone(), room, scheduler.handle.clone())
+        };
         let mut scenarios = Vec::new();
         for (settings, schedule) in targets {
             scenarios.push((running.register(settings, &schedule.name)?, schedule));
@@ -251,6 +286,39 @@ impl Probe {
     }
 }
 
+/// A thread of its own for the targets' schedules, running nothing but their timers
+/// (and the cheap bookkeeping around a firing), so that cycle work on the process's
+/// runtime cannot delay a wake-up. Its runtime stops when this is dropped.
+struct SchedulerThread {
+    handle: tokio::runtime::Handle,
+    _stop: oneshot::Sender<()>,
+}
+
+impl SchedulerThread {
+    fn start() -> std::io::Result<Self> {
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = oneshot::channel::<()>();
+        std::thread::Builder::new().name("lockprobe-scheduler".into()).spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = handle_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = handle_tx.send(Ok(runtime.handle().clone()));
+            // Drives the schedules' tasks until the sender is dropped.
+            runtime.block_on(async move {
+                let _ = stopped.await;
+            });
+        })?;
+        let handle = handle_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("the scheduler thread ended before its runtime started"))??;
+        Ok(Self { handle, _stop: stop })
+    }
+}
+
 /// A running target's handles.
 struct Slot {
     generation: u64,
@@ -276,6 +344,10 @@ struct Targets<'a> {
     observer: Arc<dyn Observer>,
     sink: Arc<Sink>,
     stop: CancellationToken,
+    /// Where cycles run, within the process's cap.
+    room: CycleRoom,
+    /// The runtime of the schedules' own thread.
+    scheduler: tokio::runtime::Handle,
     active: HashMap<String, Slot>,
     /// Removed targets whose cycles are still finishing: a target added again under the
     /// same name waits for them (the same test resources, the same state-file entries).
@@ -293,6 +365,8 @@ impl<'a> Targets<'a> {
         observer: Arc<dyn Observer>,
         sink: Arc<Sink>,
         stop: CancellationToken,
+        room: CycleRoom,
+        scheduler: tokio::runtime::Handle,
     ) -> Self {
         Self {
             probe,
@@ -300,6 +374,8 @@ impl<'a> Targets<'a> {
             observer,
             sink,
             stop,
+            room,
+            scheduler,
             active: HashMap::new(),
             retiring: HashMap::new(),
             tasks: JoinSet::new(),
@@ -310,9 +386,14 @@ impl<'a> Targets<'a> {
 
     /// The target's scenario, with its series and status entry made to exist.
     fn register(&self, settings: ProbeSettings, name: &str) -> Result<Arc<Scenario>, TargetError> {
-        let scenario = Arc::new(Scenario::new(settings, self.state.clone(), self.observer.clone())?);
+        let scenario = Arc::new(self.scenario(settings)?);
         self.show(name, scenario.settings());
         Ok(scenario)
+    }
+
+    /// The target's scenario, on the HTTP client for its TLS configuration.
+    fn scenario(&self, settings: ProbeSettings) -> Result<Scenario, TargetError> {
+        Scenario::sharing(settings, &self.probe.clients, self.state.clone(), self.observer.clone())
     }
 
     /// Makes the target's series and status entry exist, with its current settings.
@@ -333,6 +414,7 @@ impl<'a> Targets<'a> {
         let predecessor = self.retiring.get(&name).map(|(_, done)| done.clone());
         let stops = Stops { retire: retire.clone(), shutdown: self.stop.clone() };
         let (sink, task_done) = (self.sink.clone(), done.clone());
+        let (room, scheduler) = (self.room.clone(), self.scheduler.clone());
         let span = tracing::info_span!("target", target = %name);
         let task_name = name.clone();
         self.tasks.spawn(
@@ -349,7 +431,12 @@ impl<'a> Targets<'a> {
                         tracing::info!(cleared, "released locks left by a previous run");
                     }
                 }
-                run_target_plans(updates, sink as Arc<dyn CycleSink>, WallClock::system(), stops.clone()).await;
+                // The schedule's timers on their own thread, its cycles back on this runtime.
+                let schedule =
+                    run_target_plans(updates, sink as Arc<dyn CycleSink>, WallClock::system(), stops.clone(), room);
+                if let Err(e) = scheduler.spawn(schedule.in_current_span()).await {
+                    tracing::error!(error = %e, "target schedule failed");
+                }
                 let retired = stops.retire.is_cancelled() && !stops.shutdown.is_cancelled();
                 if retired {
                     // No later cycle of this target will retry a release that failed.
@@ -373,8 +460,7 @@ impl<'a> Targets<'a> {
         let mut built = Vec::new();
         for (settings, schedule) in changes.start_or_update {
             let name = schedule.name.clone();
-            let scenario = Scenario::new(settings, self.state.clone(), self.observer.clone())
-                .map_err(|source| ControlError::Target { name, source })?;
+            let scenario = self.scenario(settings).map_err(|source| ControlError::Target { name, source })?;
             built.push((scenario, schedule));
         }
         for name in changes.remove {

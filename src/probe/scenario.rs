@@ -22,7 +22,7 @@ use super::report::{Assertion, CycleReport, CycleResult, InstanceConvergence, St
 use super::scheduler::Claim;
 use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use super::state::{HeldLock, PreLockIntent, StateFile};
-use super::target::{CallKey, TargetClient, TargetError};
+use super::target::{CallKey, HttpClients, TargetClient, TargetError};
 use super::vocabulary::Phase;
 
 /// What repeating an unanswered pre-lock found.
@@ -102,6 +102,24 @@ impl Scenario {
         Ok(Self { settings, client, state, observer })
     }
 
+    /// [`Scenario::new`] on the HTTP client `clients` keeps for the target's TLS
+    /// configuration, shared with the other targets that have the same one.
+    pub fn sharing(
+        settings: ProbeSettings,
+        clients: &HttpClients,
+        state: Arc<StateFile>,
+        observer: Arc<dyn Observer>,
+    ) -> Result<Self, TargetError> {
+        let client = TargetClient::sharing(
+            clients.client(&settings.tls)?,
+            &settings.instances,
+            &settings.api_key,
+            &settings.test_prefix,
+            settings.request_timeout,
+        );
+        Ok(Self { settings, client, state, observer })
+    }
+
     /// The target's settings.
     pub fn settings(&self) -> &ProbeSettings {
         &self.settings
@@ -121,8 +139,8 @@ impl Scenario {
 
     async fn recover_where(&self, wanted: impl Fn(&str) -> bool) -> usize {
         let mut cleared = 0;
-        for held in self.state.entries() {
-            if held.target != self.settings.name || !wanted(&held.resource) {
+        for held in self.state.entries_of(&self.settings.name) {
+            if !wanted(&held.resource) {
                 continue;
             }
             let token = match held.token.clone() {

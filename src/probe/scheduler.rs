@@ -111,6 +111,55 @@ pub trait CycleSink: Send + Sync + 'static {
     /// The scheduler woke for a firing of `target` this long after its time (jitter
     /// included): how far the process keeps up with its schedules.
     fn woke(&self, _target: &str, _lateness: Duration) {}
+    /// A cycle of `target` found every slot of the process's [`CycleCap`] taken and
+    /// waits for one.
+    fn held_back(&self, _target: &str) {}
+    /// A cycle of `target` began running this long after its firing time (jitter
+    /// included): the scheduler's lateness, the wait for a slot of the cap and the wait
+    /// for a thread of the runtime the cycles run on.
+    fn started(&self, _target: &str, _delay: Duration) {}
+    /// Cycles of the process now running (holding a slot of the cap).
+    fn running(&self, _cycles: usize) {}
+}
+
+/// The process's bound on cycles running at once, over all targets (`serve`'s
+/// `max_concurrent_cycles`). A cycle that finds every slot taken waits for one, first
+/// come first served, and is counted as held back; while it waits it counts against its
+/// target's own `concurrency`, so the target's later firings are missed, not queued.
+#[derive(Debug)]
+pub struct CycleCap {
+    slots: Arc<tokio::sync::Semaphore>,
+    limit: usize,
+}
+
+impl CycleCap {
+    /// At most `limit` cycles at once (at least one).
+    pub fn new(limit: usize) -> Self {
+        let limit = limit.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        Self { slots: Arc::new(tokio::sync::Semaphore::new(limit)), limit }
+    }
+
+    /// The bound.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Cycles holding a slot now.
+    pub fn running(&self) -> usize {
+        self.limit - self.slots.available_permits()
+    }
+}
+
+/// Where a target's cycles run: the runtime that runs them (the scheduler's own when
+/// `None`) and the process's cap on running cycles (none when `None`). `serve` runs the
+/// schedules' timers on a thread of their own and the cycles on its main runtime, so
+/// that cycle work cannot delay a wake-up.
+#[derive(Debug, Clone, Default)]
+pub struct CycleRoom {
+    /// The runtime cycles are spawned on.
+    pub runtime: Option<tokio::runtime::Handle>,
+    /// The process's cap.
+    pub cap: Option<Arc<CycleCap>>,
 }
 
 /// Parses a schedule: the standard 5-field cron (`minute hour day month weekday`, run at
@@ -295,7 +344,7 @@ pub async fn run_target(
     // No sender: the settings never change.
     let (_, plans) = watch::channel(TargetPlan { schedule: target, runner });
     let stops = Stops { retire: cancel.clone(), shutdown: cancel };
-    run_target_plans(plans, sink, clock, stops).await;
+    run_target_plans(plans, sink, clock, stops, CycleRoom::default()).await;
 }
 
 /// What a target's cycles run with: its schedule and the runner holding its settings.
@@ -323,11 +372,13 @@ pub struct Stops {
 /// afresh from now, the pool takes the new layout, the concurrency limit the new value;
 /// cycles already running keep the runner (settings) and timeout they started with.
 /// When the schedule has no further firing times the target waits for a new plan.
+/// Cycles run where `room` says, within its cap.
 pub async fn run_target_plans(
     mut plans: watch::Receiver<TargetPlan>,
     sink: Arc<dyn CycleSink>,
     clock: WallClock,
     stops: Stops,
+    room: CycleRoom,
 ) {
     let mut plan = plans.borrow_and_update().clone();
     let pool = Arc::new(Pool::new(&plan.schedule.pool));
@@ -391,12 +442,23 @@ pub async fn run_target_plans(
             sink.missed(&target.name, 1);
             continue;
         }
-        let (runner, sink, pool) = (plan.runner.clone(), sink.clone(), pool.clone());
-        let cycle_cancel = stops.shutdown.child_token();
-        let timeout = target.timeout;
-        let name = target.name.clone();
+        let cycle = Cycle {
+            runner: plan.runner.clone(),
+            sink: sink.clone(),
+            pool: pool.clone(),
+            name: target.name.clone(),
+            timeout: target.timeout,
+            due: wake,
+            cap: room.cap.clone(),
+            retire: stops.retire.clone(),
+            cancel: stops.shutdown.child_token(),
+        };
         let span = tracing::info_span!("probe", target = %target.name);
-        running.spawn(run_one(runner, sink, pool, name, timeout, cycle_cancel).instrument(span));
+        let cycle = cycle.run().instrument(span);
+        match &room.runtime {
+            Some(runtime) => running.spawn_on(cycle, runtime),
+            None => running.spawn(cycle),
+        };
     }
     while running.join_next().await.is_some() {}
 }
@@ -432,33 +494,76 @@ enum Wake {
     Stop,
 }
 
-/// One cycle: claim a group, run on it until done or `timeout`, record, give back.
-async fn run_one(
+/// One cycle of a target, spawned when its firing came.
+struct Cycle {
     runner: Arc<dyn CycleRunner>,
     sink: Arc<dyn CycleSink>,
     pool: Arc<Pool>,
     name: String,
     timeout: Duration,
-    cycle_cancel: CancellationToken,
-) {
-    let Some((resources, claim)) =
-        claim_a_group(&pool, runner.as_ref(), sink.as_ref(), &name, timeout + CLAIM_SLACK).await
-    else {
-        tracing::info!("every free group of test resources is held by another replica; this firing is theirs");
-        return;
-    };
-    tracing::info!(resource = %resources[0], "cycle starting");
-    let timer_cancel = cycle_cancel.clone();
-    let timer = tokio::spawn(async move {
-        tokio::time::sleep(timeout).await;
-        timer_cancel.cancel();
-    });
-    let report = runner.run(resources.clone(), cycle_cancel).await;
-    timer.abort();
-    tracing::info!(result = report.result.as_str(), failed = report.failed_assertions(), "cycle finished");
-    sink.cycle(&report);
-    runner.unclaim(claim).await;
-    pool.give_back(resources);
+    /// Its firing time plus jitter: when it should have begun.
+    due: Instant,
+    cap: Option<Arc<CycleCap>>,
+    /// The target was removed: a cycle still waiting for a slot does not begin.
+    retire: CancellationToken,
+    /// The process stops (the timeout fires it too).
+    cancel: CancellationToken,
+}
+
+impl Cycle {
+    /// Takes a slot of the cap (waiting for one if need be), claims a group, runs on it
+    /// until done or `timeout`, records, gives everything back.
+    async fn run(self) {
+        let Some(slot) = self.slot().await else { return };
+        self.sink.started(&self.name, Instant::now().saturating_duration_since(self.due));
+        self.show_running();
+        self.claim_and_run().await;
+        drop(slot);
+        self.show_running();
+    }
+
+    fn show_running(&self) {
+        if let Some(cap) = &self.cap {
+            self.sink.running(cap.running());
+        }
+    }
+
+    async fn claim_and_run(&self) {
+        let (pool, runner, sink) = (self.pool.as_ref(), self.runner.as_ref(), self.sink.as_ref());
+        let Some((resources, claim)) = claim_a_group(pool, runner, sink, &self.name, self.timeout + CLAIM_SLACK).await
+        else {
+            tracing::info!("every free group of test resources is held by another replica; this firing is theirs");
+            return;
+        };
+        tracing::info!(resource = %resources[0], "cycle starting");
+        let (timer_cancel, timeout) = (self.cancel.clone(), self.timeout);
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            timer_cancel.cancel();
+        });
+        let report = runner.run(resources.clone(), self.cancel.clone()).await;
+        timer.abort();
+        tracing::info!(result = report.result.as_str(), failed = report.failed_assertions(), "cycle finished");
+        sink.cycle(&report);
+        runner.unclaim(claim).await;
+        pool.give_back(resources);
+    }
+
+    /// A slot of the cap (`Some(None)` without a cap); `None` when the target was
+    /// removed or the process stops while the cycle waits for one.
+    async fn slot(&self) -> Option<Option<tokio::sync::OwnedSemaphorePermit>> {
+        let Some(cap) = &self.cap else { return Some(None) };
+        if let Ok(slot) = cap.slots.clone().try_acquire_owned() {
+            return Some(Some(slot));
+        }
+        tracing::warn!(limit = cap.limit, "every slot of max_concurrent_cycles is taken, the cycle waits for one");
+        self.sink.held_back(&self.name);
+        tokio::select! {
+            slot = cap.slots.clone().acquire_owned() => slot.ok().map(Some),
+            _ = self.retire.cancelled() => None,
+            _ = self.cancel.cancelled() => None,
+        }
+    }
 }
 
 /// Firing times after `fire` that were already more than `late` in the past at `now`.
@@ -543,6 +648,8 @@ mod tests {
         cycles: Mutex<usize>,
         missed: Mutex<u64>,
         woke: Mutex<Vec<Duration>>,
+        started: Mutex<Vec<Duration>>,
+        held_back: Mutex<usize>,
     }
 
     impl CycleSink for Sink {
@@ -554,6 +661,12 @@ mod tests {
         }
         fn woke(&self, _: &str, lateness: Duration) {
             self.woke.lock().unwrap().push(lateness);
+        }
+        fn started(&self, _: &str, delay: Duration) {
+            self.started.lock().unwrap().push(delay);
+        }
+        fn held_back(&self, _: &str) {
+            *self.held_back.lock().unwrap() += 1;
         }
     }
 
@@ -660,6 +773,90 @@ mod tests {
         assert!(woke.iter().any(|l| *l >= Duration::from_millis(400)), "{woke:?}");
     }
 
+    /// A runner that blocks its thread (no await point) for a while: a cycle that keeps
+    /// the runtime it runs on busy, on a real clock.
+    struct Blocker(Duration);
+
+    #[async_trait]
+    impl CycleRunner for Blocker {
+        async fn run(&self, resources: Vec<String>, _cancel: CancellationToken) -> CycleReport {
+            std::thread::sleep(self.0);
+            FakeRunner::report(&resources, Utc::now())
+        }
+    }
+
+    #[test]
+    fn cycles_on_another_runtime_do_not_delay_the_wake_ups_and_their_own_delay_is_reported() {
+        let runtime = |name: &str| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name(name)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let (scheduler, work) = (runtime("scheduler"), runtime("work"));
+        let sink = Arc::new(Sink::default());
+        let target = TargetSchedule {
+            name: "t".into(),
+            schedule: cron::Schedule::from_str("* * * * * *").unwrap(),
+            jitter: Duration::ZERO,
+            concurrency: 4,
+            timeout: Duration::from_secs(60),
+            pool: (1..=28).map(|i| format!("probe-{i:04}")).collect(),
+        };
+        let (_plans, updates) =
+            watch::channel(TargetPlan { schedule: target, runner: Arc::new(Blocker(Duration::from_millis(1500))) });
+        let stops = Stops { retire: CancellationToken::new(), shutdown: CancellationToken::new() };
+        let room = CycleRoom { runtime: Some(work.handle().clone()), cap: None };
+        let task = scheduler.spawn(run_target_plans(updates, sink.clone(), WallClock::system(), stops.clone(), room));
+        std::thread::sleep(Duration::from_millis(3600));
+        stops.shutdown.cancel();
+        scheduler.block_on(task).unwrap();
+        let woke = sink.woke.lock().unwrap().clone();
+        let started = sink.started.lock().unwrap().clone();
+        assert!(woke.len() >= 3, "{woke:?}");
+        // Each cycle holds the work runtime's one thread for 1.5 s, a firing comes every
+        // second: the scheduler wakes on time, the cycles begin late, and that is reported.
+        assert!(woke.iter().all(|l| *l < Duration::from_millis(250)), "{woke:?}");
+        assert!(started.iter().any(|d| *d >= Duration::from_millis(400)), "{started:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cycle_over_the_process_cap_waits_for_a_slot_and_is_counted() {
+        let base = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 3).unwrap();
+        let clock = WallClock::starting_at(base);
+        let (first, second) = (fake(5, clock), fake(5, clock));
+        let sink = Arc::new(Sink::default());
+        let room = CycleRoom { runtime: None, cap: Some(Arc::new(CycleCap::new(1))) };
+        let stops = Stops { retire: CancellationToken::new(), shutdown: CancellationToken::new() };
+        let mut tasks = Vec::new();
+        for runner in [first.clone(), second.clone()] {
+            let (plans, updates) = watch::channel(TargetPlan { schedule: every_ten_seconds(7, 1), runner });
+            tasks.push((
+                plans,
+                tokio::spawn(run_target_plans(updates, sink.clone(), clock, stops.clone(), room.clone())),
+            ));
+        }
+        // Both fire at 00:00:10 (7 s in); one slot: one runs 10..15, the other from 15.
+        tokio::time::sleep(Duration::from_secs(16)).await;
+        stops.shutdown.cancel();
+        for (_plans, task) in tasks {
+            task.await.unwrap();
+        }
+        let mut starts: Vec<i64> = [first, second]
+            .iter()
+            .flat_map(|r| r.starts.lock().unwrap().iter().map(|(t, _)| (*t - base).num_seconds()).collect::<Vec<_>>())
+            .collect();
+        starts.sort();
+        assert_eq!(starts, vec![7, 12], "the second waited for the first's slot");
+        assert_eq!(*sink.held_back.lock().unwrap(), 1);
+        let mut delays = sink.started.lock().unwrap().clone();
+        delays.sort();
+        assert_eq!(delays, vec![Duration::ZERO, Duration::from_secs(5)]);
+        assert_eq!(*sink.missed.lock().unwrap(), 0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn overlapping_cycles_use_distinct_resources() {
         let r = run(15, 2, 14, 0, 60, 30).await;
@@ -739,7 +936,7 @@ mod tests {
         let sink = Arc::new(Sink::default());
         let (plans, updates) = watch::channel(TargetPlan { schedule: every_ten_seconds(7, 1), runner: old.clone() });
         let stops = Stops { retire: CancellationToken::new(), shutdown: CancellationToken::new() };
-        let task = tokio::spawn(run_target_plans(updates, sink.clone(), clock, stops.clone()));
+        let task = tokio::spawn(run_target_plans(updates, sink.clone(), clock, stops.clone(), CycleRoom::default()));
         // The first cycle starts at 00:00:10 (7 s in) and runs 8 s; change the plan in its middle.
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(old.starts.lock().unwrap().len(), 1);
@@ -763,7 +960,7 @@ mod tests {
         let sink = Arc::new(Sink::default());
         let (plans, updates) = watch::channel(TargetPlan { schedule: every_ten_seconds(7, 1), runner: old.clone() });
         let stops = Stops { retire: CancellationToken::new(), shutdown: CancellationToken::new() };
-        let task = tokio::spawn(run_target_plans(updates, sink.clone(), clock, stops.clone()));
+        let task = tokio::spawn(run_target_plans(updates, sink.clone(), clock, stops.clone(), CycleRoom::default()));
         tokio::time::sleep(Duration::from_secs(9)).await;
         // Two slots and a second group: the next firing (:20) runs beside the old cycle,
         // on the new group, never on the group the old cycle holds.
@@ -787,7 +984,7 @@ mod tests {
         let (_plans, updates) =
             watch::channel(TargetPlan { schedule: every_ten_seconds(14, 2), runner: runner.clone() });
         let stops = Stops { retire: CancellationToken::new(), shutdown: CancellationToken::new() };
-        let task = tokio::spawn(run_target_plans(updates, sink.clone(), clock, stops.clone()));
+        let task = tokio::spawn(run_target_plans(updates, sink.clone(), clock, stops.clone(), CycleRoom::default()));
         tokio::time::sleep(Duration::from_secs(9)).await;
         stops.retire.cancel();
         let started = tokio::time::Instant::now();
@@ -807,7 +1004,13 @@ mod tests {
         let (_plans, updates) =
             watch::channel(TargetPlan { schedule: every_ten_seconds(7, 1), runner: runner.clone() });
         let stops = Stops { retire: CancellationToken::new(), shutdown: CancellationToken::new() };
-        let task = tokio::spawn(run_target_plans(updates, Arc::new(Sink::default()), clock, stops.clone()));
+        let task = tokio::spawn(run_target_plans(
+            updates,
+            Arc::new(Sink::default()),
+            clock,
+            stops.clone(),
+            CycleRoom::default(),
+        ));
         tokio::time::sleep(Duration::from_secs(9)).await;
         stops.shutdown.cancel();
         task.await.unwrap();

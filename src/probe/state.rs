@@ -2,6 +2,7 @@
 //! on the lock, so a probe that was killed releases what it left behind on its next start.
 //! Written atomically (temp file + rename) with mode 0600, since it holds lock tokens.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -81,17 +82,26 @@ struct StateDoc {
     locks: Vec<HeldLock>,
 }
 
+/// Entries by (target, resource): a change touches one entry, and a target's entries
+/// are one range. A list scanned, shifted and cloned whole on every change cost a
+/// quarter of the CPU of 1,000 targets' cycles (BENCHMARKS.md, "Probe engine at scale").
+type Locks = BTreeMap<(String, String), HeldLock>;
+
 /// The state file, or an in-memory stand-in when none is configured.
 #[derive(Debug)]
 pub struct StateFile {
     path: Option<PathBuf>,
-    locks: Mutex<Vec<HeldLock>>,
+    locks: Mutex<Locks>,
+}
+
+fn key(target: &str, resource: &str) -> (String, String) {
+    (target.to_owned(), resource.to_owned())
 }
 
 impl StateFile {
     /// Opens (or starts) the state file at `path`, keeping entries a previous run left.
     pub fn open(path: &Path) -> Result<Self, StateError> {
-        let locks = match std::fs::read(path) {
+        let list = match std::fs::read(path) {
             Ok(bytes) if bytes.is_empty() => Vec::new(),
             Ok(bytes) => {
                 serde_json::from_slice::<StateDoc>(&bytes)
@@ -101,17 +111,29 @@ impl StateFile {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(source) => return Err(StateError::Io { path: path.to_path_buf(), source }),
         };
+        let locks = list.into_iter().map(|l| (key(&l.target, &l.resource), l)).collect();
         Ok(Self { path: Some(path.to_path_buf()), locks: Mutex::new(locks) })
     }
 
     /// A state that lives only in memory (nothing survives a kill).
     pub fn in_memory() -> Self {
-        Self { path: None, locks: Mutex::new(Vec::new()) }
+        Self { path: None, locks: Mutex::new(Locks::new()) }
+    }
+
+    fn locks(&self) -> std::sync::MutexGuard<'_, Locks> {
+        self.locks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Entries currently recorded.
     pub fn entries(&self) -> Vec<HeldLock> {
-        self.locks.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.locks().values().cloned().collect()
+    }
+
+    /// Entries currently recorded for `target`.
+    pub fn entries_of(&self, target: &str) -> Vec<HeldLock> {
+        let locks = self.locks();
+        let from = (target.to_owned(), String::new());
+        locks.range(from..).take_while(|((t, _), _)| t == target).map(|(_, l)| l.clone()).collect()
     }
 
     /// Records that the probe is about to pre-lock `resource` of `target`, with the
@@ -123,44 +145,46 @@ impl StateFile {
         pre_lock: Option<PreLockIntent>,
     ) -> Result<(), StateError> {
         self.update(|locks| {
-            locks.retain(|l| !(l.target == target && l.resource == resource));
-            locks.push(HeldLock {
+            let held = HeldLock {
                 target: target.to_string(),
                 resource: resource.to_string(),
                 token: None,
                 pre_lock,
                 recorded_at: Utc::now(),
-            });
+            };
+            locks.insert(key(target, resource), held);
         })
     }
 
     /// Records the token the service issued for `resource` of `target`.
     pub fn record_token(&self, target: &str, resource: &str, token: &str) -> Result<(), StateError> {
         self.update(|locks| {
-            let pre_lock =
-                locks.iter().find(|l| l.target == target && l.resource == resource).and_then(|l| l.pre_lock.clone());
-            locks.retain(|l| !(l.target == target && l.resource == resource));
-            locks.push(HeldLock {
+            let key = key(target, resource);
+            let pre_lock = locks.get(&key).and_then(|l| l.pre_lock.clone());
+            let held = HeldLock {
                 target: target.to_string(),
                 resource: resource.to_string(),
                 token: Some(token.to_string()),
                 pre_lock,
                 recorded_at: Utc::now(),
-            });
+            };
+            locks.insert(key, held);
         })
     }
 
     /// Forgets `resource` of `target` (lock released, swapped or never taken).
     pub fn forget(&self, target: &str, resource: &str) -> Result<(), StateError> {
-        self.update(|locks| locks.retain(|l| !(l.target == target && l.resource == resource)))
+        self.update(|locks| {
+            locks.remove(&key(target, resource));
+        })
     }
 
-    fn update(&self, f: impl FnOnce(&mut Vec<HeldLock>)) -> Result<(), StateError> {
+    fn update(&self, f: impl FnOnce(&mut Locks)) -> Result<(), StateError> {
         // The mutex is held across the write so concurrent cycles never interleave files.
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = self.locks();
         f(&mut locks);
         if let Some(path) = &self.path {
-            write_atomically(path, &StateDoc { locks: locks.clone() })?;
+            write_atomically(path, &StateDoc { locks: locks.values().cloned().collect() })?;
         }
         Ok(())
     }
@@ -249,6 +273,21 @@ mod tests {
         let entries = StateFile::open(&path).unwrap().entries();
         assert_eq!(entries.len(), 1);
         assert!(entries[0].pre_lock.is_none());
+    }
+
+    #[test]
+    fn a_targets_entries_are_its_own_only() {
+        let s = StateFile::in_memory();
+        for (target, resource) in [("a", "p1"), ("ab", "p1"), ("b", "p2"), ("a", "p2"), ("", "p3")] {
+            s.record_intent(target, resource, None).unwrap();
+        }
+        let of = |t: &str| s.entries_of(t).into_iter().map(|l| (l.target, l.resource)).collect::<Vec<_>>();
+        assert_eq!(of("a"), [("a".to_owned(), "p1".to_owned()), ("a".to_owned(), "p2".to_owned())]);
+        assert_eq!(of("ab").len(), 1);
+        assert!(of("c").is_empty());
+        s.forget("a", "p1").unwrap();
+        assert_eq!(of("a").len(), 1);
+        assert_eq!(s.entries().len(), 4);
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use chrono::TimeDelta;
 
-use super::check::{granted, Check};
+use super::check::{granted, Check, LockTimes};
 use super::{lock, Abort};
 use crate::probe::settings::{lapse_wait, SKEW_MARGIN_WAIT};
 use crate::probe::target::{CallKey, Reply};
@@ -147,17 +147,40 @@ impl Check<'_> {
         Ok(())
     }
 
+    /// An escalation right after the pre-lock must be refused: the lock is not effective
+    /// before `effectiveAt`. The probe can only judge an escalation it is sure reached the
+    /// service before then: one answered less than `effectiveAt - acquiredAt` (the
+    /// service's own delay, so no clocks are compared) after the pre-lock was sent, since
+    /// the service granted the pre-lock after that send and judged the escalation before
+    /// that answer. An escalation the service accepted later than that (an overloaded
+    /// probe or network) is not judged: the report says so in a note. A refusal is always
+    /// judged (and passes).
     pub(super) async fn escalate_early(&self) -> Result<(), Abort> {
         self.step(&format!("escalating {} before effectiveAt must be refused", self.resource));
-        self.must_pre_lock().await?;
+        let sent = Instant::now();
+        let pre_lock = self.must_pre_lock().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
         let token = self.token();
         let at = self.lock_instance();
         let send = |k| c.escalate(at, &self.resource, &token, Phase::HardDelete.as_str(), s.leases.hard_delete, k);
-        self.expect(Phase::PreLock, Op::EscalateEarly, Outcome::invalid_transition())
-            .lock_op(c.until_known(&CallKey::fresh(), send))
-            .await?;
+        let expect = self.expect(Phase::PreLock, Op::EscalateEarly, Outcome::invalid_transition());
+        let r = expect.call(c.until_known(&CallKey::fresh(), send)).await?;
+        let answered = sent.elapsed();
+        let window = LockTimes::of(&pre_lock.body).ok().and_then(|t| (t.effective_at - t.acquired_at).to_std().ok());
+        match window {
+            Some(window) if answered >= window && r.outcome() != Outcome::invalid_transition() => {
+                self.note(format!(
+                    "negative/escalate-early not judged: the escalation was answered {:.3}s after the pre-lock was sent, not within the service's {:.3}s to effectiveAt, so it may have reached the service after effectiveAt (observed {})",
+                    answered.as_secs_f64(),
+                    window.as_secs_f64(),
+                    r.outcome()
+                ));
+            }
+            _ => {
+                expect.observed(r.outcome(), r.elapsed);
+            }
+        }
         Ok(())
     }
 
