@@ -6,7 +6,8 @@
 //! `resolve` is async; against the in-memory store every path completes on its first
 //! poll, so it is polled once with `now_or_never` (no runtime, no scheduler cost in the
 //! figure). The `parts/*` benchmarks time the pieces of a cache hit, to show where the
-//! time goes.
+//! time goes. `cache_hit_unlocked_lent` is the hit as the service takes it
+//! (`resolve_with`: the document lent, not its `Arc` cloned).
 //!
 //! After the criterion groups, `threads` measures cache-hit throughput on one thread and
 //! on two sharing one client (five rounds of half a second each, medians), and prints
@@ -23,7 +24,7 @@ use criterion::{criterion_group, Criterion};
 use futures::FutureExt;
 
 use lockprobe::clock::{Clock, SystemClock};
-use lockprobe::routing::cache::TieredCache;
+use lockprobe::routing::cache::{Lookup, TieredCache};
 use lockprobe::routing::{ClientOptions, LocationDocument, LockPolicy, PreLockRequest, RoutingClient, Source};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::{ETag, LocationStore, Versioned};
@@ -106,6 +107,10 @@ fn bench_resolve(cr: &mut Criterion) {
     g.bench_function("hashmap_baseline", |b| b.iter(|| map.get(black_box(PROBE_ID)).cloned()));
     g.bench_function("hashmap_ahash_baseline", |b| b.iter(|| ahash_map.get(black_box(PROBE_ID)).cloned()));
     g.bench_function("cache_hit_unlocked", |b| b.iter(|| hit.resolve(black_box(PROBE_ID)).now_or_never()));
+    // The hit as the service takes it: the document lent, its location read.
+    g.bench_function("cache_hit_unlocked_lent", |b| {
+        b.iter(|| hit.resolve_with(black_box(PROBE_ID), |lent| lent.location().len()).now_or_never())
+    });
     g.bench_function("cache_miss", |b| b.iter(|| miss.resolve(black_box(MISS_ID)).now_or_never()));
     g.bench_function("read_through_live_lock", |b| b.iter(|| through.resolve(black_box(LOCKED_ID)).now_or_never()));
     g.finish();
@@ -122,6 +127,9 @@ fn bench_resolve(cr: &mut Criterion) {
     p.bench_function("clock_now_unix_nanos", |b| b.iter(|| black_box(&clock).now_unix_nanos()));
     p.bench_function("tiered_cache_lookup_one_tier", |b| {
         b.iter(|| one_tier.lookup(black_box(PROBE_ID), black_box(now)))
+    });
+    p.bench_function("tiered_cache_pinned_lookup_one_tier", |b| {
+        b.iter(|| matches!(one_tier.pin().lookup(black_box(PROBE_ID), black_box(now)), Lookup::Serve(_)))
     });
     // The tier as it was before the sharded map (main at dad18b6): one RwLock over a
     // SipHash HashMap per tier, the entry checked under the read lock.
@@ -207,12 +215,15 @@ fn bench_threads() {
         (0..2).map(|_| records(&ids).into_iter().collect()).collect();
     let now = SystemClock.now_unix_nanos();
     let old_tier: OldTier = RwLock::new(records(&ids).into_iter().map(|(i, r)| (i, (r, now, i64::MAX))).collect());
-    let lines: [(&str, &Op); 3] = [
+    let lines: [(&str, &Op); 4] = [
         ("ceiling: private ahash HashMap per thread (get + Arc clone)", &|t, id| {
             black_box(private[t].get(id).cloned());
         }),
         ("cache_hit_unlocked (resolve)", &|_, id| {
             black_box(client.resolve(id).now_or_never());
+        }),
+        ("cache_hit_unlocked_lent (resolve_with)", &|_, id| {
+            black_box(client.resolve_with(id, |lent| lent.location().len()).now_or_never());
         }),
         ("rwlock_siphash_tier_before (lookup only)", &|_, id| {
             black_box(old_lookup(&old_tier, id, now));
