@@ -14,7 +14,7 @@ pub mod enforce;
 pub mod freshness;
 pub mod lifecycle;
 
-pub use client::{ClientOptions, Grant, Resolved, RoutingClient, RoutingError, Source, SwapPlan};
+pub use client::{ClientOptions, Grant, Lent, Resolved, RoutingClient, RoutingError, Source, SwapPlan};
 pub use document::{LocationDocument, LockInfo, LockToken, Phase};
 pub use enforce::{enforce, Decision, Operation};
 pub use lifecycle::{Deviations, LockCall, LockError, LockPolicy, PreLockRequest};

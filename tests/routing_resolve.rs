@@ -228,3 +228,44 @@ async fn a_cached_instance_converges_within_max_ttl_plus_replication_bound() {
     // The bound is not slack: some phase comes within one resolve step of it.
     assert!(worst > bound - to_chrono(ms(300)), "worst case {worst} is far below the bound {bound}");
 }
+
+#[tokio::test]
+async fn resolve_with_answers_as_resolve_and_a_hit_lends_the_cached_document() {
+    let e = env().await;
+    let seen = |lent: lockprobe::routing::Lent<'_>| (lent.source, lent.record.etag.clone(), lent.location().to_owned());
+    // A miss, then hits: the same reads and the same answer as `resolve`.
+    let before = e.counts();
+    let (source, etag, location) = e.service.resolve_with("r", seen).await.unwrap();
+    assert_eq!((source, location.as_str()), (Source::Store, "westeurope"));
+    assert_eq!(e.counts().since(&before), OpCounts { read_replica: 1, ..Default::default() });
+    let held = e.service.resolve("r").await.unwrap();
+    assert_eq!((held.source, &held.record.etag), (Source::Cache, &etag));
+    let before = e.counts();
+    // The hit lends the very document the cache holds and takes no reference on it
+    // (a reference is a write to memory every thread serving that resource shares).
+    let references = Arc::strong_count(&held.record);
+    let lent = e.service.resolve_with("r", |lent| {
+        (lent.source, Arc::ptr_eq(lent.record, &held.record), Arc::strong_count(lent.record))
+    });
+    assert_eq!(lent.await.unwrap(), (Source::Cache, true, references));
+    assert_eq!(e.counts().since(&before), OpCounts::default());
+
+    // A started lock: read through the write region, once per resolve, as `resolve`.
+    e.orchestrator.pre_lock("r", &pre_lock_request()).await.unwrap();
+    e.clock.advance(LockPolicy::declared(SLOW, LAG, Duration::ZERO).convergence_delay);
+    e.service.resolve("r").await.unwrap();
+    let before = e.counts();
+    let (source, etag, _) = e.service.resolve_with("r", seen).await.unwrap();
+    assert_eq!(source, Source::ReadThrough);
+    assert_eq!(e.counts().since(&before), OpCounts { read_write_region: 1, ..Default::default() });
+    assert_eq!(etag, e.store.read("r", ReadFrom::WriteRegion).await.unwrap().etag);
+
+    // Resolving a resource with no document: the same error as `resolve`; creating it
+    // answers from the store, then from the cache.
+    let missing = e.service.resolve_with("new", seen).await.unwrap_err();
+    assert_eq!(missing, e.service.resolve("new").await.unwrap_err());
+    let created = e.service.resolve_or_create_with("new", "northeurope", seen).await.unwrap();
+    assert_eq!((created.0, created.2.as_str()), (Source::Store, "northeurope"));
+    let again = e.service.resolve_or_create_with("new", "westeurope", seen).await.unwrap();
+    assert_eq!((again.0, again.1, again.2), (Source::Cache, created.1, created.2));
+}

@@ -11,11 +11,16 @@
 //! Fetch times are lower bounds of the true instant and lookups compare an upper bound
 //! ([`crate::clock::Clock::upper_unix_nanos`]), so an entry expires early, never late.
 //!
-//! Each tier is a sharded concurrent map (`dashmap`) hashed with `ahash`: a hit takes
-//! one shard's read lock, not a lock over the whole tier, so service threads resolving
-//! different resources do not contend on one lock word; and ahash, randomly keyed per
-//! map, keeps hashing an id cheap while resource ids chosen by clients still cannot be
-//! made to collide on purpose. BENCHMARKS.md ("Routing resolve") has the figures.
+//! Each tier is a lock-free concurrent map (`papaya`) hashed with `ahash`, and a hit
+//! writes no memory that another thread reads: a reader only marks its own thread's
+//! slot in the epoch collector (shared by the tiers) and reads the table; the entry's
+//! document is lent under that guard ([`TieredCache::pin`]) rather than handed out with
+//! its reference count raised. Threads resolving the same resources then do not move
+//! cache lines between cores on every hit, as a lock word or an `Arc` count would.
+//! Replaced entries are freed once no guard that could see them remains. ahash,
+//! randomly keyed per map, keeps hashing an id cheap while resource ids chosen by
+//! clients still cannot be made to collide on purpose. BENCHMARKS.md ("Routing
+//! resolve") has the figures.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,9 +29,9 @@ use crate::store::Versioned;
 
 /// What the cache knows about a resource right now.
 #[derive(Debug, Clone)]
-pub enum Lookup {
+pub enum Lookup<T = Arc<Versioned>> {
     /// A fresh entry that may be served as is.
-    Serve(Arc<Versioned>),
+    Serve(T),
     /// A fresh entry that must not be served (it carries a started lock): read the
     /// write region instead of a replica.
     ReadThrough,
@@ -43,7 +48,7 @@ struct Entry {
     serve_until_ns: i64,
 }
 
-type Entries = dashmap::DashMap<String, Entry, ahash::RandomState>;
+type Entries = papaya::HashMap<String, Entry, ahash::RandomState>;
 
 #[derive(Debug)]
 struct Tier {
@@ -55,7 +60,17 @@ struct Tier {
 #[derive(Debug)]
 pub struct TieredCache {
     tiers: Vec<Tier>,
+    /// The tiers' one epoch collector, so one guard covers a walk through all of them.
+    collector: Arc<seize::Collector>,
     max_ttl: Duration,
+}
+
+/// The cache pinned by the current thread: documents it lends stay valid while it
+/// lives. Not `Send`; hold it only for synchronous work (it delays the freeing of
+/// replaced entries, never their replacement).
+pub struct PinnedCache<'c> {
+    cache: &'c TieredCache,
+    guard: papaya::LocalGuard<'c>,
 }
 
 /// An invalid cache configuration.
@@ -74,11 +89,18 @@ impl TieredCache {
         if ttls.is_empty() {
             return Err(CacheConfigError("at least one cache tier is needed".into()));
         }
+        let collector = Arc::new(seize::Collector::new());
         let tiers = ttls
             .iter()
-            .map(|ttl| Tier { ttl_ns: nanos(*ttl), entries: Entries::with_hasher(ahash::RandomState::new()) })
+            .map(|ttl| Tier {
+                ttl_ns: nanos(*ttl),
+                entries: papaya::HashMap::builder()
+                    .hasher(ahash::RandomState::new())
+                    .shared_collector(collector.clone())
+                    .build(),
+            })
             .collect();
-        Ok(Self { tiers, max_ttl: ttls.iter().copied().max().unwrap_or_default() })
+        Ok(Self { tiers, collector, max_ttl: ttls.iter().copied().max().unwrap_or_default() })
     }
 
     /// The largest TTL across tiers: the cache's share of the convergence delay.
@@ -86,45 +108,65 @@ impl TieredCache {
         self.max_ttl
     }
 
-    /// The first fresh entry, fastest tier first. A hit in a slower tier is copied into
-    /// the faster ones, keeping its fetch time.
+    /// Pins the cache for the current thread, to look documents up without taking
+    /// them out ([`PinnedCache::lookup`]).
+    pub fn pin(&self) -> PinnedCache<'_> {
+        PinnedCache { cache: self, guard: self.collector.enter() }
+    }
+
+    /// [`PinnedCache::lookup`], the document taken out (its `Arc` cloned).
     pub fn lookup(&self, id: &str, now_ns: i64) -> Lookup {
-        for (depth, tier) in self.tiers.iter().enumerate() {
-            let Some(entry) = tier.entries.get(id) else { continue };
-            let fresh_until = entry.fetched_ns.saturating_add(tier.ttl_ns);
-            if now_ns >= fresh_until {
-                continue;
-            }
-            let answer =
-                if now_ns < entry.serve_until_ns { Lookup::Serve(entry.record.clone()) } else { Lookup::ReadThrough };
-            if depth > 0 {
-                // The shard's read lock is let go before any tier is written.
-                let copy = Entry::clone(&entry);
-                drop(entry);
-                for faster in &self.tiers[..depth] {
-                    faster.entries.insert(id.to_owned(), copy.clone());
-                }
-            }
-            return answer;
+        let pinned = self.pin();
+        match pinned.lookup(id, now_ns) {
+            Lookup::Serve(record) => Lookup::Serve(record.clone()),
+            Lookup::ReadThrough => Lookup::ReadThrough,
+            Lookup::Miss => Lookup::Miss,
         }
-        Lookup::Miss
     }
 
     /// Stores a document fetched at `fetched_ns` in every tier; it may be served until
     /// `serve_until_ns` (or its tier's TTL, whichever comes first).
     pub fn put(&self, id: &str, record: Arc<Versioned>, fetched_ns: i64, serve_until_ns: i64) {
         let entry = Entry { record, fetched_ns, serve_until_ns };
+        let guard = self.collector.enter();
         for tier in &self.tiers {
-            tier.entries.insert(id.to_owned(), entry.clone());
+            tier.entries.insert(id.to_owned(), entry.clone(), &guard);
         }
     }
 
     /// Drops expired entries from every tier, so a long-running service does not keep
     /// documents it no longer serves.
     pub fn evict_expired(&self, now_ns: i64) {
+        let guard = self.collector.enter();
         for tier in &self.tiers {
-            tier.entries.retain(|_, e| now_ns < e.fetched_ns.saturating_add(tier.ttl_ns));
+            tier.entries.retain(|_, e| now_ns < e.fetched_ns.saturating_add(tier.ttl_ns), &guard);
         }
+    }
+}
+
+impl<'c> PinnedCache<'c> {
+    /// The first fresh entry, fastest tier first, its document lent for as long as
+    /// this pin. A hit in a slower tier is copied into the faster ones, keeping its
+    /// fetch time.
+    pub fn lookup<'p>(&'p self, id: &str, now_ns: i64) -> Lookup<&'p Arc<Versioned>> {
+        let tiers = &self.cache.tiers;
+        for (depth, tier) in tiers.iter().enumerate() {
+            let Some(entry) = tier.entries.get(id, &self.guard) else { continue };
+            if now_ns >= entry.fetched_ns.saturating_add(tier.ttl_ns) {
+                continue;
+            }
+            for faster in &tiers[..depth] {
+                faster.entries.insert(id.to_owned(), entry.clone(), &self.guard);
+            }
+            return if now_ns < entry.serve_until_ns { Lookup::Serve(&entry.record) } else { Lookup::ReadThrough };
+        }
+        Lookup::Miss
+    }
+}
+
+impl std::fmt::Debug for PinnedCache<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedCache").field("cache", self.cache).finish_non_exhaustive()
     }
 }
 
@@ -167,6 +209,21 @@ mod tests {
         assert!(served(&cache.lookup("r", 3 * S - 1)));
         assert!(matches!(cache.lookup("r", 3 * S), Lookup::ReadThrough));
         assert!(matches!(cache.lookup("r", 10 * S), Lookup::Miss));
+    }
+
+    #[test]
+    fn a_lent_document_stays_as_lent_while_the_entry_is_replaced() {
+        let cache = TieredCache::try_new(&[Duration::from_secs(1), Duration::from_secs(10)]).unwrap();
+        cache.put("r", record("a"), 0, i64::MAX);
+        let pinned = cache.pin();
+        // Lent from the slow tier (the fast one has expired), which refills the fast one.
+        let Lookup::Serve(lent) = pinned.lookup("r", 2 * S) else { panic!("a fresh entry is served") };
+        cache.put("r", record("b"), 2 * S, i64::MAX);
+        cache.evict_expired(5 * S);
+        assert_eq!(lent.doc.primary.location, "a");
+        drop(pinned);
+        let Lookup::Serve(now_served) = cache.lookup("r", 5 * S) else { panic!("the new entry is served") };
+        assert_eq!(now_served.doc.primary.location, "b");
     }
 
     #[test]

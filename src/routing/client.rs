@@ -70,6 +70,49 @@ impl Resolved {
     pub fn lock(&self) -> Option<&LockInfo> {
         self.record.doc.primary.lock.as_ref()
     }
+
+    /// This answer, lent.
+    pub fn as_lent(&self) -> Lent<'_> {
+        Lent { record: &self.record, source: self.source, store_time: self.store_time }
+    }
+}
+
+/// The routing path's answer for one resource, lent by [`RoutingClient::resolve_with`]:
+/// a cache hit lends the cached document itself, so it takes no reference on it.
+#[derive(Debug, Clone, Copy)]
+pub struct Lent<'r> {
+    /// The document and its ETag.
+    pub record: &'r Arc<Versioned>,
+    /// Which way the resolve went.
+    pub source: Source,
+    /// Time spent in store reads (zero for a cache hit).
+    pub store_time: Duration,
+}
+
+impl Lent<'_> {
+    /// The active location.
+    pub fn location(&self) -> &str {
+        &self.record.doc.primary.location
+    }
+
+    /// The primary lock as resolved (possibly expired; `enforce` decides).
+    pub fn lock(&self) -> Option<&LockInfo> {
+        self.record.doc.primary.lock.as_ref()
+    }
+
+    /// The answer taken out of the lending scope (the document's `Arc` cloned).
+    pub fn to_resolved(&self) -> Resolved {
+        Resolved { record: self.record.clone(), source: self.source, store_time: self.store_time }
+    }
+}
+
+/// Why the cache did not serve a resolve.
+#[derive(Debug, Clone, Copy)]
+enum Unserved {
+    /// The cached document carries a started lock.
+    ReadThrough,
+    /// Nothing fresh.
+    Miss,
 }
 
 /// A granted pre-lock: the document written and the token, for the caller only.
@@ -196,14 +239,45 @@ impl RoutingClient {
     }
 
     /// Resolves the routing document of `id`. A servable cache hit completes without
-    /// an await point or allocation; misses and read-throughs go to the store.
+    /// an await point or allocation; misses and read-throughs go to the store. The
+    /// answer holds a reference on the document; [`Self::resolve_with`] lends it.
     pub fn resolve<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Resolved, RoutingError>> + Send + 'a {
-        match self.cache.lookup(id, self.clock.upper_unix_nanos()) {
-            Lookup::Serve(record) => {
-                Either::Left(ready(Ok(Resolved { record, source: Source::Cache, store_time: Duration::ZERO })))
-            }
-            Lookup::ReadThrough => Either::Right(self.read_write_region(id, Source::ReadThrough).boxed()),
-            Lookup::Miss => Either::Right(self.resolve_from_store(id).boxed()),
+        self.resolve_with(id, |lent| lent.to_resolved())
+    }
+
+    /// Resolves `id` as [`Self::resolve`] does and hands the answer to `use_route`,
+    /// which must not keep it. A servable cache hit lends the cached document under the
+    /// cache's pin and calls `use_route` at once, without an await point: the hit writes
+    /// nothing other threads read (no lock word, no reference count), so threads
+    /// resolving the same resources do not slow each other down.
+    pub fn resolve_with<'a, R, F>(
+        &'a self,
+        id: &'a str,
+        use_route: F,
+    ) -> impl Future<Output = Result<R, RoutingError>> + Send + 'a
+    where
+        F: FnOnce(Lent<'_>) -> R + Send + 'a,
+        R: Send + 'a,
+    {
+        let (use_route, looked) = match self.lend_hit(id, use_route) {
+            Ok(answer) => return Either::Left(ready(Ok(answer))),
+            Err(not_served) => not_served,
+        };
+        let fetched = match looked {
+            Unserved::ReadThrough => Either::Left(self.read_write_region(id, Source::ReadThrough)),
+            Unserved::Miss => Either::Right(self.resolve_from_store(id)),
+        };
+        Either::Right(async move { fetched.await.map(|resolved| use_route(resolved.as_lent())) }.boxed())
+    }
+
+    /// Calls `use_route` on the cache hit for `id`, the document lent under the cache's
+    /// pin; when no tier may serve it, gives `use_route` back with what the cache found.
+    fn lend_hit<R, F: FnOnce(Lent<'_>) -> R>(&self, id: &str, use_route: F) -> Result<R, (F, Unserved)> {
+        let pinned = self.cache.pin();
+        match pinned.lookup(id, self.clock.upper_unix_nanos()) {
+            Lookup::Serve(record) => Ok(use_route(Lent { record, source: Source::Cache, store_time: Duration::ZERO })),
+            Lookup::ReadThrough => Err((use_route, Unserved::ReadThrough)),
+            Lookup::Miss => Err((use_route, Unserved::Miss)),
         }
     }
 
@@ -239,6 +313,20 @@ impl RoutingClient {
             )));
         }
         Ok(read)
+    }
+
+    /// [`Self::resolve_or_create`], the answer handed to `use_route` as in
+    /// [`Self::resolve_with`] (a cache hit is lent, not taken out).
+    pub async fn resolve_or_create_with<R, F>(&self, id: &str, home: &str, use_route: F) -> Result<R, RoutingError>
+    where
+        F: FnOnce(Lent<'_>) -> R,
+    {
+        let use_route = match self.lend_hit(id, use_route) {
+            Ok(answer) => return Ok(answer),
+            Err((use_route, _)) => use_route,
+        };
+        let resolved = self.resolve_or_create(id, home).await?;
+        Ok(use_route(resolved.as_lent()))
     }
 
     /// Resolves `id`, first creating its document at `home` if it has none.

@@ -2,7 +2,8 @@
 //!
 //! Each call resolves the location document through this instance's cache, asks
 //! `enforce` what the resolved lock allows, and acts on the item store of the resolved
-//! location. Every answer carries `Server-Timing: route;desc=<source>;dur=<ms>`.
+//! location, all while the route is lent (`Instance::route_with`): a cache hit takes no
+//! reference on the cached document. Every answer carries `Server-Timing: route;desc=<source>;dur=<ms>`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +31,7 @@ pub struct WriteBody {
 /// Adds `Server-Timing` describing how the route was resolved and, for a store with
 /// regions, `store;desc="<region>"`: the region lock decisions read now, so a client sees
 /// a failover.
-fn timed(instance: &Instance, routed: Option<&Routed>, response: impl IntoResponse) -> Response {
+fn timed(instance: &Instance, routed: Option<&Routed<'_>>, response: impl IntoResponse) -> Response {
     let mut response = response.into_response();
     let (source, store_time) = routed.map_or((Source::Store, Duration::ZERO), |r| (r.source, r.store_time));
     let mut value = format!("route;desc=\"{}\";dur={:.3}", source.as_str(), store_time.as_secs_f64() * 1000.0);
@@ -54,7 +55,7 @@ fn unresolved(instance: &Instance, e: RoutingError) -> Response {
 }
 
 /// The decision for `op`, bent by deliberately injected faults.
-fn decide(instance: &Instance, op: Operation, resolved: &Routed) -> Decision {
+fn decide(instance: &Instance, op: Operation, resolved: &Routed<'_>) -> Decision {
     let policy = instance.routing.policy();
     let decision = enforce(op, resolved.lock(), instance.routing.clock().now(), policy.skew_margin);
     match decision {
@@ -73,16 +74,15 @@ pub async fn route(State(instance): State<Arc<Instance>>, PathParams(id): PathPa
     if let Err(e) = instance.check_resource_id(&id) {
         return e.into_response();
     }
-    let resolved = match instance.route(&id, false).await {
-        Ok(r) => r,
-        Err(e) => return unresolved(&instance, e),
-    };
-    let now = instance.routing.clock().now();
-    let lock = resolved.live_lock(now).map(
-        |l| json!({ "phase": l.phase, "effectiveAt": l.effective_at, "expiresAt": l.expires_at, "owner": l.owner }),
-    );
-    let body = json!({ "location": resolved.location(), "lock": lock, "source": resolved.source.as_str() });
-    timed(&instance, Some(&resolved), Json(body))
+    let answered = instance.route_with(&id, false, |resolved| {
+        let now = instance.routing.clock().now();
+        let lock = resolved.live_lock(now).map(
+            |l| json!({ "phase": l.phase, "effectiveAt": l.effective_at, "expiresAt": l.expires_at, "owner": l.owner }),
+        );
+        let body = json!({ "location": resolved.location(), "lock": lock, "source": resolved.source.as_str() });
+        timed(&instance, Some(resolved), Json(body))
+    });
+    answered.await.unwrap_or_else(|e| unresolved(&instance, e))
 }
 
 /// `GET /v1/resources/{id}/items/{key}`: reads are never blocked.
@@ -93,16 +93,15 @@ pub async fn read_item(
     if let Err(e) = instance.check_resource_id(&id).and_then(|_| input::check_name("item key", &key)) {
         return e.into_response();
     }
-    let resolved = match instance.route(&id, false).await {
-        Ok(r) => r,
-        Err(e) => return unresolved(&instance, e),
-    };
-    debug_assert_eq!(decide(&instance, Operation::Read, &resolved), Decision::Allow);
-    let answer = match instance.items.get(resolved.location(), &id, &key) {
-        Some(item) => Json(json!({ "key": key, "value": item.value, "tombstone": item.tombstone })).into_response(),
-        None => ApiError::not_found(format!("no item {key:?}")).into_response(),
-    };
-    timed(&instance, Some(&resolved), answer)
+    let answered = instance.route_with(&id, false, |resolved| {
+        debug_assert_eq!(decide(&instance, Operation::Read, resolved), Decision::Allow);
+        let answer = match instance.items.get(resolved.location(), &id, &key) {
+            Some(item) => Json(json!({ "key": key, "value": item.value, "tombstone": item.tombstone })).into_response(),
+            None => ApiError::not_found(format!("no item {key:?}")).into_response(),
+        };
+        timed(&instance, Some(resolved), answer)
+    });
+    answered.await.unwrap_or_else(|e| unresolved(&instance, e))
 }
 
 /// `PUT /v1/resources/{id}/items/{key}`: 423 while a write lock is in force.
@@ -116,21 +115,20 @@ pub async fn write_item(
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let resolved = match instance.route(&id, true).await {
-        Ok(r) => r,
-        Err(e) => return unresolved(&instance, e),
-    };
-    let answer = match decide(&instance, Operation::Write, &resolved) {
-        Decision::Block { retry_after } => blocked(&instance, retry_after).into_response(),
-        Decision::Allow | Decision::Tombstone => {
-            let status = match instance.items.put(resolved.location(), &id, &key, body.value.clone()) {
-                WriteOutcome::Created => StatusCode::CREATED,
-                WriteOutcome::Replaced => StatusCode::OK,
-            };
-            (status, Json(json!({ "key": key, "value": body.value, "tombstone": false }))).into_response()
-        }
-    };
-    timed(&instance, Some(&resolved), answer)
+    let answered = instance.route_with(&id, true, |resolved| {
+        let answer = match decide(&instance, Operation::Write, resolved) {
+            Decision::Block { retry_after } => blocked(&instance, retry_after).into_response(),
+            Decision::Allow | Decision::Tombstone => {
+                let status = match instance.items.put(resolved.location(), &id, &key, body.value.clone()) {
+                    WriteOutcome::Created => StatusCode::CREATED,
+                    WriteOutcome::Replaced => StatusCode::OK,
+                };
+                (status, Json(json!({ "key": key, "value": body.value, "tombstone": false }))).into_response()
+            }
+        };
+        timed(&instance, Some(resolved), answer)
+    });
+    answered.await.unwrap_or_else(|e| unresolved(&instance, e))
 }
 
 /// `DELETE /v1/resources/{id}/items/{key}`: 204 deleted, 202 tombstoned, 423 blocked.
@@ -141,19 +139,18 @@ pub async fn delete_item(
     if let Err(e) = instance.check_resource_id(&id).and_then(|_| input::check_name("item key", &key)) {
         return e.into_response();
     }
-    let resolved = match instance.route(&id, false).await {
-        Ok(r) => r,
-        Err(e) => return unresolved(&instance, e),
-    };
-    let location = resolved.location();
-    let missing = || ApiError::not_found(format!("no item {key:?}")).into_response();
-    let answer = match decide(&instance, Operation::Delete, &resolved) {
-        Decision::Block { retry_after } => blocked(&instance, retry_after).into_response(),
-        Decision::Tombstone if instance.items.tombstone(location, &id, &key) => {
-            (StatusCode::ACCEPTED, Json(json!({ "tombstone": true }))).into_response()
-        }
-        Decision::Allow if instance.items.remove(location, &id, &key) => StatusCode::NO_CONTENT.into_response(),
-        Decision::Tombstone | Decision::Allow => missing(),
-    };
-    timed(&instance, Some(&resolved), answer)
+    let answered = instance.route_with(&id, false, |resolved| {
+        let location = resolved.location();
+        let missing = || ApiError::not_found(format!("no item {key:?}")).into_response();
+        let answer = match decide(&instance, Operation::Delete, resolved) {
+            Decision::Block { retry_after } => blocked(&instance, retry_after).into_response(),
+            Decision::Tombstone if instance.items.tombstone(location, &id, &key) => {
+                (StatusCode::ACCEPTED, Json(json!({ "tombstone": true }))).into_response()
+            }
+            Decision::Allow if instance.items.remove(location, &id, &key) => StatusCode::NO_CONTENT.into_response(),
+            Decision::Tombstone | Decision::Allow => missing(),
+        };
+        timed(&instance, Some(resolved), answer)
+    });
+    answered.await.unwrap_or_else(|e| unresolved(&instance, e))
 }

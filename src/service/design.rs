@@ -28,7 +28,7 @@ use super::error::ApiError;
 use super::input;
 use super::Instance;
 use crate::routing::document::{lock_record_id, LOCK_RECORD_PREFIX};
-use crate::routing::{LockInfo, Resolved, RoutingError, Source};
+use crate::routing::{Lent, LockInfo, Resolved, RoutingError, Source};
 
 /// Where locks live; see the module documentation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -62,12 +62,13 @@ impl std::fmt::Display for LockDesign {
 const FOLLOW_ROUNDS: usize = 3;
 
 /// What a user operation acts on: the location and the lock, however the design found
-/// them.
-#[derive(Debug, Clone)]
-pub struct Routed {
+/// them. Lent to the operation ([`Instance::route_with`]): on a cache hit it borrows the
+/// cached document.
+#[derive(Debug, Clone, Copy)]
+pub struct Routed<'r> {
     /// The document whose location is acted on: the routing document, or in the record
     /// design the lock record when the resource has one.
-    at: Resolved,
+    at: Lent<'r>,
     /// Whether `at` carries the lock (false: the record design found no lock record).
     lock_in_at: bool,
     /// Which way the decision went, for `Server-Timing`.
@@ -78,25 +79,34 @@ pub struct Routed {
     pub lock_time: Option<Duration>,
 }
 
-impl Routed {
-    fn embedded(route: Resolved) -> Self {
+impl<'r> Routed<'r> {
+    fn embedded(route: Lent<'r>) -> Self {
         Self { source: route.source, store_time: route.store_time, at: route, lock_in_at: true, lock_time: None }
     }
 
     /// The location to act on.
-    pub fn location(&self) -> &str {
-        self.at.location()
+    pub fn location(&self) -> &'r str {
+        &self.at.record.doc.primary.location
     }
 
     /// The lock as resolved (possibly expired; `enforce` decides).
-    pub fn lock(&self) -> Option<&LockInfo> {
-        self.at.lock().filter(|_| self.lock_in_at)
+    pub fn lock(&self) -> Option<&'r LockInfo> {
+        self.at.record.doc.primary.lock.as_ref().filter(|_| self.lock_in_at)
     }
 
     /// The lock if its lease has not lapsed at `now`.
-    pub fn live_lock(&self, now: chrono::DateTime<chrono::Utc>) -> Option<&LockInfo> {
+    pub fn live_lock(&self, now: chrono::DateTime<chrono::Utc>) -> Option<&'r LockInfo> {
         self.lock().filter(|l| l.is_live(now))
     }
+}
+
+/// The record design's answer, owned until it is lent as a [`Routed`].
+struct RecordRoute {
+    at: Resolved,
+    lock_in_at: bool,
+    source: Source,
+    store_time: Duration,
+    lock_time: Duration,
 }
 
 impl Instance {
@@ -120,16 +130,41 @@ impl Instance {
         Ok(())
     }
 
-    /// Resolves what a user operation on `id` acts on; with `create`, a resource with
-    /// no routing document gets one (at its lock record's location, or home).
-    pub async fn route(&self, id: &str, create: bool) -> Result<Routed, RoutingError> {
+    /// Resolves what a user operation on `id` acts on and runs `act` on it; with
+    /// `create`, a resource with no routing document gets one (at its lock record's
+    /// location, or home). `act` runs synchronously on the answer as lent by
+    /// [`crate::routing::RoutingClient::resolve_with`], so a cache hit takes no
+    /// reference on the cached document.
+    pub async fn route_with<R, F>(&self, id: &str, create: bool, act: F) -> Result<R, RoutingError>
+    where
+        F: FnOnce(&Routed<'_>) -> R + Send,
+        R: Send,
+    {
+        let routing = &self.routing;
+        if self.config.lock_design == LockDesign::Embedded {
+            let act = |lent: Lent<'_>| act(&Routed::embedded(lent));
+            return if create {
+                routing.resolve_or_create_with(id, &self.config.home_location, act).await
+            } else {
+                routing.resolve_with(id, act).await
+            };
+        }
+        let r = self.route_by_record(id, create).await?;
+        let routed = Routed {
+            at: r.at.as_lent(),
+            lock_in_at: r.lock_in_at,
+            source: r.source,
+            store_time: r.store_time,
+            lock_time: Some(r.lock_time),
+        };
+        Ok(act(&routed))
+    }
+
+    /// The record design's routing: the lock record (from the write region) and the
+    /// routing document (through the cache), read side by side.
+    async fn route_by_record(&self, id: &str, create: bool) -> Result<RecordRoute, RoutingError> {
         let routing = &self.routing;
         let home = &self.config.home_location;
-        if self.config.lock_design == LockDesign::Embedded {
-            let resolved =
-                if create { routing.resolve_or_create(id, home).await? } else { routing.resolve(id).await? };
-            return Ok(Routed::embedded(resolved));
-        }
         // Both reads at once: the lock record's is the one the design adds, and a
         // client of it would not wait for the (mostly cached) route before sending it.
         let lock_id = lock_record_id(id);
@@ -164,7 +199,7 @@ impl Instance {
         };
         // The two reads ran side by side: the operation waited for the slower.
         let store_time = lock_time.max(route_time);
-        Ok(Routed { at, lock_in_at, source, store_time, lock_time: Some(lock_time) })
+        Ok(RecordRoute { at, lock_in_at, source, store_time, lock_time })
     }
 
     /// In the record design, brings the routing document to `at`, the location its lock
