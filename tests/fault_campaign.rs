@@ -228,6 +228,8 @@ async fn run_seed_with(
         seed,
         lock_design: LockDesign::Embedded,
     };
+    // A given store (the local Cosmos server) runs the fleet on real time, not paused.
+    let real_time = matches!(backend, Backend::Given(_));
     let fleet = Arc::new(match backend {
         Backend::Memory => Fleet::new(opts),
         Backend::Given(store) => Fleet::over(opts, store, Arc::new(TokioClock::new(Utc::now()))),
@@ -256,7 +258,7 @@ async fn run_seed_with(
     }
     for u in 0..USERS {
         let rng = StdRng::seed_from_u64(rng.random());
-        tasks.push(tokio::spawn(use_items(fleet.clone(), shared.clone(), u, rng, deadline)));
+        tasks.push(tokio::spawn(use_items(fleet.clone(), shared.clone(), u, rng, deadline, real_time)));
     }
     for task in tasks {
         task.await.expect("an actor panicked");
@@ -331,8 +333,16 @@ async fn read_back(fleet: &Fleet) -> HashMap<(String, String), Final> {
 
 /// A user: reads, writes and deletes its own keys, on random resources and instances,
 /// one operation at a time (so the order of its acknowledgements is the order of its
-/// effects).
-async fn use_items(fleet: Arc<Fleet>, shared: Shared, u: usize, mut rng: StdRng, deadline: DateTime<Utc>) {
+/// effects). `real_time`: the fleet's clock is real time, where a decision can precede
+/// its answer by more than a scheduling instant.
+async fn use_items(
+    fleet: Arc<Fleet>,
+    shared: Shared,
+    u: usize,
+    mut rng: StdRng,
+    deadline: DateTime<Utc>,
+    real_time: bool,
+) {
     let mut n = 0u64;
     while fleet.now() < deadline {
         tokio::time::sleep(ms(rng.random_range(20..300))).await;
@@ -347,13 +357,16 @@ async fn use_items(fleet: Arc<Fleet>, shared: Shared, u: usize, mut rng: StdRng,
             }
             _ => (Op::Delete, None),
         };
+        let sent = fleet.now();
         let answer = match op {
             Op::Read => in_step("read", fleet.read(instance, resource, &key)).await,
             Op::Write => in_step("write", fleet.write(instance, resource, &key, value.clone().unwrap())).await,
             Op::Delete => in_step("delete", fleet.delete(instance, resource, &key)).await,
         };
+        let at = fleet.now();
         log(&shared).ops.push(UserOp {
-            at: fleet.now(),
+            at,
+            decided_from: if real_time { sent } else { at },
             instance,
             resource: resource.into(),
             key,

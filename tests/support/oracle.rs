@@ -58,8 +58,14 @@ pub enum Op {
 /// One user operation and its answer.
 #[derive(Debug, Clone)]
 pub struct UserOp {
-    /// True time of the answer (the service applies and answers at one instant).
+    /// True time the answer was heard. The service decided no later.
     pub at: DateTime<Utc>,
+    /// The earliest true time the service can have decided: `at` in paused time (the
+    /// service decides and answers at one instant, and nothing else moves the clock), the
+    /// request's sending in real time (on a loaded machine an answer can wait long after
+    /// its decision to be heard). An earlier instant can hide a violation, never invent
+    /// one: the oracle judges the whole window.
+    pub decided_from: DateTime<Utc>,
     /// Which instance served it.
     pub instance: usize,
     /// Resource id.
@@ -178,10 +184,15 @@ fn enforcement(e: &Evidence<'_>, by_id: &BTreeMap<String, Timeline>, out: &mut V
             (Op::Delete, 204) => [Phase::HardDelete, Phase::Write].as_slice(),
             _ => continue,
         };
-        let Some(doc) = by_id.get(&op.resource).and_then(|t| t.at(op.at)) else { continue };
-        let Some(lock) = doc.primary.lock.as_ref() else { continue };
+        let Some(timeline) = by_id.get(&op.resource) else { continue };
+        let lock_at = |t| timeline.at(t).and_then(|doc| doc.primary.lock.clone());
+        let Some(lock) = lock_at(op.decided_from) else { continue };
         let Some(since) = lock.phase_since else { continue };
-        let in_force = since + age <= op.at && op.at < lock.expires_at;
+        // In force over the whole window the decision may have fallen in: from its start
+        // (+ the decision age) to the answer, the same phase of the same lock.
+        let same_at_answer = lock_at(op.at)
+            .is_some_and(|l| l.phase == lock.phase && l.phase_since == Some(since) && op.at < l.expires_at);
+        let in_force = since + age <= op.decided_from && same_at_answer;
         if in_force && forbidden_by.contains(&lock.phase) {
             out.push(Violation {
                 kind: "enforcement",
