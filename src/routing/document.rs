@@ -369,9 +369,11 @@ fn write_json_str(out: &mut Vec<u8>, s: &str) {
 /// digits), quoted. Years outside 0..=9999 (never a lock's) take chrono's own path.
 fn write_json_time(out: &mut Vec<u8>, at: DateTime<Utc>) {
     use chrono::{Datelike, Timelike};
+    // Once: every accessor of a `DateTime` converts it to local (here UTC) time anew.
+    let at = at.naive_utc();
     let year = at.year();
     if !(0..=9999).contains(&year) {
-        serde_json::to_writer(&mut *out, &at).expect("writing to a Vec cannot fail");
+        serde_json::to_writer(&mut *out, &at.and_utc()).expect("writing to a Vec cannot fail");
         return;
     }
     let two = |out: &mut Vec<u8>, n: u32| out.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
