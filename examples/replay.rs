@@ -16,6 +16,12 @@ use clap::Parser;
 
 use lockprobe::app::replay::{self, ReplayConfig};
 
+/// The replay allocates and frees a few dozen small strings and maps per lock call
+/// (documents cloned, settled, written, read back); mimalloc's thread-local free lists
+/// take that churn for much less than glibc's malloc (BENCHMARKS.md has the figures).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Replays a day of migrations in compressed time.
 #[derive(Debug, Parser)]
 struct Args {

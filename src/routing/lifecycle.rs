@@ -463,22 +463,34 @@ fn seal(next: &mut LocationDocument, mut pending: PendingEffect) {
 /// longer matches the state) is dropped, not applied to someone else's write.
 pub fn settle(mut doc: LocationDocument, committed_at: DateTime<Utc>) -> LocationDocument {
     let Some(pending) = doc.pending.take() else { return doc };
-    if pending.digest != doc.state_digest() {
-        return doc;
-    }
     // At the deadline itself the lease has ended (it is live only while `now < expiresAt`),
     // and a reader whose clock runs ahead by the margin may already have taken the lapse
     // as final: a write committed then is as late as one committed after it.
-    if pending.void_if_committed_after.is_some_and(|deadline| committed_at >= deadline) {
+    let is_void = pending.void_if_committed_after.is_some_and(|deadline| committed_at >= deadline);
+    let floor = pending.effective_after_commit_seconds.map(|seconds| {
+        TimeDelta::try_milliseconds((seconds * 1000.0).ceil() as i64)
+            .and_then(|d| committed_at.checked_add_signed(d))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    });
+    let lock = doc.primary.lock.as_ref();
+    let shifts = lock.is_some_and(|l| floor.is_some_and(|floor| l.effective_at < floor));
+    let starts_phase = pending.phase_starts && lock.is_some();
+    if !(is_void || shifts || starts_phase) {
+        // Nothing to apply: the document stands as written whether the record is its
+        // writer's or was left behind, so the digest (hashing the sections, most of a
+        // settle's cost) need not be checked.
+        return doc;
+    }
+    if pending.digest != doc.state_digest() {
+        return doc;
+    }
+    if is_void {
         return void(doc, *pending);
     }
-    if let Some(seconds) = pending.effective_after_commit_seconds {
-        let floor = TimeDelta::try_milliseconds((seconds * 1000.0).ceil() as i64)
-            .and_then(|d| committed_at.checked_add_signed(d))
-            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    if let Some(floor) = floor {
         start_no_earlier_than(&mut doc, floor);
     }
-    if pending.phase_starts {
+    if starts_phase {
         if let Some(lock) = doc.primary.lock.as_mut() {
             lock.phase_since = Some(committed_at);
         }

@@ -102,7 +102,8 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct State {
     docs: BTreeMap<String, History>,
-    log: VecDeque<(u64, Change)>,
+    /// The change stream: the committed versions themselves, shared with `docs`.
+    log: VecDeque<(u64, Arc<Versioned>)>,
     next_seq: u64,
     next_etag: u64,
 }
@@ -119,9 +120,10 @@ struct History {
 
 /// A committed version, kept decoded: decoding is deterministic, so the document (or
 /// the reason it cannot be read) is worked out once at commit rather than on every read.
+/// The version is shared with the change log rather than copied into it.
 #[derive(Debug, Clone)]
 struct StoredVersion {
-    doc: Result<LocationDocument, DocumentError>,
+    doc: Result<Arc<Versioned>, DocumentError>,
     etag: ETag,
     committed_at: DateTime<Utc>,
 }
@@ -245,10 +247,10 @@ impl State {
     ) -> ETag {
         self.next_etag += 1;
         let etag = ETag(format!("\"m{:012x}\"", self.next_etag));
-        if let Ok(doc) = &decoded {
+        let decoded = decoded.map(|doc| Arc::new(Versioned { doc, etag: etag.clone(), committed_at: now }));
+        if let Ok(version) = &decoded {
             self.next_seq += 1;
-            let change = Change { doc: Versioned { doc: doc.clone(), etag: etag.clone(), committed_at: now } };
-            self.log.push_back((self.next_seq, change));
+            self.log.push_back((self.next_seq, version.clone()));
             while self.log.len() > log_capacity {
                 self.log.pop_front();
             }
@@ -274,8 +276,13 @@ impl State {
     }
 }
 
+/// The version, shared: callers copy it out once the state's lock is released.
+fn shared(v: &StoredVersion) -> Result<Arc<Versioned>, StoreError> {
+    v.doc.clone().map_err(StoreError::from)
+}
+
 fn to_versioned(v: &StoredVersion) -> Result<Versioned, StoreError> {
-    Ok(Versioned { doc: v.doc.clone()?, etag: v.etag.clone(), committed_at: v.committed_at })
+    shared(v).map(|v| Versioned::clone(&v))
 }
 
 #[async_trait]
@@ -287,18 +294,22 @@ impl LocationStore for MemoryStore {
         };
         self.enter(kind).await?;
         let now = self.clock.now();
-        let mut state = self.lock_state();
-        match from {
-            ReadFrom::WriteRegion => to_versioned(state.newest(id).ok_or(StoreError::NotFound)?),
-            ReadFrom::Replica => {
-                let horizon = self.replica_horizon(now);
-                state.prune(id, horizon);
-                let history = state.docs.get(id).ok_or(StoreError::NotFound)?;
-                let visible = history.versions.iter().rev().find(|v| v.committed_at <= horizon);
-                let visible = visible.or_else(|| history.versions.front().filter(|_| history.pruned));
-                to_versioned(visible.ok_or(StoreError::NotFound)?)
+        let version = {
+            let mut state = self.lock_state();
+            match from {
+                ReadFrom::WriteRegion => shared(state.newest(id).ok_or(StoreError::NotFound)?),
+                ReadFrom::Replica => {
+                    let horizon = self.replica_horizon(now);
+                    state.prune(id, horizon);
+                    let history = state.docs.get(id).ok_or(StoreError::NotFound)?;
+                    let visible = history.versions.iter().rev().find(|v| v.committed_at <= horizon);
+                    let visible = visible.or_else(|| history.versions.front().filter(|_| history.pruned));
+                    shared(visible.ok_or(StoreError::NotFound)?)
+                }
             }
-        }
+        }?;
+        // Copied out of the lock: the change stream's reader is not held up meanwhile.
+        Ok(Versioned::clone(&version))
     }
 
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
@@ -339,14 +350,17 @@ impl LocationStore for MemoryStore {
                 .parse()
                 .map_err(|_| StoreError::Unavailable(format!("not a memory-store cursor: {:?}", cursor.0)))?
         };
-        let state = self.lock_state();
-        // Sequence numbers in the log are consecutive, so the first change after the
-        // cursor is found by arithmetic, not by walking the whole retained log.
-        let oldest = state.log.front().map_or(0, |(seq, _)| *seq);
-        let skip = usize::try_from((after + 1).saturating_sub(oldest)).unwrap_or(usize::MAX);
-        let page: Vec<&(u64, Change)> = state.log.range(skip.min(state.log.len())..).take(limit).collect();
-        let changes: Vec<Change> = page.iter().map(|(_, c)| c.clone()).collect();
+        let page: Vec<(u64, Arc<Versioned>)> = {
+            let state = self.lock_state();
+            // Sequence numbers in the log are consecutive, so the first change after the
+            // cursor is found by arithmetic, not by walking the whole retained log.
+            let oldest = state.log.front().map_or(0, |(seq, _)| *seq);
+            let skip = usize::try_from((after + 1).saturating_sub(oldest)).unwrap_or(usize::MAX);
+            state.log.range(skip.min(state.log.len())..).take(limit).cloned().collect()
+        };
+        // Copied out of the lock: the writers are not held up meanwhile.
         let last = page.last().map(|(s, _)| *s);
+        let changes: Vec<Change> = page.into_iter().map(|(_, v)| Change { doc: Versioned::clone(&v) }).collect();
         Ok(ChangeBatch { changes, next: ChangeCursor(last.unwrap_or(after).to_string()) })
     }
 
