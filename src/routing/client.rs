@@ -569,7 +569,11 @@ impl RoutingClient {
     ) -> Result<Versioned, RoutingError> {
         let key = match key {
             Some(k) => format!("k:{k}"),
-            None => format!("w:{}", hex::encode(rand::random::<[u8; 8]>())),
+            None => {
+                let mut key = *b"w:0123456789abcdef";
+                hex::encode_to_slice(rand::random::<[u8; 8]>(), &mut key[2..]).expect("8 bytes are 16 hex digits");
+                String::from_utf8(key.to_vec()).expect("hex digits are ASCII")
+            }
         };
         let mut unresolved: Option<(Option<ETag>, String)> = None;
         for _ in 0..self.options.retry_budget {
@@ -624,7 +628,8 @@ impl RoutingClient {
         fetched: (DateTime<Utc>, i64),
     ) -> Result<Versioned, RoutingError> {
         let lease_end = written.pending.as_ref().and_then(|p| p.void_if_committed_after);
-        let doc = lifecycle::settle(written, committed.committed_at);
+        // Settled as decided: this is the document `decide` sealed, not one read back.
+        let doc = lifecycle::settle_own_write(written, committed.committed_at);
         let record = Versioned { doc, etag: committed.etag, committed_at: committed.committed_at };
         self.remember(id, Arc::new(record.clone()), fetched);
         if !lifecycle::took_effect(&record.doc, key) {

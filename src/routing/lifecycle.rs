@@ -18,6 +18,7 @@
 //!   first call's outcome instead of acting again, and a writer recognises its own
 //!   committed write after an ambiguous answer.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -268,7 +269,17 @@ fn sync_target_lock(doc: &mut LocationDocument, token: &LockToken) {
 fn lease_bound(doc: &LocationDocument, lease_end: DateTime<Utc>, phase_starts: bool) -> PendingEffect {
     PendingEffect {
         void_if_committed_after: Some(lease_end),
-        previous: Some(Box::new(LocationDocument { operations: Vec::new(), pending: None, ..doc.clone() })),
+        // Field by field: the call records are not kept, so they are not copied either.
+        previous: Some(Arc::new(LocationDocument {
+            id: doc.id.clone(),
+            schema_version: doc.schema_version,
+            primary: doc.primary.clone(),
+            secondary: doc.secondary.clone(),
+            migrating: doc.migrating,
+            pending: None,
+            operations: Arc::default(),
+            extra: doc.extra.clone(),
+        })),
         phase_starts,
         ..PendingEffect::empty()
     }
@@ -449,7 +460,7 @@ fn seal(next: &mut LocationDocument, mut pending: PendingEffect) {
         return;
     }
     pending.digest = next.state_digest();
-    next.pending = Some(Box::new(pending));
+    next.pending = Some(Arc::new(pending));
 }
 
 /// The document as every reader must take it, given that the store committed this
@@ -461,7 +472,20 @@ fn seal(next: &mut LocationDocument, mut pending: PendingEffect) {
 /// commit time. The result carries no pending effect: it is what the next write stores.
 /// A pending record left unchanged by a writer that does not know it (its digest no
 /// longer matches the state) is dropped, not applied to someone else's write.
-pub fn settle(mut doc: LocationDocument, committed_at: DateTime<Utc>) -> LocationDocument {
+pub fn settle(doc: LocationDocument, committed_at: DateTime<Utc>) -> LocationDocument {
+    settle_checked(doc, committed_at, true)
+}
+
+/// [`settle`] for a document [`decide`] produced and the caller has just written, as it
+/// was decided: its pending record was sealed on exactly this state (after sealing,
+/// `decide` only adds the call's record and key, which the digest does not cover), so
+/// the digest, which guards against a record another writer left behind, is not
+/// computed again. Every document read from a store goes through [`settle`].
+pub fn settle_own_write(doc: LocationDocument, committed_at: DateTime<Utc>) -> LocationDocument {
+    settle_checked(doc, committed_at, false)
+}
+
+fn settle_checked(mut doc: LocationDocument, committed_at: DateTime<Utc>, check_digest: bool) -> LocationDocument {
     let Some(pending) = doc.pending.take() else { return doc };
     // At the deadline itself the lease has ended (it is live only while `now < expiresAt`),
     // and a reader whose clock runs ahead by the margin may already have taken the lapse
@@ -481,11 +505,11 @@ pub fn settle(mut doc: LocationDocument, committed_at: DateTime<Utc>) -> Locatio
         // settle's cost) need not be checked.
         return doc;
     }
-    if pending.digest != doc.state_digest() {
+    if check_digest && pending.digest != doc.state_digest() {
         return doc;
     }
     if is_void {
-        return void(doc, *pending);
+        return void(doc, Arc::unwrap_or_clone(pending));
     }
     if let Some(floor) = floor {
         start_no_earlier_than(&mut doc, floor);
@@ -511,8 +535,8 @@ fn void(doc: LocationDocument, pending: PendingEffect) -> LocationDocument {
         return doc;
     };
     let own = pending.key;
-    let operations = doc.operations.into_iter().filter(|r| Some(&r.key) != own.as_ref()).collect();
-    LocationDocument { operations, pending: None, extra: doc.extra, ..*previous }
+    let operations = Arc::new(doc.operations.iter().filter(|r| Some(&r.key) != own.as_ref()).cloned().collect());
+    LocationDocument { operations, pending: None, extra: doc.extra, ..Arc::unwrap_or_clone(previous) }
 }
 
 /// Moves the primary lock (and the target lock of the same token) so that it starts no
@@ -603,6 +627,12 @@ impl LockCall {
     /// Digest of what the caller asked (the call, its body and the presented token;
     /// not the token a pre-lock would issue, which the service chose).
     pub fn request_digest(&self) -> String {
+        self.request_digest_with(&self.token().digest())
+    }
+
+    /// [`Self::request_digest`], given the digest of the call's token (made once per
+    /// decision: the call's record keeps it too).
+    fn request_digest_with(&self, token_digest: &str) -> String {
         let nanos = |d: &Duration| d.as_nanos().to_le_bytes();
         let kind = self.kind().as_str().as_bytes();
         match self {
@@ -610,12 +640,12 @@ impl LockCall {
                 let target = request.target_location.as_deref().unwrap_or("\u{0}none");
                 digest_hex(&[kind, request.owner.as_bytes(), &nanos(&request.duration), target.as_bytes()])
             }
-            LockCall::Escalate { token, phase, duration } => {
-                digest_hex(&[kind, token.digest().as_bytes(), phase.as_str().as_bytes(), &nanos(duration)])
+            LockCall::Escalate { phase, duration, .. } => {
+                digest_hex(&[kind, token_digest.as_bytes(), phase.as_str().as_bytes(), &nanos(duration)])
             }
-            LockCall::Renew { token, duration } => digest_hex(&[kind, token.digest().as_bytes(), &nanos(duration)]),
-            LockCall::Swap { token, target } => digest_hex(&[kind, token.digest().as_bytes(), target.as_bytes()]),
-            LockCall::Release { token } => digest_hex(&[kind, token.digest().as_bytes()]),
+            LockCall::Renew { duration, .. } => digest_hex(&[kind, token_digest.as_bytes(), &nanos(duration)]),
+            LockCall::Swap { target, .. } => digest_hex(&[kind, token_digest.as_bytes(), target.as_bytes()]),
+            LockCall::Release { .. } => digest_hex(&[kind, token_digest.as_bytes()]),
         }
     }
 
@@ -663,8 +693,10 @@ pub fn decide(
     policy: &LockPolicy,
     now: DateTime<Utc>,
 ) -> Result<Decided, LockError> {
+    let token_digest = call.token().digest();
+    let request = call.request_digest_with(&token_digest);
     if let Some(record) = doc.operations.iter().find(|r| r.key == key) {
-        if record.call != call.kind() || record.request != call.request_digest() {
+        if record.call != call.kind() || record.request != request {
             return Err(LockError::KeyReused);
         }
         replay(doc, call, record, now)?;
@@ -681,18 +713,20 @@ pub fn decide(
         .checked_add_signed(to_chrono(policy.convergence_delay) + policy.margin())
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
         .max(now);
-    next.operations.retain(|r| r.keep_until >= now);
-    next.operations.push(OperationRecord {
+    // The records are shared with `doc` until here: this write gets its own.
+    let operations = Arc::make_mut(&mut next.operations);
+    operations.retain(|r| r.keep_until >= now);
+    operations.push(OperationRecord {
         key: key.to_owned(),
         call: call.kind(),
-        request: call.request_digest(),
-        lock: call.token().digest(),
+        request,
+        lock: token_digest,
         keep_until,
     });
-    let excess = next.operations.len().saturating_sub(MAX_OPERATION_RECORDS);
-    next.operations.drain(..excess);
+    let excess = operations.len().saturating_sub(MAX_OPERATION_RECORDS);
+    operations.drain(..excess);
     if let Some(pending) = next.pending.as_mut() {
-        pending.key = Some(key.to_owned());
+        Arc::make_mut(pending).key = Some(key.to_owned());
     }
     Ok(Decided::Write(Box::new(next)))
 }

@@ -376,6 +376,35 @@ fn a_pending_effect_left_behind_by_an_older_writer_is_ignored() {
 }
 
 #[test]
+fn a_decided_write_settles_the_same_without_its_digest_checked() {
+    let now = t0();
+    let (w, token, end) = write_locked(now);
+    let (pre, pre_token) = committed_pre_lock(now, now);
+    let at = lock(&pre).effective_at;
+    let calls = [
+        (pre_lock_call(&LockToken::generate()), LocationDocument::new("r", "westeurope"), now),
+        (LockCall::Escalate { token: pre_token, phase: Phase::HardDelete, duration: PRE }, pre, at),
+        (LockCall::Renew { token: token.clone(), duration: Duration::from_secs(30) }, w.clone(), end - secs(1)),
+        (LockCall::Swap { token: token.clone(), target: "northeurope".into() }, w.clone(), end - secs(1)),
+        (LockCall::Release { token }, w, end - secs(1)),
+    ];
+    for (call, doc, decided) in calls {
+        let Decided::Write(next) = decide(&doc, &call, "k:one", &margined(), decided).unwrap() else {
+            panic!("{:?} writes", call.kind())
+        };
+        // Landing in time, at the lease end and after it: void, shifted or as decided.
+        for committed in [decided, end, end + secs(5), decided + secs(3600)] {
+            assert_eq!(
+                settle_own_write((*next).clone(), committed),
+                settle((*next).clone(), committed),
+                "{:?} committed at {committed}",
+                call.kind()
+            );
+        }
+    }
+}
+
+#[test]
 fn a_malformed_request_is_refused_before_the_lock_state_is_judged() {
     let now = t0();
     let (doc, _) = locked(now);
