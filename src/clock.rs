@@ -4,6 +4,7 @@
 //! [`SkewedClock`] gives one instance a clock that is off by a set amount.
 
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -137,15 +138,28 @@ mod coarse {
 }
 
 /// A clock that moves only when told to: for tests and simulations.
+///
+/// Read without a lock: the time is kept as nanoseconds since the Unix epoch in an
+/// atomic, so threads driving one simulation together (the paper-scale replay) read it
+/// without taking turns. A time outside what that holds (before 1677 or after 2262,
+/// such as a clock advanced to the end of time) is kept under the writers' lock.
 #[derive(Debug)]
 pub struct ManualClock {
-    now: Mutex<DateTime<Utc>>,
+    /// The time in nanoseconds, or [`ManualClock::FAR`] when it is in `far`.
+    nanos: AtomicI64,
+    /// Serialises writers; holds the time when `nanos` cannot.
+    far: Mutex<DateTime<Utc>>,
 }
 
 impl ManualClock {
+    /// Says that the time is kept in `far` (no representable time is this nanosecond).
+    const FAR: i64 = i64::MIN;
+
     /// A manual clock standing at `start`.
     pub fn new(start: DateTime<Utc>) -> Self {
-        Self { now: Mutex::new(start) }
+        let clock = Self { nanos: AtomicI64::new(Self::FAR), far: Mutex::new(start) };
+        clock.set(start);
+        clock
     }
 
     /// A manual clock at a fixed, round instant (2026-01-01T00:00:00Z), so test output is stable.
@@ -155,24 +169,46 @@ impl ManualClock {
 
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
-        let mut now = self.lock();
-        *now = now.checked_add_signed(to_chrono(by)).unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let mut far = self.lock();
+        let now = self.read(&far);
+        self.store(&mut far, now.checked_add_signed(to_chrono(by)).unwrap_or(DateTime::<Utc>::MAX_UTC));
     }
 
     /// Sets the clock to `to` (may jump backwards, to test clock steps).
     pub fn set(&self, to: DateTime<Utc>) {
-        *self.lock() = to;
+        let mut far = self.lock();
+        self.store(&mut far, to);
+    }
+
+    fn read(&self, far: &DateTime<Utc>) -> DateTime<Utc> {
+        match self.nanos.load(Ordering::Acquire) {
+            Self::FAR => *far,
+            nanos => DateTime::from_timestamp_nanos(nanos),
+        }
+    }
+
+    fn store(&self, far: &mut DateTime<Utc>, to: DateTime<Utc>) {
+        match to.timestamp_nanos_opt().filter(|n| *n != Self::FAR) {
+            Some(nanos) => self.nanos.store(nanos, Ordering::Release),
+            None => {
+                *far = to;
+                self.nanos.store(Self::FAR, Ordering::Release);
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, DateTime<Utc>> {
         // A plain value: a panic elsewhere cannot leave it half-written.
-        self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.far.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
-        *self.lock()
+        match self.nanos.load(Ordering::Acquire) {
+            Self::FAR => *self.lock(),
+            nanos => DateTime::from_timestamp_nanos(nanos),
+        }
     }
 }
 
@@ -262,6 +298,23 @@ mod tests {
         assert_eq!(span(t0, clock.now()), Duration::from_secs(90));
         clock.set(t0);
         assert_eq!(clock.now(), t0);
+    }
+
+    #[test]
+    fn a_manual_clock_keeps_times_past_the_nanosecond_range() {
+        let clock = ManualClock::at_epoch();
+        let start = clock.now();
+        clock.advance(Duration::from_secs(u64::MAX / 4));
+        assert_eq!(clock.now(), DateTime::<Utc>::MAX_UTC, "advancing saturates at the end of time");
+        clock.set(DateTime::<Utc>::MIN_UTC);
+        assert_eq!(clock.now(), DateTime::<Utc>::MIN_UTC);
+        clock.set(start);
+        clock.advance(Duration::from_nanos(1));
+        assert_eq!(clock.now(), start + chrono::TimeDelta::nanoseconds(1));
+        // The one nanosecond count kept as the marker is a time like any other.
+        let marker = DateTime::from_timestamp_nanos(i64::MIN);
+        clock.set(marker);
+        assert_eq!(clock.now(), marker);
     }
 
     #[test]

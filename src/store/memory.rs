@@ -6,7 +6,7 @@
 //! shown. It also injects faults and counts calls by kind, for tests.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -96,6 +96,9 @@ pub struct MemoryStore {
     config: MemoryStoreConfig,
     state: Mutex<State>,
     faults: Mutex<HashMap<OpKind, VecDeque<Fault>>>,
+    /// Set once a fault was ever injected: until then a call does not take the faults'
+    /// lock, which threads serving calls side by side would otherwise take in turn.
+    faults_armed: AtomicBool,
     counters: [AtomicU64; 6],
 }
 
@@ -136,6 +139,7 @@ impl MemoryStore {
             config,
             state: Mutex::new(State::default()),
             faults: Mutex::new(HashMap::new()),
+            faults_armed: AtomicBool::new(false),
             counters: Default::default(),
         }
     }
@@ -144,6 +148,7 @@ impl MemoryStore {
     pub fn inject(&self, kind: OpKind, fault: Fault, times: usize) {
         let mut faults = self.lock_faults();
         faults.entry(kind).or_default().extend(std::iter::repeat_n(fault, times));
+        self.faults_armed.store(true, Ordering::Release);
     }
 
     /// Drops every pending injected fault.
@@ -213,6 +218,9 @@ impl MemoryStore {
     /// Counts the call and applies the next injected fault of its kind, if any.
     async fn enter(&self, kind: OpKind) -> Result<(), StoreError> {
         self.counters[kind_index(kind)].fetch_add(1, Ordering::Relaxed);
+        if !self.faults_armed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let fault = self.lock_faults().get_mut(&kind).and_then(VecDeque::pop_front);
         match fault {
             None => Ok(()),
