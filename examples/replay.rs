@@ -34,6 +34,9 @@ struct Args {
     /// Service instances (routing clients, each with its own cache).
     #[arg(long, default_value_t = 2)]
     instances: usize,
+    /// Threads making the migrations' steps (the monitor runs beside them).
+    #[arg(long, default_value_t = 2)]
+    drivers: usize,
     /// Every n-th migration is released instead of swapped (0: none).
     #[arg(long, default_value_t = 100)]
     release_every: u64,
@@ -47,14 +50,15 @@ fn peak_rss_kib() -> Option<u64> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    if args.migrations == 0 || args.instances == 0 || args.day.is_zero() {
-        eprintln!("replay: --migrations, --instances and --day must be positive");
+    if args.migrations == 0 || args.instances == 0 || args.drivers == 0 || args.day.is_zero() {
+        eprintln!("replay: --migrations, --instances, --drivers and --day must be positive");
         return std::process::ExitCode::from(64);
     }
     let config = ReplayConfig {
         migrations: args.migrations,
         day: args.day,
         instances: args.instances,
+        drivers: args.drivers,
         release_every: args.release_every,
         ..ReplayConfig::default()
     };

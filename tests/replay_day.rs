@@ -8,9 +8,22 @@ use lockprobe::app::replay::{self, ReplayConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_migration_of_a_day_is_seen_ending_as_it_did() {
+    replay_a_day(ReplayConfig::default().drivers).await;
+}
+
+/// One driver makes every step in order; three share the migrations out and meet at
+/// every tick (more drivers than cores, so they are also preempted mid-tick).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_day_ends_the_same_with_one_driver_or_three() {
+    replay_a_day(1).await;
+    replay_a_day(3).await;
+}
+
+async fn replay_a_day(drivers: usize) {
     let migrations = 5_000;
     let config = ReplayConfig {
         migrations,
+        drivers,
         // The real day's spacing is ~8.6 ms; a shorter virtual day keeps more in flight.
         day: Duration::from_secs(3_600),
         release_every: 100,

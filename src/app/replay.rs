@@ -5,19 +5,26 @@
 //! (pre-lock under an idempotency key, hardDelete, write, `prepare_swap` then the swap
 //! under a key, or a release), user reads resolve through another instance's cache,
 //! and the [`Monitor`] follows the store's own change stream on a task of its own,
-//! sweeping as it goes. Time is a [`ManualClock`] the driver moves from one scheduled
-//! step to the next, so a day passes as fast as the code runs. A migration's document
-//! is retired from the store once it ends, and the monitor forgets ended migrations on
-//! its sweeps, so memory follows the migrations in flight rather than the day's total.
+//! sweeping as it goes. Time is a [`ManualClock`] the drivers move tick by tick, each
+//! tick a fraction of a virtual second, so a day passes as fast as the code runs; the
+//! drivers (threads, each its own share of the migrations, as orchestrators work side by
+//! side) make every step falling due in a tick, then meet before the clock moves on.
+//! A migration's document is retired from the store once it ends, and the monitor
+//! forgets ended migrations on its sweeps, so memory follows the migrations in flight
+//! rather than the day's total.
 //!
 //! `examples/replay.rs` runs it from the command line (BENCHMARKS.md has the figures);
 //! `tests/replay_day.rs` runs a small day in the suite. No command of its own.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::fmt::Write as _;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
 
 use crate::clock::{Clock, ManualClock};
 use crate::monitor::{Monitor, MonitorConfig, MonitorError, Outcome};
@@ -35,6 +42,9 @@ pub struct ReplayConfig {
     /// Service instances, each a `RoutingClient` with its own cache; lock calls and
     /// user reads of one migration go to different instances.
     pub instances: usize,
+    /// Threads making the migrations' steps, each its own share of the migrations, as
+    /// many orchestrators work side by side (the monitor has a task of its own).
+    pub drivers: usize,
     /// Cache TTL of every instance (one tier).
     pub cache_ttl: Duration,
     /// The replication bound declared with the TTL (convergence delay = TTL + this).
@@ -58,6 +68,7 @@ impl Default for ReplayConfig {
             migrations: 10_000_000,
             day: Duration::from_secs(86_400),
             instances: 2,
+            drivers: 2,
             cache_ttl: Duration::from_secs(30),
             replication_bound: Duration::from_secs(30),
             escalation_buffer: Duration::from_secs(10),
@@ -131,8 +142,8 @@ enum Step {
     End,
 }
 
-/// Runs a replay on the current tokio runtime (give it two worker threads: the driver
-/// and the monitor each take one).
+/// Runs a replay: the monitor on the current tokio runtime, the drivers on threads of
+/// their own (`config.drivers`).
 pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     let clock = Arc::new(ManualClock::at_epoch());
     let dyn_clock: Arc<dyn Clock> = clock.clone();
@@ -165,7 +176,7 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     let applied = Arc::new(AtomicU64::new(0));
     let driving = Arc::new(AtomicBool::new(true));
     let follower = tokio::spawn(follow(monitor.clone(), dyn_clock.clone(), applied.clone(), driving.clone()));
-    let mut report = drive(&config, &clock, &store, &clients, &applied).await;
+    let mut report = drive(&config, &clock, &store, clients, &applied).await;
     driving.store(false, Ordering::Release);
     let peaks = follower.await.expect("the monitor task does not panic")?;
 
@@ -226,17 +237,121 @@ async fn follow(
     }
 }
 
-/// The orchestrators' and users' side: every migration's steps in virtual-time order.
+/// How many migration starts one tick of virtual time holds, at most: enough work per
+/// tick that the drivers' meeting at its end costs next to nothing, few enough that a
+/// step runs close to its time.
+const STARTS_PER_TICK: u64 = 128;
+
+/// The longest tick: no step runs more than this after its time.
+const MAX_TICK: Duration = Duration::from_secs(1);
+
+/// What the drivers share: the world they drive and the tick they are in.
+struct Drivers {
+    config: ReplayConfig,
+    /// Virtual time zero.
+    origin: DateTime<Utc>,
+    /// Virtual nanoseconds between two migrations' starts.
+    spacing_ns: i64,
+    /// Virtual nanoseconds per tick.
+    tick_ns: i64,
+    clock: Arc<ManualClock>,
+    store: Arc<MemoryStore>,
+    clients: Vec<RoutingClient>,
+    applied: Arc<AtomicU64>,
+    /// Where the drivers meet between ticks.
+    barrier: Barrier,
+    /// Each driver's next step (virtual nanoseconds from the origin), `i64::MAX` once
+    /// it has none left.
+    next_at: Vec<AtomicI64>,
+    /// The end of the tick being run, `i64::MAX` once every driver is done. Written by
+    /// the barrier's leader only, between the two meetings.
+    tick_end: AtomicI64,
+    /// Virtual time of the next cache eviction (leader only).
+    next_eviction: AtomicI64,
+    /// Whether this tick begins with the caches' eviction, which the drivers share out.
+    evict: AtomicBool,
+    /// Most documents the store held at once, sampled between ticks.
+    peak_documents: AtomicUsize,
+}
+
+/// The orchestrators' and users' side: every migration's steps, on `config.drivers`
+/// threads of their own.
+///
+/// Virtual time moves in ticks. Between ticks the drivers meet; the last to arrive
+/// sets the clock to the next tick's end and waits for the monitor to catch up; then
+/// every driver evicts its share of the caches when that is due and makes, in order,
+/// the steps of its own migrations (migration `m` belongs to driver `m % drivers`)
+/// that fall due by the tick's end. A step's successor is scheduled from when the step was made, as an
+/// orchestrator waits from when it heard back, so a step made late by part of a tick
+/// never shortens the wait the lock rules count on.
 async fn drive(
     config: &ReplayConfig,
-    clock: &ManualClock,
-    store: &MemoryStore,
-    clients: &[RoutingClient],
-    applied: &AtomicU64,
+    clock: &Arc<ManualClock>,
+    store: &Arc<MemoryStore>,
+    clients: Vec<RoutingClient>,
+    applied: &Arc<AtomicU64>,
 ) -> ReplayReport {
-    let origin = clock.now();
+    let n = config.drivers.max(1);
     let spacing_ns = (config.day.as_nanos() / u128::from(config.migrations.max(1))) as i64;
-    let delay = clients[0].policy().convergence_delay + clients[0].policy().skew_margin;
+    // A tick writes about four changes per start: at most half the allowed monitor lag,
+    // so with the lag reached before it the log (twice that lag) still drops nothing.
+    let starts_per_tick = STARTS_PER_TICK.min(config.max_monitor_lag as u64 / 8).max(1) as i64;
+    let shared = Arc::new(Drivers {
+        origin: clock.now(),
+        spacing_ns,
+        tick_ns: spacing_ns.saturating_mul(starts_per_tick).clamp(1, MAX_TICK.as_nanos() as i64),
+        config: config.clone(),
+        clock: clock.clone(),
+        store: store.clone(),
+        clients,
+        applied: applied.clone(),
+        barrier: Barrier::new(n),
+        next_at: (0..n).map(|_| AtomicI64::new(i64::MAX)).collect(),
+        tick_end: AtomicI64::new(0),
+        next_eviction: AtomicI64::new(config.cache_ttl.as_nanos() as i64),
+        evict: AtomicBool::new(false),
+        peak_documents: AtomicUsize::new(0),
+    });
+    let threads: Vec<_> = (0..n)
+        .map(|d| {
+            let shared = shared.clone();
+            tokio::task::spawn_blocking(move || {
+                // A runtime of its own: the store and clients are ready at once, and the
+                // driver blocks on the barrier without holding up anybody's tasks.
+                let runtime =
+                    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+                let driven = std::panic::catch_unwind(AssertUnwindSafe(|| runtime.block_on(drive_own(&shared, d))));
+                if driven.is_err() {
+                    // Keep meeting the others, with nothing left to do, until they are
+                    // done: a driver missing from the barrier would hold them forever.
+                    while shared.meet(d, i64::MAX) != i64::MAX {}
+                }
+                driven
+            })
+        })
+        .collect();
+    let mut report = ReplayReport { migrations: config.migrations, ..ReplayReport::default() };
+    for thread in threads {
+        let part = match thread.await.expect("a replay driver thread is not cancelled") {
+            Ok(part) => part,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        report.lock_calls += part.lock_calls;
+        report.resolves += part.resolves;
+        report.failures += part.failures;
+        let room = 10usize.saturating_sub(report.first_failures.len());
+        report.first_failures.extend(part.first_failures.into_iter().take(room));
+    }
+    report.peak_documents = shared.peak_documents.load(Ordering::Acquire);
+    report
+}
+
+/// Driver `d`'s side of [`drive`]: its migrations' steps, tick by tick.
+async fn drive_own(shared: &Drivers, d: usize) -> ReplayReport {
+    let config = &shared.config;
+    let n = shared.next_at.len() as u64;
+    let spacing_ns = shared.spacing_ns;
+    let delay = shared.clients[0].policy().convergence_delay + shared.clients[0].policy().skew_margin;
     let offsets = |step: Step| -> Duration {
         let hard_delete = delay + config.escalation_buffer;
         match step {
@@ -247,66 +362,111 @@ async fn drive(
         }
     };
     let lease = Duration::from_secs(600);
-    let mut report = ReplayReport { migrations: config.migrations, ..ReplayReport::default() };
+    let mut report = ReplayReport::default();
     let mut pending: BinaryHeap<Reverse<(i64, u64, Step)>> = BinaryHeap::new();
     let mut tokens: HashMap<u64, LockToken> = HashMap::new();
-    let mut next_start = 0u64;
-    let mut next_eviction = config.cache_ttl;
+    let mut next_start = d as u64;
+    let mut id = String::new();
     loop {
         let start_at = (next_start < config.migrations).then(|| next_start as i64 * spacing_ns);
-        let event = match (pending.peek(), start_at) {
-            (Some(Reverse((at, _, _))), Some(s)) if *at <= s => pending.pop().map(|Reverse(e)| e),
-            (_, Some(s)) => {
-                next_start += 1;
-                Some((s, next_start - 1, Step::PreLock))
-            }
-            (Some(_), None) => pending.pop().map(|Reverse(e)| e),
-            (None, None) => None,
-        };
-        let Some((at_ns, m, step)) = event else { break };
-        let at = Duration::from_nanos(at_ns as u64);
-        clock.set(origin + crate::clock::to_chrono(at));
-        if at >= next_eviction {
-            clients.iter().for_each(RoutingClient::evict_expired);
-            next_eviction = at + config.cache_ttl;
+        let due = pending.peek().map(|Reverse((at, _, _))| *at).into_iter().chain(start_at).min();
+        let end = shared.meet(d, due.unwrap_or(i64::MAX));
+        if end == i64::MAX {
+            return report;
         }
-        wait_for_monitor(store, applied, config.max_monitor_lag).await;
-        report.peak_documents = report.peak_documents.max(store.len());
-
-        let id = format!("resource-{m:010}");
-        let (orchestrator, user) = (&clients[m as usize % clients.len()], &clients[(m as usize + 1) % clients.len()]);
-        let outcome = migration_step(config, orchestrator, user, &id, m, step, lease, &mut tokens, &mut report).await;
-        match outcome {
-            Ok(Some(next)) => pending.push(Reverse((
-                (offsets(next).as_nanos() as i64).saturating_add(m as i64 * spacing_ns),
-                m,
-                next,
-            ))),
-            Ok(None) => {
-                store.retire(&id);
+        if shared.evict.load(Ordering::Acquire) {
+            // Each driver its share of the instances, side by side rather than while
+            // the others wait (the caches take concurrent use).
+            shared.clients.iter().skip(d).step_by(n as usize).for_each(RoutingClient::evict_expired);
+        }
+        loop {
+            let start_at = (next_start < config.migrations).then(|| next_start as i64 * spacing_ns);
+            let queued = pending.peek().map(|Reverse((at, _, _))| *at);
+            // A queued step goes first when both fall at the same instant.
+            let starts = start_at.is_some_and(|s| queued.is_none_or(|q| s < q));
+            let next_at = if starts { start_at } else { queued };
+            if next_at.is_none_or(|at| at > end) {
+                break;
             }
-            Err(e) => {
-                report.failures += 1;
-                if report.first_failures.len() < 10 {
-                    report.first_failures.push(format!("{id} at {step:?}: {e}"));
+            let (m, step) = if starts {
+                next_start += n;
+                (next_start - n, Step::PreLock)
+            } else {
+                let Some(Reverse((_, m, step))) = pending.pop() else { break };
+                (m, step)
+            };
+            id.clear();
+            write!(id, "resource-{m:010}").expect("writing to a String cannot fail");
+            let clients = &shared.clients;
+            let (orchestrator, user) =
+                (&clients[m as usize % clients.len()], &clients[(m as usize + 1) % clients.len()]);
+            let outcome =
+                migration_step(config, orchestrator, user, &id, m, step, lease, &mut tokens, &mut report).await;
+            match outcome {
+                Ok(Some(next)) => {
+                    let wait = (offsets(next) - offsets(step)).as_nanos() as i64;
+                    pending.push(Reverse((end.saturating_add(wait), m, next)));
                 }
-                tokens.remove(&m);
-                store.retire(&id);
+                Ok(None) => {
+                    shared.store.retire(&id);
+                }
+                Err(e) => {
+                    report.failures += 1;
+                    if report.first_failures.len() < 10 {
+                        report.first_failures.push(format!("{id} at {step:?}: {e}"));
+                    }
+                    tokens.remove(&m);
+                    shared.store.retire(&id);
+                }
             }
         }
     }
-    report
+}
+
+impl Drivers {
+    /// Driver `d` meets the others between ticks, its next step due at `due`; returns
+    /// the end of the tick to run, `i64::MAX` once no driver has a step left.
+    fn meet(&self, d: usize, due: i64) -> i64 {
+        self.next_at[d].store(due, Ordering::Release);
+        if self.barrier.wait().is_leader() {
+            self.plan_tick();
+        }
+        self.barrier.wait();
+        self.tick_end.load(Ordering::Acquire)
+    }
+
+    /// The leader's work between ticks: the next tick's end (the earliest due step,
+    /// rounded up to a whole tick), the clock set to it, whether the caches' eviction
+    /// is due, and the monitor given time to catch up.
+    fn plan_tick(&self) {
+        let tick_ns = self.tick_ns;
+        let due = self.next_at.iter().map(|a| a.load(Ordering::Acquire)).min().unwrap_or(i64::MAX);
+        if due == i64::MAX {
+            self.tick_end.store(i64::MAX, Ordering::Release);
+            return;
+        }
+        let end =
+            due.div_euclid(tick_ns).saturating_add(i64::from(due.rem_euclid(tick_ns) != 0)).saturating_mul(tick_ns);
+        self.clock.set(self.origin + chrono::TimeDelta::nanoseconds(end));
+        let evict = end >= self.next_eviction.load(Ordering::Acquire);
+        if evict {
+            self.next_eviction.store(end.saturating_add(self.config.cache_ttl.as_nanos() as i64), Ordering::Release);
+        }
+        self.evict.store(evict, Ordering::Release);
+        // Each tick writes far fewer changes than the log's slack (the log holds twice
+        // the allowed lag), so none is dropped unread.
+        while self.store.changes_logged().saturating_sub(self.applied.load(Ordering::Acquire))
+            > self.config.max_monitor_lag as u64
+        {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.peak_documents.fetch_max(self.store.len(), Ordering::AcqRel);
+        self.tick_end.store(end, Ordering::Release);
+    }
 }
 
 fn text(e: RoutingError) -> String {
     e.to_string()
-}
-
-/// Waits while the monitor is more than `max_lag` changes behind the store's log.
-async fn wait_for_monitor(store: &MemoryStore, applied: &AtomicU64, max_lag: usize) {
-    while store.changes_logged().saturating_sub(applied.load(Ordering::Acquire)) > max_lag as u64 {
-        tokio::time::sleep(Duration::from_micros(200)).await;
-    }
 }
 
 /// Makes one step of migration `m`; returns the next step, or `None` once it ended.
