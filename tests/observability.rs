@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[path = "support/browser.rs"]
+mod browser;
 #[path = "support/cosmos_server.rs"]
 mod cosmos_server;
 
@@ -1322,7 +1324,6 @@ fn bucket_of(bounds: &[f64], v: f64) -> (f64, f64) {
 
 #[tokio::test]
 async fn headless_chromium_shows_the_target_and_its_last_cycle() {
-    let chromium = tool("chromium");
     let mut demo = Demo::start(&[]);
     let status = demo.wait_for_cycles(1, true).await;
     let target = &status["targets"][0];
@@ -1331,29 +1332,8 @@ async fn headless_chromium_shows_the_target_and_its_last_cycle() {
     let started = last["startedAt"].as_str().expect("startedAt").to_string();
     let resource = last["resource"].as_str().expect("resource").to_string();
 
-    let profile = tempfile::tempdir().expect("profile dir");
-    let out = run(
-        Command::new(chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-dev-shm-usage",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg("--dump-dom")
-            .arg(format!("{}/", demo.base)),
-        None,
-        TOOL_DEADLINE,
-    );
-    assert!(out.status.success(), "chromium failed\n{}", out.describe());
-    let dom = out.stdout;
-    assert!(dom.contains("<html"), "chromium printed no DOM\n{dom}");
+    // The same browser flags as the page tests: one list, in the support module.
+    let dom = browser::dump_dom(&format!("{}/", demo.base));
     // Text as the browser parsed it: the page's own escaping is undone by the parser, so
     // plain names and timestamps appear as they are.
     assert!(dom.contains(&format!("<h2>{name}</h2>")), "target {name} not on the page:\n{dom}");
