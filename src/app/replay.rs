@@ -367,10 +367,20 @@ async fn drive_own(shared: &Drivers, d: usize) -> ReplayReport {
     let mut tokens: HashMap<u64, LockToken> = HashMap::new();
     let mut next_start = d as u64;
     let mut id = String::new();
-    loop {
+    // When this driver's next step falls due, and whether it is a migration's start (a
+    // queued step goes first when both fall at the same instant).
+    let next_due = |pending: &BinaryHeap<Reverse<(i64, u64, Step)>>, next_start: u64| -> Option<(i64, bool)> {
         let start_at = (next_start < config.migrations).then(|| next_start as i64 * spacing_ns);
-        let due = pending.peek().map(|Reverse((at, _, _))| *at).into_iter().chain(start_at).min();
-        let end = shared.meet(d, due.unwrap_or(i64::MAX));
+        match (start_at, pending.peek().map(|Reverse((at, _, _))| *at)) {
+            (Some(s), Some(q)) if s < q => Some((s, true)),
+            (_, Some(q)) => Some((q, false)),
+            (Some(s), None) => Some((s, true)),
+            (None, None) => None,
+        }
+    };
+    loop {
+        let due = next_due(&pending, next_start).map_or(i64::MAX, |(at, _)| at);
+        let end = shared.meet(d, due);
         if end == i64::MAX {
             return report;
         }
@@ -379,15 +389,7 @@ async fn drive_own(shared: &Drivers, d: usize) -> ReplayReport {
             // the others wait (the caches take concurrent use).
             shared.clients.iter().skip(d).step_by(n as usize).for_each(RoutingClient::evict_expired);
         }
-        loop {
-            let start_at = (next_start < config.migrations).then(|| next_start as i64 * spacing_ns);
-            let queued = pending.peek().map(|Reverse((at, _, _))| *at);
-            // A queued step goes first when both fall at the same instant.
-            let starts = start_at.is_some_and(|s| queued.is_none_or(|q| s < q));
-            let next_at = if starts { start_at } else { queued };
-            if next_at.is_none_or(|at| at > end) {
-                break;
-            }
+        while let Some((_, starts)) = next_due(&pending, next_start).filter(|(at, _)| *at <= end) {
             let (m, step) = if starts {
                 next_start += n;
                 (next_start - n, Step::PreLock)

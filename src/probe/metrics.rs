@@ -34,6 +34,28 @@ const CYCLE_BUCKETS: &[f64] = &[
 /// keeps up, seconds when it is overloaded.
 const LATENESS_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
+/// A delay exported as a histogram and kept for a day of exact percentiles (the
+/// status page's figures): the scheduler's lateness and the cycles' start delay.
+struct Delays {
+    histogram: Histogram,
+    window: Mutex<WindowedPercentiles>,
+}
+
+impl Delays {
+    fn new(histogram: Histogram) -> Self {
+        Self { histogram, window: Mutex::new(WindowedPercentiles::new(Duration::from_micros(1), DEFAULT_WINDOW)) }
+    }
+
+    fn record(&self, delay: Duration) {
+        self.histogram.observe(delay.as_secs_f64());
+        self.window.lock().unwrap_or_else(|e| e.into_inner()).record_seconds(Utc::now(), delay.as_secs_f64());
+    }
+
+    fn summary(&self) -> Summary {
+        self.window.lock().unwrap_or_else(|e| e.into_inner()).summary(Utc::now())
+    }
+}
+
 /// Recent values per (target, series), for the status API's exact percentiles.
 #[derive(Default)]
 struct Windows {
@@ -140,10 +162,8 @@ pub struct Metrics {
     consecutive_failures: GaugeVec,
     unresolved: GaugeVec,
     store_region_changes: IntCounterVec,
-    schedule_lateness: Histogram,
-    lateness_window: Mutex<WindowedPercentiles>,
-    start_delay: Histogram,
-    start_delay_window: Mutex<WindowedPercentiles>,
+    schedule_lateness: Delays,
+    start_delay: Delays,
     held_back: IntCounter,
     running_cycles: IntGauge,
     max_concurrent_cycles: IntGauge,
@@ -258,7 +278,7 @@ impl Metrics {
             // One series for the process, not per target: lateness is the scheduler's
             // (a busy runtime delays every target alike), and a thousand targets would
             // make a thousand bucket sets.
-            schedule_lateness: register(
+            schedule_lateness: Delays::new(register(
                 &r,
                 Histogram::with_opts(
                     HistogramOpts::new(
@@ -267,12 +287,11 @@ impl Metrics {
                     )
                     .buckets(LATENESS_BUCKETS.to_vec()),
                 )?,
-            )?,
-            lateness_window: Mutex::new(WindowedPercentiles::new(Duration::from_micros(1), DEFAULT_WINDOW)),
+            )?),
             // The scheduler's wake-up on its own thread says little about a cycle that
             // then waits for a slot of the cap or a busy runtime: this is the delay a
             // cycle's own requests saw, and the one a late cycle is alerted on.
-            start_delay: register(
+            start_delay: Delays::new(register(
                 &r,
                 Histogram::with_opts(
                     HistogramOpts::new(
@@ -281,8 +300,7 @@ impl Metrics {
                     )
                     .buckets(LATENESS_BUCKETS.to_vec()),
                 )?,
-            )?,
-            start_delay_window: Mutex::new(WindowedPercentiles::new(Duration::from_micros(1), DEFAULT_WINDOW)),
+            )?),
             held_back: register(
                 &r,
                 IntCounter::new(
@@ -367,30 +385,22 @@ impl Metrics {
 
     /// Records how late the scheduler woke for a firing.
     pub fn record_lateness(&self, lateness: Duration) {
-        self.schedule_lateness.observe(lateness.as_secs_f64());
-        self.lateness_window
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .record_seconds(Utc::now(), lateness.as_secs_f64());
+        self.schedule_lateness.record(lateness);
     }
 
     /// Exact percentiles of the scheduler's lateness over the last day.
     pub fn schedule_lateness(&self) -> Summary {
-        self.lateness_window.lock().unwrap_or_else(|e| e.into_inner()).summary(Utc::now())
+        self.schedule_lateness.summary()
     }
 
     /// Records how long after its firing time a cycle began running.
     pub fn record_start_delay(&self, delay: Duration) {
-        self.start_delay.observe(delay.as_secs_f64());
-        self.start_delay_window
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .record_seconds(Utc::now(), delay.as_secs_f64());
+        self.start_delay.record(delay);
     }
 
     /// Exact percentiles of the cycles' start delay over the last day.
     pub fn cycle_start_delay(&self) -> Summary {
-        self.start_delay_window.lock().unwrap_or_else(|e| e.into_inner()).summary(Utc::now())
+        self.start_delay.summary()
     }
 
     /// Counts a cycle that waited for a slot of the process's cap.

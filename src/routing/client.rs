@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use futures::future::{ready, Either, FutureExt};
 
 use super::cache::{Lookup, TieredCache};
-use super::document::{DocumentError, LocationDocument, LockInfo, LockToken, Phase};
+use super::document::{self, DocumentError, LocationDocument, LockInfo, LockToken, Phase};
 use super::freshness;
 use super::lifecycle::{self, Decided, LockCall, LockError, LockPolicy, PreLockRequest};
 use crate::clock::{span, to_chrono, unix_nanos, Clock};
@@ -569,11 +569,7 @@ impl RoutingClient {
     ) -> Result<Versioned, RoutingError> {
         let key = match key {
             Some(k) => format!("k:{k}"),
-            None => {
-                let mut key = *b"w:0123456789abcdef";
-                hex::encode_to_slice(rand::random::<[u8; 8]>(), &mut key[2..]).expect("8 bytes are 16 hex digits");
-                String::from_utf8(key.to_vec()).expect("hex digits are ASCII")
-            }
+            None => format!("w:{}", document::to_hex(&rand::random::<[u8; 8]>())),
         };
         let mut unresolved: Option<(Option<ETag>, String)> = None;
         for _ in 0..self.options.retry_budget {

@@ -294,7 +294,7 @@ impl LockToken {
     /// A fresh token from the operating system's random source.
     pub fn generate() -> Self {
         let bytes: [u8; 16] = rand::random();
-        Self(hex::encode(bytes))
+        Self(to_hex(&bytes))
     }
 
     /// Wraps a token presented by a caller.
@@ -328,12 +328,16 @@ pub fn digest_hex(parts: &[&[u8]]) -> String {
         hasher.update((part.len() as u64).to_le_bytes());
         hasher.update(part);
     }
-    // Into a fixed buffer: `hex::encode` collects a `String` one `char` at a time, at
-    // about four times the cost (30 against 140 ns here), and every lock call makes
-    // several digests.
-    let mut text = [0u8; 32];
-    hex::encode_to_slice(&hasher.finalize()[..16], &mut text).expect("16 bytes are 32 hex digits");
-    std::str::from_utf8(&text).expect("hex digits are ASCII").to_owned()
+    to_hex(&hasher.finalize()[..16])
+}
+
+/// `bytes` as lowercase hex, written in one go: `hex::encode` collects a `String` one
+/// `char` at a time, at about four times the cost (30 against 140 ns for 16 bytes), and
+/// every lock call makes several digests.
+pub fn to_hex(bytes: &[u8]) -> String {
+    let mut text = vec![0; bytes.len() * 2];
+    hex::encode_to_slice(bytes, &mut text).expect("the buffer holds two digits per byte");
+    String::from_utf8(text).expect("hex digits are ASCII")
 }
 
 /// A section without its `extra` map, as `serde_json` writes it.

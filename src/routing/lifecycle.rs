@@ -269,17 +269,7 @@ fn sync_target_lock(doc: &mut LocationDocument, token: &LockToken) {
 fn lease_bound(doc: &LocationDocument, lease_end: DateTime<Utc>, phase_starts: bool) -> PendingEffect {
     PendingEffect {
         void_if_committed_after: Some(lease_end),
-        // Field by field: the call records are not kept, so they are not copied either.
-        previous: Some(Arc::new(LocationDocument {
-            id: doc.id.clone(),
-            schema_version: doc.schema_version,
-            primary: doc.primary.clone(),
-            secondary: doc.secondary.clone(),
-            migrating: doc.migrating,
-            pending: None,
-            operations: Arc::default(),
-            extra: doc.extra.clone(),
-        })),
+        previous: Some(Arc::new(LocationDocument { operations: Arc::default(), pending: None, ..doc.clone() })),
         phase_starts,
         ..PendingEffect::empty()
     }
@@ -693,10 +683,8 @@ pub fn decide(
     policy: &LockPolicy,
     now: DateTime<Utc>,
 ) -> Result<Decided, LockError> {
-    let token_digest = call.token().digest();
-    let request = call.request_digest_with(&token_digest);
     if let Some(record) = doc.operations.iter().find(|r| r.key == key) {
-        if record.call != call.kind() || record.request != request {
+        if record.call != call.kind() || record.request != call.request_digest() {
             return Err(LockError::KeyReused);
         }
         replay(doc, call, record, now)?;
@@ -713,6 +701,9 @@ pub fn decide(
         .checked_add_signed(to_chrono(policy.convergence_delay) + policy.margin())
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
         .max(now);
+    // The token's digest once: the request's digest and the record both need it.
+    let token_digest = call.token().digest();
+    let request = call.request_digest_with(&token_digest);
     // The records are shared with `doc` until here: this write gets its own.
     let operations = Arc::make_mut(&mut next.operations);
     operations.retain(|r| r.keep_until >= now);
