@@ -22,6 +22,7 @@ pub mod status;
 pub mod timeline;
 pub mod tracker;
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
@@ -43,9 +44,9 @@ use crate::store::{ChangeCursor, LocationStore, StoreError, Versioned};
 /// pre-lock starts from its commit (see [`lifecycle::settle`]). The commit time is
 /// `committed_at`, capped by the caller at its own clock like every time the monitor
 /// takes from the store, so a store clock far ahead cannot push every lock into the
-/// future.
-fn settled(v: Versioned, committed_at: DateTime<Utc>) -> LocationDocument {
-    lifecycle::settle(v.doc, committed_at)
+/// future. Lent when settling changes nothing the monitor looks at.
+fn settled(v: &Versioned, committed_at: DateTime<Utc>) -> Cow<'_, LocationDocument> {
+    lifecycle::settle_view(&v.doc, committed_at)
 }
 
 /// How many orphan ids the status API lists.
@@ -174,10 +175,9 @@ impl Monitor {
             // is capped at now: replays keep their real times, a skewed store cannot.
             let now = self.clock.now();
             let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            // Taken by value: the batch is ours, and settling needs an owned document.
-            for change in batch.changes {
+            for change in &batch.changes {
                 let at = change.doc.committed_at.min(now);
-                self.apply(&mut inner, &settled(change.doc, at), at, Seen::Stream);
+                self.apply(&mut inner, &settled(&change.doc, at), at, Seen::Stream);
             }
             // Once per batch: the gauges are read by scrapes, not per change.
             self.refresh_gauges(&inner);
@@ -220,7 +220,7 @@ impl Monitor {
             {
                 let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 for v in &page {
-                    self.apply(&mut inner, &settled(v.clone(), v.committed_at.min(read_at)), read_at, Seen::Scan);
+                    self.apply(&mut inner, &settled(v, v.committed_at.min(read_at)), read_at, Seen::Scan);
                 }
                 self.refresh_gauges(&inner);
             }

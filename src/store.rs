@@ -12,6 +12,7 @@ pub mod latency;
 pub mod memory;
 
 use std::fmt::{self, Debug};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -80,6 +81,14 @@ impl OpKind {
         OpKind::Scan,
     ];
 
+    /// The kind of a point read from `from`.
+    pub fn read_from(from: ReadFrom) -> Self {
+        match from {
+            ReadFrom::WriteRegion => OpKind::ReadWriteRegion,
+            ReadFrom::Replica => OpKind::ReadReplica,
+        }
+    }
+
     /// Whether the call writes (and so may fail with an unknown outcome).
     pub fn is_write(self) -> bool {
         matches!(self, OpKind::Create | OpKind::Replace)
@@ -110,8 +119,9 @@ pub enum ReadFrom {
 /// One committed write, as the change stream delivers it (`doc.committed_at` says when).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
-    /// The document as written.
-    pub doc: Versioned,
+    /// The document as written, shared with the store where it keeps it (the memory
+    /// store): a change-stream reader only looks at it, so nothing is copied for it.
+    pub doc: Arc<Versioned>,
 }
 
 /// Where a change-stream reader stands. Opaque; start from [`ChangeCursor::beginning`].
@@ -165,6 +175,15 @@ pub enum StoreError {
 pub trait LocationStore: Debug + Send + Sync + 'static {
     /// Point read of one document.
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError>;
+
+    /// [`Self::read`], the version shared rather than copied where the backend keeps
+    /// it decoded (the memory store hands out its own, a few copies of the document
+    /// fewer per lock call); a backend that decodes every answer anyway (Cosmos DB)
+    /// keeps this default. Wrappers forward it, so their inner store's version is
+    /// shared through them.
+    async fn read_shared(&self, id: &str, from: ReadFrom) -> Result<Arc<Versioned>, StoreError> {
+        self.read(id, from).await.map(Arc::new)
+    }
 
     /// Creates `doc` if no document has its id; `Conflict` otherwise.
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError>;

@@ -337,7 +337,7 @@ impl LocationStore for CosmosLike {
             });
         }
         for c in &mut batch.changes {
-            c.doc.committed_at += self.commit_skew;
+            Arc::make_mut(&mut c.doc).committed_at += self.commit_skew;
         }
         Ok(batch)
     }

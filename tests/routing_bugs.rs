@@ -187,7 +187,7 @@ async fn a_lease_revived_by_a_clock_step_is_not_served_stale_from_cache() {
     clock.advance(TTL + LAG + lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN);
     orchestrator.escalate("r", &grant.token, Phase::HardDelete, Duration::from_secs(60)).await.unwrap();
     let write = orchestrator.escalate("r", &grant.token, Phase::Write, Duration::from_secs(10)).await.unwrap();
-    let lapse = write.doc.primary.lock.unwrap().expires_at;
+    let lapse = write.doc.primary.lock.as_ref().unwrap().expires_at;
 
     // The service fetches the document at the instant the write lease lapses.
     clock.set(lapse);

@@ -168,7 +168,7 @@ async fn check_one_winner(store: &MemoryStore, id: &str, results: &[Result<Grant
         );
     }
     let stored = settled(store, id).await;
-    assert_eq!(stored, winner.record, "{id}: the store holds the winner's document");
+    assert_eq!(stored, *winner.record, "{id}: the store holds the winner's document");
     assert!(stored.doc.primary.lock.as_ref().unwrap().token.matches(&winner.token));
     let changes = store.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
     let for_id = changes.iter().filter(|c| c.doc.doc.id == id).count();
@@ -221,7 +221,7 @@ async fn a_412_with_a_budget_of_one_is_retry_exhausted() {
     let grant = orchestrator(&store, 2).pre_lock("r", &request(0)).await.unwrap();
     let calls = memory.counts().since(&before);
     assert_eq!((calls.read_write_region, calls.replace), (2, 2));
-    assert_eq!(settled(memory, "r").await, grant.record);
+    assert_eq!(settled(memory, "r").await, *grant.record);
 }
 
 /// The document as the routing library reads it: settled by its commit time.
@@ -278,7 +278,7 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
             );
         }
         assert_eq!((calls.create, calls.replace), (TASKS as u64, 0), "{id}: one create each, no replace");
-        assert_eq!(settled(&store.memory, &id).await, winners[0].record);
+        assert_eq!(settled(&store.memory, &id).await, *winners[0].record);
         let changes = store.memory.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
         assert_eq!(changes.iter().filter(|c| c.doc.doc.id == id).count(), 1, "{id}: the pre-lock is the only write");
     }

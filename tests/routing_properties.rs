@@ -242,8 +242,12 @@ fn convergence() -> Duration {
     policy().convergence_delay + policy().skew_margin
 }
 
-fn settled(v: Versioned) -> Versioned {
-    Versioned { doc: lifecycle::settle(v.doc, v.committed_at), ..v }
+fn settled(v: &Versioned) -> Versioned {
+    Versioned {
+        doc: lifecycle::settle(v.doc.clone(), v.committed_at),
+        etag: v.etag.clone(),
+        committed_at: v.committed_at,
+    }
 }
 
 impl World {
@@ -287,7 +291,7 @@ impl World {
 
     /// The write-region document as every reader takes it (settled by its commit time).
     async fn current(&self) -> Versioned {
-        settled(self.store.read(ID, ReadFrom::WriteRegion).await.unwrap())
+        settled(&self.store.read(ID, ReadFrom::WriteRegion).await.unwrap())
     }
 
     fn log_len(&self) -> usize {
@@ -347,7 +351,7 @@ async fn perform(
     o: &Orch,
     kind: Kind,
     doc0: &LocationDocument,
-) -> Result<(Versioned, Option<LockToken>), RoutingError> {
+) -> Result<(Arc<Versioned>, Option<LockToken>), RoutingError> {
     let c = &o.client;
     let t = &o.token;
     match kind {
@@ -424,7 +428,7 @@ fn check_act_outcome(
     doc0: &LocationDocument,
     now: DateTime<Utc>,
     log_from: usize,
-    result: &Result<(Versioned, Option<LockToken>), RoutingError>,
+    result: &Result<(Arc<Versioned>, Option<LockToken>), RoutingError>,
 ) -> Result<(), TestCaseError> {
     let commits = w.commits_by(act.who, log_from);
     let is_pre_lock = matches!(act.kind, Kind::PreLock { .. });
@@ -600,7 +604,7 @@ async fn check_world(w: &World) -> Result<(), TestCaseError> {
     let changes = batch.changes;
     let current = w.current().await;
     let last = changes.last().unwrap();
-    prop_assert_eq!(&settled(last.doc.clone()), &current, "the write region is not the last committed change");
+    prop_assert_eq!(&settled(&last.doc), &current, "the write region is not the last committed change");
 
     let log = w.log.lock().unwrap().clone();
     let commit_at: HashMap<&ETag, (usize, &ETag, usize)> = log
@@ -616,12 +620,12 @@ async fn check_world(w: &World) -> Result<(), TestCaseError> {
     for c in &changes {
         offsets.entry(c.doc.etag.clone()).or_insert(w.stepped_back);
     }
-    check_bounds(&settled(changes[0].doc.clone()).doc)?;
+    check_bounds(&settled(&changes[0].doc).doc)?;
     let mut guard_written_at = Duration::ZERO;
     for pair in changes.windows(2) {
         let (prev, next) = (&pair[0], &pair[1]);
         let offset = offsets[&next.doc.etag];
-        check_bounds(&settled(next.doc.clone()).doc)?;
+        check_bounds(&settled(&next.doc).doc)?;
         let Some(&(who, if_match, at)) = commit_at.get(&next.doc.etag) else {
             return Err(TestCaseError::fail("a change committed outside every client"));
         };
@@ -631,7 +635,7 @@ async fn check_world(w: &World) -> Result<(), TestCaseError> {
             _ => None,
         });
         prop_assert_eq!(last_read, Some(if_match), "a writer presented an ETag it had not just read");
-        let (prev_doc, next_doc) = (settled(prev.doc.clone()).doc, settled(next.doc.clone()).doc);
+        let (prev_doc, next_doc) = (settled(&prev.doc).doc, settled(&next.doc).doc);
         check_transition(
             w,
             &prev_doc,

@@ -269,3 +269,34 @@ async fn resolve_with_answers_as_resolve_and_a_hit_lends_the_cached_document() {
     let again = e.service.resolve_or_create_with("new", "westeurope", seen).await.unwrap();
     assert_eq!((again.0, again.1, again.2), (Source::Cache, created.1, created.2));
 }
+
+/// A lock call reads back the version this instance wrote last: that version is taken
+/// as cached (one write-region read, nothing settled again), and it is exactly what
+/// settling the stored version gives, as another instance's read finds.
+#[tokio::test]
+async fn a_version_this_instance_wrote_is_read_back_as_cached_and_as_any_reader_settles_it() {
+    let e = env().await;
+    let grant = e.orchestrator.pre_lock("r", &pre_lock_request()).await.unwrap();
+    let effective = grant.record.doc.primary.lock.as_ref().unwrap().effective_at;
+    e.clock.set(effective);
+    let escalated =
+        e.orchestrator.escalate("r", &grant.token, Phase::HardDelete, Duration::from_secs(60)).await.unwrap();
+    assert!(escalated.doc.primary.lock.as_ref().unwrap().phase_since.is_some(), "settled: the phase has begun");
+    let stored = e.store.read("r", ReadFrom::WriteRegion).await.unwrap();
+    assert!(stored.doc.pending.is_some(), "the stored version still carries its pending record");
+
+    let before = e.counts();
+    let own = e.orchestrator.read_uncached("r").await.unwrap();
+    assert_eq!(e.counts().since(&before), OpCounts { read_write_region: 1, ..Default::default() });
+    assert!(Arc::ptr_eq(&own.record, &escalated), "the cached version, not settled again");
+    let other = e.service.read_uncached("r").await.unwrap();
+    assert!(!Arc::ptr_eq(&other.record, &escalated));
+    assert_eq!(other.record, escalated, "settled alike by an instance that never cached it");
+
+    // Once the entry is evicted, the version is settled anew, to the same document.
+    e.clock.advance(SLOW + FAST);
+    e.orchestrator.evict_expired();
+    let again = e.orchestrator.read_uncached("r").await.unwrap();
+    assert!(!Arc::ptr_eq(&again.record, &escalated));
+    assert_eq!(again.record, escalated);
+}

@@ -81,6 +81,18 @@ mod suite {
         );
     }
 
+    pub async fn a_shared_read_is_the_version_a_read_copies(store: Arc<dyn LocationStore>) {
+        let doc = LocationDocument::new("shared-1", "westeurope");
+        let e1 = store.create(&doc).await.unwrap().etag;
+        let e2 = store.replace(&moved(&doc, "northeurope"), &e1).await.unwrap().etag;
+        let shared = store.read_shared("shared-1", ReadFrom::WriteRegion).await.unwrap();
+        assert_eq!(shared.etag, e2);
+        assert_eq!(*shared, store.read("shared-1", ReadFrom::WriteRegion).await.unwrap());
+        for from in [ReadFrom::WriteRegion, ReadFrom::Replica] {
+            assert_eq!(store.read_shared("nobody", from).await, Err(StoreError::NotFound));
+        }
+    }
+
     pub async fn unknown_fields_are_preserved(store: Arc<dyn LocationStore>) {
         let stored = json!({
             "id": "future-1", "schemaVersion": 1, "migrating": false, "secondary": null,
@@ -287,6 +299,7 @@ macro_rules! conformance_suite {
                 stale_etag_is_refused_and_changes_nothing,
                 create_of_an_existing_id_conflicts,
                 a_missing_id_is_not_found,
+                a_shared_read_is_the_version_a_read_copies,
                 unknown_fields_are_preserved,
                 change_stream_delivers_committed_writes_in_order_and_resumes,
                 scan_pages_in_id_order,

@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::Versioned;
+use crate::store::{ETag, Versioned};
 
 /// What the cache knows about a resource right now.
 #[derive(Debug, Clone)]
@@ -134,6 +134,16 @@ impl TieredCache {
         }
     }
 
+    /// The cached record of exactly version `etag` of `id`, however old: never to be
+    /// served (that is [`PinnedCache::lookup`]'s rule), but to spare work that depends
+    /// on the version alone, such as settling it again.
+    pub fn version(&self, id: &str, etag: &ETag) -> Option<Arc<Versioned>> {
+        let guard = self.collector.enter();
+        self.tiers
+            .iter()
+            .find_map(|tier| tier.entries.get(id, &guard).filter(|e| &e.record.etag == etag).map(|e| e.record.clone()))
+    }
+
     /// Drops expired entries from every tier, so a long-running service does not keep
     /// documents it no longer serves.
     pub fn evict_expired(&self, now_ns: i64) {
@@ -174,7 +184,6 @@ impl std::fmt::Debug for PinnedCache<'_> {
 mod tests {
     use super::*;
     use crate::routing::document::LocationDocument;
-    use crate::store::ETag;
 
     const S: i64 = 1_000_000_000;
 
@@ -224,6 +233,19 @@ mod tests {
         drop(pinned);
         let Lookup::Serve(now_served) = cache.lookup("r", 5 * S) else { panic!("the new entry is served") };
         assert_eq!(now_served.doc.primary.location, "b");
+    }
+
+    #[test]
+    fn a_version_is_found_by_its_etag_however_old() {
+        let cache = TieredCache::try_new(&[Duration::from_secs(1)]).unwrap();
+        cache.put("r", record("a"), 0, 0);
+        let etag = ETag("e".into());
+        let found = cache.version("r", &etag).expect("the cached version, past its TTL and serve time");
+        assert_eq!(found.doc.primary.location, "a");
+        assert!(cache.version("r", &ETag("other".into())).is_none(), "another version is not this one");
+        assert!(cache.version("q", &etag).is_none());
+        cache.evict_expired(2 * S);
+        assert!(cache.version("r", &etag).is_none(), "an evicted entry is gone");
     }
 
     #[test]

@@ -119,7 +119,7 @@ enum Unserved {
 #[derive(Debug, Clone)]
 pub struct Grant {
     /// The document as written.
-    pub record: Versioned,
+    pub record: Arc<Versioned>,
     /// The new lock token.
     pub token: LockToken,
 }
@@ -191,9 +191,9 @@ impl Default for ClientOptions {
 #[derive(Debug, Clone)]
 pub enum SwapPlan {
     /// The swap can be made: copy the data, then call [`RoutingClient::swap_with_key`].
-    Copy(Versioned),
+    Copy(Arc<Versioned>),
     /// This key's swap took effect already: answer as then, copy nothing.
-    AlreadySwapped(Versioned),
+    AlreadySwapped(Arc<Versioned>),
 }
 
 /// The routing library's entry point for one service instance (one cache).
@@ -284,26 +284,25 @@ impl RoutingClient {
     async fn resolve_from_store(&self, id: &str) -> Result<Resolved, RoutingError> {
         let fetched = self.fetch_time();
         let started = Instant::now();
-        let replica = match self.store.read(id, ReadFrom::Replica).await {
+        let replica = match self.store.read_shared(id, ReadFrom::Replica).await {
             Ok(replica) => self.fresh_enough(started, replica)?,
             // A replica that lags may not have a new document yet; only the write region
             // can say that the resource does not exist.
             Err(StoreError::NotFound) => return self.read_write_region(id, Source::Store).await,
             Err(e) => return Err(e.into()),
         };
-        let replica = Versioned { doc: lifecycle::settle(replica.doc, replica.committed_at), ..replica };
+        let replica = self.settled(id, replica);
         let lagging = replica.doc.primary.lock.as_ref();
         if lagging.is_some_and(|l| freshness::replica_view_needs_write_region(l, fetched.0, &self.policy)) {
             // Never enforce on a replica's view of a lock: it may lag.
             return self.read_write_region(id, Source::ReadThrough).await;
         }
-        let record = Arc::new(replica);
-        self.remember(id, record.clone(), fetched);
-        Ok(Resolved { record, source: Source::Store, store_time: started.elapsed() })
+        self.remember(id, replica.clone(), fetched);
+        Ok(Resolved { record: replica, source: Source::Store, store_time: started.elapsed() })
     }
 
     /// A read that took longer than [`ClientOptions::max_decision_age`] is not acted on.
-    fn fresh_enough(&self, started: Instant, read: Versioned) -> Result<Versioned, RoutingError> {
+    fn fresh_enough<T>(&self, started: Instant, read: T) -> Result<T, RoutingError> {
         let took = started.elapsed();
         if took > self.options.max_decision_age {
             return Err(RoutingError::Unavailable(format!(
@@ -409,17 +408,17 @@ impl RoutingClient {
         token: &LockToken,
         phase: Phase,
         duration: Duration,
-    ) -> Result<Versioned, RoutingError> {
+    ) -> Result<Arc<Versioned>, RoutingError> {
         self.call(id, None, &LockCall::Escalate { token: token.clone(), phase, duration }, None).await
     }
 
     /// Renews the lease by `duration` (capped by the parent lease and the maximum).
-    pub async fn renew(&self, id: &str, token: &LockToken, duration: Duration) -> Result<Versioned, RoutingError> {
+    pub async fn renew(&self, id: &str, token: &LockToken, duration: Duration) -> Result<Arc<Versioned>, RoutingError> {
         self.call(id, None, &LockCall::Renew { token: token.clone(), duration }, None).await
     }
 
     /// Switches the location to `target` and clears the lock in one write.
-    pub async fn swap(&self, id: &str, token: &LockToken, target: &str) -> Result<Versioned, RoutingError> {
+    pub async fn swap(&self, id: &str, token: &LockToken, target: &str) -> Result<Arc<Versioned>, RoutingError> {
         self.swap_with_key(id, token, target, None).await
     }
 
@@ -430,12 +429,12 @@ impl RoutingClient {
         token: &LockToken,
         target: &str,
         key: Option<&str>,
-    ) -> Result<Versioned, RoutingError> {
+    ) -> Result<Arc<Versioned>, RoutingError> {
         self.call(id, None, &LockCall::Swap { token: token.clone(), target: target.to_owned() }, key).await
     }
 
     /// Releases the lock; the location is unchanged.
-    pub async fn release(&self, id: &str, token: &LockToken) -> Result<Versioned, RoutingError> {
+    pub async fn release(&self, id: &str, token: &LockToken) -> Result<Arc<Versioned>, RoutingError> {
         self.call(id, None, &LockCall::Release { token: token.clone() }, None).await
     }
 
@@ -456,7 +455,11 @@ impl RoutingClient {
     ) -> Result<SwapPlan, RoutingError> {
         let call = LockCall::Swap { token: token.clone(), target: target.to_owned() };
         let key = key.map(|k| format!("k:{k}")).unwrap_or_else(|| "w:check".into());
+        let fetched = self.fetch_time();
         let record = self.read_settled(id).await?;
+        // Cached, so the swap that follows reads this version back without settling it
+        // again ([`Self::settled`]); a write lock is never served from the cache.
+        self.remember(id, record.clone(), fetched);
         match lifecycle::decide(&record.doc, &call, &key, &self.policy, self.clock.now())? {
             Decided::Replayed => return Ok(SwapPlan::AlreadySwapped(record)),
             Decided::Write(_) => {}
@@ -477,9 +480,8 @@ impl RoutingClient {
     /// operation. A read slower than the decision age is refused like any other.
     pub async fn read_uncached(&self, id: &str) -> Result<Resolved, RoutingError> {
         let started = Instant::now();
-        let read = self.store.read(id, ReadFrom::WriteRegion).await?;
-        let read = self.fresh_enough(started, read)?;
-        let record = Arc::new(Versioned { doc: lifecycle::settle(read.doc, read.committed_at), ..read });
+        let read = self.store.read_shared(id, ReadFrom::WriteRegion).await?;
+        let record = self.settled(id, self.fresh_enough(started, read)?);
         Ok(Resolved { record, source: Source::ReadThrough, store_time: started.elapsed() })
     }
 
@@ -487,12 +489,12 @@ impl RoutingClient {
     /// everything else as it is, by compare-and-set; no write when it is there already.
     /// The lock-record design's swap: its lock record is swapped by the lifecycle, then
     /// the routing document follows with this second write.
-    pub async fn publish_location(&self, id: &str, location: &str) -> Result<Versioned, RoutingError> {
+    pub async fn publish_location(&self, id: &str, location: &str) -> Result<Arc<Versioned>, RoutingError> {
         for _ in 0..self.options.retry_budget {
             let fetched = self.fetch_time();
             let (mut doc, etag) = match self.read_settled(id).await {
                 Ok(current) if current.doc.primary.location == location => return Ok(current),
-                Ok(current) => (current.doc, Some(current.etag)),
+                Ok(current) => (current.doc.clone(), Some(current.etag.clone())),
                 Err(RoutingError::NotFound) => (LocationDocument::new(id, location), None),
                 Err(e) => return Err(e),
             };
@@ -503,8 +505,9 @@ impl RoutingClient {
             };
             match written {
                 Ok(committed) => {
-                    let record = Versioned { doc, etag: committed.etag, committed_at: committed.committed_at };
-                    self.remember(id, Arc::new(record.clone()), fetched);
+                    let record =
+                        Arc::new(Versioned { doc, etag: committed.etag, committed_at: committed.committed_at });
+                    self.remember(id, record.clone(), fetched);
                     return Ok(record);
                 }
                 Err(StoreError::PreconditionFailed | StoreError::Conflict) => continue,
@@ -515,9 +518,25 @@ impl RoutingClient {
     }
 
     /// The authoritative document, settled.
-    async fn read_settled(&self, id: &str) -> Result<Versioned, RoutingError> {
-        let read = self.store.read(id, ReadFrom::WriteRegion).await?;
-        Ok(Versioned { doc: lifecycle::settle(read.doc, read.committed_at), ..read })
+    async fn read_settled(&self, id: &str) -> Result<Arc<Versioned>, RoutingError> {
+        let read = self.store.read_shared(id, ReadFrom::WriteRegion).await?;
+        Ok(self.settled(id, read))
+    }
+
+    /// `read` as every reader must take it ([`lifecycle::settle`]): as read when it
+    /// carries no pending record; the settled copy this instance's cache holds of that
+    /// very version, if it holds one (an ETag names one version, and settling depends
+    /// on the version alone: a lock call reads back what the last one wrote), which
+    /// spares copying and hashing it again; a settled copy otherwise.
+    fn settled(&self, id: &str, read: Arc<Versioned>) -> Arc<Versioned> {
+        if read.doc.pending.is_none() {
+            return read;
+        }
+        if let Some(known) = self.cache.version(id, &read.etag) {
+            return known;
+        }
+        let doc = lifecycle::settle(read.doc.clone(), read.committed_at);
+        Arc::new(Versioned { doc, etag: read.etag.clone(), committed_at: read.committed_at })
     }
 
     /// Caches `record`, fetched at `fetched`, under the freshness rule
@@ -542,9 +561,8 @@ impl RoutingClient {
     async fn read_write_region(&self, id: &str, source: Source) -> Result<Resolved, RoutingError> {
         let fetched = self.fetch_time();
         let started = Instant::now();
-        let read = self.store.read(id, ReadFrom::WriteRegion).await?;
-        let read = self.fresh_enough(started, read)?;
-        let record = Arc::new(Versioned { doc: lifecycle::settle(read.doc, read.committed_at), ..read });
+        let read = self.store.read_shared(id, ReadFrom::WriteRegion).await?;
+        let record = self.settled(id, self.fresh_enough(started, read)?);
         let store_time = started.elapsed();
         self.remember(id, record.clone(), fetched);
         Ok(Resolved { record, source, store_time })
@@ -566,7 +584,7 @@ impl RoutingClient {
         home: Option<&str>,
         call: &LockCall,
         key: Option<&str>,
-    ) -> Result<Versioned, RoutingError> {
+    ) -> Result<Arc<Versioned>, RoutingError> {
         let key = match key {
             Some(k) => format!("k:{k}"),
             None => format!("w:{}", document::to_hex(&rand::random::<[u8; 8]>())),
@@ -577,7 +595,9 @@ impl RoutingClient {
                 (Ok(current), _) => (current, true),
                 (Err(RoutingError::NotFound), Some(home)) => {
                     let fresh = LocationDocument::new(id, home);
-                    (Versioned { doc: fresh, etag: ETag(String::new()), committed_at: DateTime::<Utc>::MIN_UTC }, false)
+                    let fresh =
+                        Versioned { doc: fresh, etag: ETag(String::new()), committed_at: DateTime::<Utc>::MIN_UTC };
+                    (Arc::new(fresh), false)
                 }
                 (Err(e), _) => return Err(unresolved.map_or(e, |(_, why)| RoutingError::OutcomeUnknown(why))),
             };
@@ -622,12 +642,12 @@ impl RoutingClient {
         committed: Committed,
         key: &str,
         fetched: (DateTime<Utc>, i64),
-    ) -> Result<Versioned, RoutingError> {
+    ) -> Result<Arc<Versioned>, RoutingError> {
         let lease_end = written.pending.as_ref().and_then(|p| p.void_if_committed_after);
         // Settled as decided: this is the document `decide` sealed, not one read back.
         let doc = lifecycle::settle_own_write(written, committed.committed_at);
-        let record = Versioned { doc, etag: committed.etag, committed_at: committed.committed_at };
-        self.remember(id, Arc::new(record.clone()), fetched);
+        let record = Arc::new(Versioned { doc, etag: committed.etag, committed_at: committed.committed_at });
+        self.remember(id, record.clone(), fetched);
         if !lifecycle::took_effect(&record.doc, key) {
             let expired_at = lease_end.unwrap_or(committed.committed_at);
             return Err(RoutingError::Lock(LockError::LeaseExpired { expired_at }));

@@ -18,6 +18,7 @@
 //!   first call's outcome instead of acting again, and a writer recognises its own
 //!   committed write after an ambiguous answer.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -475,21 +476,54 @@ pub fn settle_own_write(doc: LocationDocument, committed_at: DateTime<Utc>) -> L
     settle_checked(doc, committed_at, false)
 }
 
+/// [`settle`] for a reader that only looks at the state: the document itself, lent,
+/// when settling would change nothing in it but drop its pending record (which such a
+/// reader ignores), so the common case copies nothing; a settled copy otherwise.
+pub fn settle_view(doc: &LocationDocument, committed_at: DateTime<Utc>) -> Cow<'_, LocationDocument> {
+    match &doc.pending {
+        Some(pending) if Effects::of(doc, pending, committed_at).any() => Cow::Owned(settle(doc.clone(), committed_at)),
+        _ => Cow::Borrowed(doc),
+    }
+}
+
+/// What a pending record would do to the document it rides on, committed at a time.
+struct Effects {
+    /// The write landed at or after its lease's end: it is void.
+    is_void: bool,
+    /// The earliest the lock may take effect (commit + the recorded delay).
+    floor: Option<DateTime<Utc>>,
+    /// The lock would move to start no earlier than `floor`.
+    shifts: bool,
+    /// A phase starts at the commit.
+    starts_phase: bool,
+}
+
+impl Effects {
+    fn of(doc: &LocationDocument, pending: &PendingEffect, committed_at: DateTime<Utc>) -> Self {
+        // At the deadline itself the lease has ended (it is live only while `now < expiresAt`),
+        // and a reader whose clock runs ahead by the margin may already have taken the lapse
+        // as final: a write committed then is as late as one committed after it.
+        let is_void = pending.void_if_committed_after.is_some_and(|deadline| committed_at >= deadline);
+        let floor = pending.effective_after_commit_seconds.map(|seconds| {
+            TimeDelta::try_milliseconds((seconds * 1000.0).ceil() as i64)
+                .and_then(|d| committed_at.checked_add_signed(d))
+                .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        });
+        let lock = doc.primary.lock.as_ref();
+        let shifts = lock.is_some_and(|l| floor.is_some_and(|floor| l.effective_at < floor));
+        let starts_phase = pending.phase_starts && lock.is_some();
+        Self { is_void, floor, shifts, starts_phase }
+    }
+
+    fn any(&self) -> bool {
+        self.is_void || self.shifts || self.starts_phase
+    }
+}
+
 fn settle_checked(mut doc: LocationDocument, committed_at: DateTime<Utc>, check_digest: bool) -> LocationDocument {
     let Some(pending) = doc.pending.take() else { return doc };
-    // At the deadline itself the lease has ended (it is live only while `now < expiresAt`),
-    // and a reader whose clock runs ahead by the margin may already have taken the lapse
-    // as final: a write committed then is as late as one committed after it.
-    let is_void = pending.void_if_committed_after.is_some_and(|deadline| committed_at >= deadline);
-    let floor = pending.effective_after_commit_seconds.map(|seconds| {
-        TimeDelta::try_milliseconds((seconds * 1000.0).ceil() as i64)
-            .and_then(|d| committed_at.checked_add_signed(d))
-            .unwrap_or(DateTime::<Utc>::MAX_UTC)
-    });
-    let lock = doc.primary.lock.as_ref();
-    let shifts = lock.is_some_and(|l| floor.is_some_and(|floor| l.effective_at < floor));
-    let starts_phase = pending.phase_starts && lock.is_some();
-    if !(is_void || shifts || starts_phase) {
+    let effects = Effects::of(&doc, &pending, committed_at);
+    if !effects.any() {
         // Nothing to apply: the document stands as written whether the record is its
         // writer's or was left behind, so the digest (hashing the sections, most of a
         // settle's cost) need not be checked.
@@ -498,13 +532,13 @@ fn settle_checked(mut doc: LocationDocument, committed_at: DateTime<Utc>, check_
     if check_digest && pending.digest != doc.state_digest() {
         return doc;
     }
-    if is_void {
+    if effects.is_void {
         return void(doc, Arc::unwrap_or_clone(pending));
     }
-    if let Some(floor) = floor {
+    if let Some(floor) = effects.floor {
         start_no_earlier_than(&mut doc, floor);
     }
-    if starts_phase {
+    if effects.starts_phase {
         if let Some(lock) = doc.primary.lock.as_mut() {
             lock.phase_since = Some(committed_at);
         }

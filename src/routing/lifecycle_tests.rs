@@ -375,8 +375,9 @@ fn a_pending_effect_left_behind_by_an_older_writer_is_ignored() {
     assert!(settled.pending.is_none());
 }
 
-#[test]
-fn a_decided_write_settles_the_same_without_its_digest_checked() {
+/// One write of every kind of call, as decided, each with the times it may land at: in
+/// time, at the write lock's lease end and after it (void, shifted or as decided).
+fn decided_writes() -> Vec<(CallKind, LocationDocument, Vec<DateTime<Utc>>)> {
     let now = t0();
     let (w, token, end) = write_locked(now);
     let (pre, pre_token) = committed_pre_lock(now, now);
@@ -388,20 +389,52 @@ fn a_decided_write_settles_the_same_without_its_digest_checked() {
         (LockCall::Swap { token: token.clone(), target: "northeurope".into() }, w.clone(), end - secs(1)),
         (LockCall::Release { token }, w, end - secs(1)),
     ];
-    for (call, doc, decided) in calls {
-        let Decided::Write(next) = decide(&doc, &call, "k:one", &margined(), decided).unwrap() else {
-            panic!("{:?} writes", call.kind())
-        };
-        // Landing in time, at the lease end and after it: void, shifted or as decided.
-        for committed in [decided, end, end + secs(5), decided + secs(3600)] {
+    calls
+        .into_iter()
+        .map(|(call, doc, decided)| {
+            let Decided::Write(next) = decide(&doc, &call, "k:one", &margined(), decided).unwrap() else {
+                panic!("{:?} writes", call.kind())
+            };
+            (call.kind(), *next, vec![decided, end, end + secs(5), decided + secs(3600)])
+        })
+        .collect()
+}
+
+#[test]
+fn a_decided_write_settles_the_same_without_its_digest_checked() {
+    for (kind, next, landings) in decided_writes() {
+        for committed in landings {
             assert_eq!(
-                settle_own_write((*next).clone(), committed),
-                settle((*next).clone(), committed),
-                "{:?} committed at {committed}",
-                call.kind()
+                settle_own_write(next.clone(), committed),
+                settle(next.clone(), committed),
+                "{kind:?} committed at {committed}"
             );
         }
     }
+}
+
+#[test]
+fn a_view_of_a_version_is_its_settled_state_and_lends_it_when_settling_changes_nothing() {
+    let stripped = |doc: &LocationDocument| LocationDocument { pending: None, ..doc.clone() };
+    let mut lent = 0;
+    for (kind, next, landings) in decided_writes() {
+        for committed in landings {
+            let view = settle_view(&next, committed);
+            let settled = settle(next.clone(), committed);
+            assert_eq!(stripped(&view), settled, "{kind:?} committed at {committed}");
+            let unchanged = settled == stripped(&next);
+            assert_eq!(matches!(view, Cow::Borrowed(_)), unchanged, "{kind:?} committed at {committed}");
+            lent += usize::from(unchanged);
+        }
+    }
+    assert!(lent > 0, "some writes settle to themselves (a swap or release in time)");
+    // A record another writer left behind settles to nothing, and its view is the same.
+    let now = t0();
+    let doc = pre_lock(&LocationDocument::new("r", "westeurope"), &req(PRE), LockToken::generate(), &margined(), now);
+    let mut rewritten = doc.unwrap();
+    rewritten.primary.location = "eastus".into();
+    let later = now + secs(30);
+    assert_eq!(stripped(&settle_view(&rewritten, later)), settle(rewritten.clone(), later));
 }
 
 #[test]

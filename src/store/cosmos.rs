@@ -406,7 +406,7 @@ fn candidate(json: Value) -> Result<Candidate<Change>, StoreError> {
     let id = take_string(map, "id").unwrap_or_default();
     let committed_at = end_of_second(ts);
     let doc = LocationDocument::from_json(strip_system_fields(json))?;
-    let item = Change { doc: Versioned { doc, etag: ETag(etag.clone()), committed_at } };
+    let item = Change { doc: Arc::new(Versioned { doc, etag: ETag(etag.clone()), committed_at }) };
     Ok(Candidate { id, etag, ts, item })
 }
 

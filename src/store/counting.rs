@@ -137,12 +137,13 @@ fn doc_index(doc: DocKind) -> usize {
 #[async_trait]
 impl LocationStore for CountingStore {
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
-        let op = match from {
-            ReadFrom::WriteRegion => OpKind::ReadWriteRegion,
-            ReadFrom::Replica => OpKind::ReadReplica,
-        };
-        self.count(id, op);
+        self.count(id, OpKind::read_from(from));
         self.inner.read(id, from).await
+    }
+
+    async fn read_shared(&self, id: &str, from: ReadFrom) -> Result<Arc<Versioned>, StoreError> {
+        self.count(id, OpKind::read_from(from));
+        self.inner.read_shared(id, from).await
     }
 
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
@@ -185,7 +186,8 @@ mod tests {
         store.create(&LocationDocument::new(lock_record_id("r1"), "a")).await.unwrap();
         store.read("r1", ReadFrom::Replica).await.unwrap();
         store.read(&lock_record_id("r1"), ReadFrom::WriteRegion).await.unwrap();
-        store.read(&lock_record_id("r1"), ReadFrom::WriteRegion).await.unwrap();
+        // A shared read is counted like a copying one, and reaches the store.
+        store.read_shared(&lock_record_id("r1"), ReadFrom::WriteRegion).await.unwrap();
         store.replace(&LocationDocument::new("r1", "b"), &routing.etag).await.unwrap();
         let counts = store.counts();
         assert_eq!(counts.routing, KindCounts { read_write_region: 0, read_replica: 1, create: 1, replace: 1 });

@@ -757,10 +757,7 @@ impl LocationStore for FaultyStore {
     }
 
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
-        let kind = match from {
-            ReadFrom::WriteRegion => OpKind::ReadWriteRegion,
-            ReadFrom::Replica => OpKind::ReadReplica,
-        };
+        let kind = OpKind::read_from(from);
         match self.draw(kind, Some(id)) {
             Some(FaultAction::ReplicaLag(extra)) => self.lagged_read(id, extra).await,
             action => {
@@ -787,7 +784,7 @@ impl LocationStore for FaultyStore {
         let forward = async {
             let answer = self.inner.read_changes(cursor, limit).await;
             if let Ok(batch) = &answer {
-                self.record_all(batch.changes.iter().map(|c| &c.doc));
+                self.record_all(batch.changes.iter().map(|c| &*c.doc));
             }
             answer
         };

@@ -88,16 +88,25 @@ impl LatencyStore {
             tokio::time::sleep(wait).await;
         }
     }
+
+    async fn wait_for_read(&self, from: ReadFrom) {
+        match from {
+            ReadFrom::WriteRegion => self.wait(&self.model.write_region_read, true).await,
+            ReadFrom::Replica => self.wait(&self.model.replica_read, false).await,
+        }
+    }
 }
 
 #[async_trait]
 impl LocationStore for LatencyStore {
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
-        match from {
-            ReadFrom::WriteRegion => self.wait(&self.model.write_region_read, true).await,
-            ReadFrom::Replica => self.wait(&self.model.replica_read, false).await,
-        }
+        self.wait_for_read(from).await;
         self.inner.read(id, from).await
+    }
+
+    async fn read_shared(&self, id: &str, from: ReadFrom) -> Result<Arc<Versioned>, StoreError> {
+        self.wait_for_read(from).await;
+        self.inner.read_shared(id, from).await
     }
 
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
@@ -150,5 +159,8 @@ mod tests {
         let t = tokio::time::Instant::now();
         store.read("r", ReadFrom::WriteRegion).await.unwrap();
         assert!((ms(85)..=ms(86)).contains(&timed(t)), "{:?}", timed(t));
+        let t = tokio::time::Instant::now();
+        store.read_shared("r", ReadFrom::Replica).await.unwrap();
+        assert_eq!(timed(t), ms(3), "a shared read waits like a copying one");
     }
 }

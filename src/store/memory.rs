@@ -175,9 +175,10 @@ impl MemoryStore {
     pub fn put_raw(&self, id: &str, json: Value) -> ETag {
         let now = self.clock.now();
         let decoded = LocationDocument::from_json(json);
+        let mut released = Vec::new();
         let mut state = self.lock_state();
-        let etag = state.commit(id, decoded, now, self.config.change_log_capacity);
-        state.prune(id, self.replica_horizon(now));
+        let etag = state.commit(id, decoded, now, self.config.change_log_capacity, &mut released);
+        state.prune(id, self.replica_horizon(now), &mut released);
         etag
     }
 
@@ -186,7 +187,9 @@ impl MemoryStore {
     /// appears on the change stream (it is no delete a reader must learn of) and the
     /// changes already logged stay. Returns whether there was a document.
     pub fn retire(&self, id: &str) -> bool {
-        self.lock_state().docs.remove(id).is_some()
+        // Freed after the lock is released (the guard is a temporary of this statement).
+        let retired = self.lock_state().docs.remove(id);
+        retired.is_some()
     }
 
     /// Changes written to the change stream so far (dropped ones included).
@@ -244,7 +247,8 @@ fn kind_index(kind: OpKind) -> usize {
 
 impl State {
     /// Commits `decoded` (a document, or why its JSON is not one) as the newest version
-    /// of `id`. Callers decode before taking the state's lock: the lock is held for the
+    /// of `id`. Callers decode before taking the state's lock, and free what it drops
+    /// from the change log (`released`) after releasing it: the lock is held for the
     /// bookkeeping only.
     fn commit(
         &mut self,
@@ -252,6 +256,7 @@ impl State {
         decoded: Result<LocationDocument, DocumentError>,
         now: DateTime<Utc>,
         log_capacity: usize,
+        released: &mut Vec<Arc<Versioned>>,
     ) -> ETag {
         self.next_etag += 1;
         let etag = ETag(format!("\"m{:012x}\"", self.next_etag));
@@ -260,20 +265,25 @@ impl State {
             self.next_seq += 1;
             self.log.push_back((self.next_seq, version.clone()));
             while self.log.len() > log_capacity {
-                self.log.pop_front();
+                released.extend(self.log.pop_front().map(|(_, version)| version));
             }
         }
-        let history = self.docs.entry(id.to_owned()).or_default();
+        // The id is copied only for a new document: most commits replace one.
+        let history = match self.docs.get_mut(id) {
+            Some(history) => history,
+            None => self.docs.entry(id.to_owned()).or_default(),
+        };
         history.versions.push_back(StoredVersion { doc: decoded, etag: etag.clone(), committed_at: now });
         etag
     }
 
     /// Forgets versions no replica can serve any more (older than the newest version
-    /// committed before the replica horizon).
-    fn prune(&mut self, id: &str, horizon: DateTime<Utc>) {
+    /// committed before the replica horizon), handing them to `released` to be freed
+    /// once the lock is released.
+    fn prune(&mut self, id: &str, horizon: DateTime<Utc>, released: &mut Vec<Arc<Versioned>>) {
         if let Some(history) = self.docs.get_mut(id) {
             while history.versions.len() > 1 && history.versions[1].committed_at <= horizon {
-                history.versions.pop_front();
+                released.extend(history.versions.pop_front().and_then(|v| v.doc.ok()));
                 history.pruned = true;
             }
         }
@@ -296,28 +306,27 @@ fn to_versioned(v: &StoredVersion) -> Result<Versioned, StoreError> {
 #[async_trait]
 impl LocationStore for MemoryStore {
     async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
-        let kind = match from {
-            ReadFrom::WriteRegion => OpKind::ReadWriteRegion,
-            ReadFrom::Replica => OpKind::ReadReplica,
-        };
+        // Copied out of the lock: the change stream's reader is not held up meanwhile.
+        self.read_shared(id, from).await.map(Arc::unwrap_or_clone)
+    }
+
+    async fn read_shared(&self, id: &str, from: ReadFrom) -> Result<Arc<Versioned>, StoreError> {
+        let kind = OpKind::read_from(from);
         self.enter(kind).await?;
         let now = self.clock.now();
-        let version = {
-            let mut state = self.lock_state();
-            match from {
-                ReadFrom::WriteRegion => shared(state.newest(id).ok_or(StoreError::NotFound)?),
-                ReadFrom::Replica => {
-                    let horizon = self.replica_horizon(now);
-                    state.prune(id, horizon);
-                    let history = state.docs.get(id).ok_or(StoreError::NotFound)?;
-                    let visible = history.versions.iter().rev().find(|v| v.committed_at <= horizon);
-                    let visible = visible.or_else(|| history.versions.front().filter(|_| history.pruned));
-                    shared(visible.ok_or(StoreError::NotFound)?)
-                }
+        let mut released = Vec::new();
+        let mut state = self.lock_state();
+        match from {
+            ReadFrom::WriteRegion => shared(state.newest(id).ok_or(StoreError::NotFound)?),
+            ReadFrom::Replica => {
+                let horizon = self.replica_horizon(now);
+                state.prune(id, horizon, &mut released);
+                let history = state.docs.get(id).ok_or(StoreError::NotFound)?;
+                let visible = history.versions.iter().rev().find(|v| v.committed_at <= horizon);
+                let visible = visible.or_else(|| history.versions.front().filter(|_| history.pruned));
+                shared(visible.ok_or(StoreError::NotFound)?)
             }
-        }?;
-        // Copied out of the lock: the change stream's reader is not held up meanwhile.
-        Ok(Versioned::clone(&version))
+        }
     }
 
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
@@ -326,11 +335,13 @@ impl LocationStore for MemoryStore {
         // Kept as written: a document this library made reads back from its JSON as
         // itself, so the round trip through JSON (the replay's largest cost) adds nothing.
         let decoded = Ok(doc.clone());
+        // Declared before the guard, so freed after the lock is released.
+        let mut released = Vec::new();
         let mut state = self.lock_state();
         if state.docs.contains_key(&doc.id) {
             return Err(StoreError::Conflict);
         }
-        let etag = state.commit(&doc.id, decoded, now, self.config.change_log_capacity);
+        let etag = state.commit(&doc.id, decoded, now, self.config.change_log_capacity, &mut released);
         Ok(Committed { etag, committed_at: now })
     }
 
@@ -338,13 +349,14 @@ impl LocationStore for MemoryStore {
         self.enter(OpKind::Replace).await?;
         let now = self.clock.now();
         let decoded = Ok(doc.clone());
+        let mut released = Vec::new();
         let mut state = self.lock_state();
         let current = state.newest(&doc.id).ok_or(StoreError::NotFound)?;
         if &current.etag != if_match {
             return Err(StoreError::PreconditionFailed);
         }
-        let etag = state.commit(&doc.id, decoded, now, self.config.change_log_capacity);
-        state.prune(&doc.id, self.replica_horizon(now));
+        let etag = state.commit(&doc.id, decoded, now, self.config.change_log_capacity, &mut released);
+        state.prune(&doc.id, self.replica_horizon(now), &mut released);
         Ok(Committed { etag, committed_at: now })
     }
 
@@ -366,9 +378,8 @@ impl LocationStore for MemoryStore {
             let skip = usize::try_from((after + 1).saturating_sub(oldest)).unwrap_or(usize::MAX);
             state.log.range(skip.min(state.log.len())..).take(limit).cloned().collect()
         };
-        // Copied out of the lock: the writers are not held up meanwhile.
         let last = page.last().map(|(s, _)| *s);
-        let changes: Vec<Change> = page.into_iter().map(|(_, v)| Change { doc: Versioned::clone(&v) }).collect();
+        let changes: Vec<Change> = page.into_iter().map(|(_, doc)| Change { doc }).collect();
         Ok(ChangeBatch { changes, next: ChangeCursor(last.unwrap_or(after).to_string()) })
     }
 
@@ -461,6 +472,18 @@ mod tests {
         let none = store.read_changes(&ahead, 10).await.unwrap();
         assert!(none.changes.is_empty());
         assert_eq!(none.next, ahead);
+    }
+
+    #[tokio::test]
+    async fn shared_reads_and_the_change_stream_lend_the_stored_version_itself() {
+        let (_clock, store) = store(Duration::ZERO);
+        store.create(&LocationDocument::new("r1", "x")).await.unwrap();
+        let first = store.read_shared("r1", ReadFrom::WriteRegion).await.unwrap();
+        let again = store.read_shared("r1", ReadFrom::Replica).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "one stored version, not a copy per read");
+        let logged = store.read_changes(&ChangeCursor::beginning(), 10).await.unwrap();
+        assert!(Arc::ptr_eq(&logged.changes[0].doc, &first));
+        assert_eq!(store.read("r1", ReadFrom::WriteRegion).await.unwrap(), *first);
     }
 
     #[tokio::test]

@@ -39,7 +39,7 @@ pub struct Committed {
 impl Committed {
     /// Versions of a store whose commit times are true time.
     pub fn exact(history: &[Change]) -> Vec<Committed> {
-        history.iter().map(|c| Committed { from: c.doc.committed_at, version: c.doc.clone() }).collect()
+        history.iter().map(|c| Committed { from: c.doc.committed_at, version: Versioned::clone(&c.doc) }).collect()
     }
 }
 use serde_json::Value;
