@@ -73,7 +73,7 @@ pub enum DocumentError {
 }
 
 /// The routing and lock state of one resource.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LocationDocument {
     /// Resource id (also the partition key).
@@ -182,21 +182,22 @@ impl CallKind {
 #[serde(rename_all = "camelCase")]
 pub struct OperationRecord {
     /// `k:<Idempotency-Key>` from a caller, or `w:<random>` for a call without one (the
-    /// library's own retries recognise their write by it).
-    pub key: String,
+    /// library's own retries recognise their write by it). The record's texts are
+    /// shared between the document's versions: every write copies the records it keeps.
+    pub key: Arc<str>,
     /// Which call it was.
     pub call: CallKind,
     /// Digest of the request (call, body, token): a key reused for another request is
     /// refused.
-    pub request: String,
+    pub request: Arc<str>,
     /// Digest of the token of the lock the call created or acted on (never the token).
-    pub lock: String,
+    pub lock: Arc<str>,
     /// Kept at least until then (the lock's ceiling, so it outlives every lease).
     pub keep_until: DateTime<Utc>,
 }
 
 /// A location and the lock on it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Section {
     /// Region name, e.g. `westeurope`.
@@ -209,7 +210,7 @@ pub struct Section {
 }
 
 /// A migration lock as stored in the document.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LockInfo {
     /// The fencing token every later operation must present.
@@ -241,6 +242,74 @@ pub struct LockInfo {
     /// Fields written by other versions, preserved on rewrite.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// A copy of `extra`, which is empty in nearly every document: cloning even an empty
+/// map walks its table, and a clone of a document has five of them (a lock call makes
+/// several clones). Every other field is cloned as `derive(Clone)` would; the impls
+/// below destructure the structs, so a new field cannot be left out.
+fn clone_extra(extra: &Map<String, Value>) -> Map<String, Value> {
+    if extra.is_empty() {
+        Map::new()
+    } else {
+        extra.clone()
+    }
+}
+
+impl Clone for LocationDocument {
+    fn clone(&self) -> Self {
+        let Self { id, schema_version, primary, secondary, migrating, pending, operations, extra } = self;
+        Self {
+            id: id.clone(),
+            schema_version: *schema_version,
+            primary: primary.clone(),
+            secondary: secondary.clone(),
+            migrating: *migrating,
+            pending: pending.clone(),
+            operations: operations.clone(),
+            extra: clone_extra(extra),
+        }
+    }
+}
+
+impl Clone for Section {
+    fn clone(&self) -> Self {
+        let Self { location, lock, extra } = self;
+        Self { location: location.clone(), lock: lock.clone(), extra: clone_extra(extra) }
+    }
+}
+
+impl Clone for LockInfo {
+    fn clone(&self) -> Self {
+        let Self {
+            token,
+            phase,
+            owner,
+            acquired_at,
+            effective_at,
+            expires_at,
+            pre_lock_expires_at,
+            max_expires_at,
+            renewals,
+            convergence_delay_seconds,
+            phase_since,
+            extra,
+        } = self;
+        Self {
+            token: token.clone(),
+            phase: *phase,
+            owner: owner.clone(),
+            acquired_at: *acquired_at,
+            effective_at: *effective_at,
+            expires_at: *expires_at,
+            pre_lock_expires_at: *pre_lock_expires_at,
+            max_expires_at: *max_expires_at,
+            renewals: *renewals,
+            convergence_delay_seconds: *convergence_delay_seconds,
+            phase_since: *phase_since,
+            extra: clone_extra(extra),
+        }
+    }
 }
 
 /// The lock phases, in escalation order.
@@ -554,6 +623,30 @@ mod tests {
         assert_eq!(written["addedByV1_3"], json!({"nested": [1, 2]}));
         assert_eq!(written["primary"]["tier"], json!("gold"));
         assert_eq!(written["primary"]["location"], json!("northeurope"));
+    }
+
+    #[test]
+    fn a_clone_keeps_unknown_fields_at_every_level() {
+        let lock = json!({
+            "token": "t", "phase": "preLock", "owner": "o", "acquiredAt": "2026-01-01T00:00:00Z",
+            "effectiveAt": "2026-01-01T00:01:00Z", "expiresAt": "2026-01-01T01:00:00Z",
+            "preLockExpiresAt": "2026-01-01T01:00:00Z", "maxExpiresAt": "2026-01-01T02:00:00Z",
+            "renewals": 0, "lockedBy": "v1.3"
+        });
+        let stored = json!({
+            "id": "r", "schemaVersion": 1, "migrating": true,
+            "primary": {"location": "westeurope", "lock": lock, "tier": "gold"},
+            "secondary": {"location": "northeurope", "lock": null, "zone": 2},
+            "addedByV1_3": {"nested": [1, 2]}
+        });
+        let doc = LocationDocument::from_json(stored.clone()).unwrap();
+        let copy = doc.clone();
+        assert_eq!(copy, doc);
+        assert_eq!(copy.to_json(), doc.to_json());
+        assert_eq!(copy.primary.lock.as_ref().unwrap().extra["lockedBy"], json!("v1.3"));
+        assert_eq!(copy.secondary.as_ref().unwrap().extra["zone"], json!(2));
+        let plain = LocationDocument::new("r", "westeurope");
+        assert_eq!(plain.clone(), plain);
     }
 
     #[test]

@@ -559,7 +559,7 @@ fn void(doc: LocationDocument, pending: PendingEffect) -> LocationDocument {
         return doc;
     };
     let own = pending.key;
-    let operations = Arc::new(doc.operations.iter().filter(|r| Some(&r.key) != own.as_ref()).cloned().collect());
+    let operations = Arc::new(doc.operations.iter().filter(|r| Some(&*r.key) != own.as_deref()).cloned().collect());
     LocationDocument { operations, pending: None, extra: doc.extra, ..Arc::unwrap_or_clone(previous) }
 }
 
@@ -717,8 +717,8 @@ pub fn decide(
     policy: &LockPolicy,
     now: DateTime<Utc>,
 ) -> Result<Decided, LockError> {
-    if let Some(record) = doc.operations.iter().find(|r| r.key == key) {
-        if record.call != call.kind() || record.request != call.request_digest() {
+    if let Some(record) = doc.operations.iter().find(|r| &*r.key == key) {
+        if record.call != call.kind() || *record.request != *call.request_digest() {
             return Err(LockError::KeyReused);
         }
         replay(doc, call, record, now)?;
@@ -742,10 +742,10 @@ pub fn decide(
     let operations = Arc::make_mut(&mut next.operations);
     operations.retain(|r| r.keep_until >= now);
     operations.push(OperationRecord {
-        key: key.to_owned(),
+        key: key.into(),
         call: call.kind(),
-        request,
-        lock: token_digest,
+        request: request.into(),
+        lock: token_digest.into(),
         keep_until,
     });
     let excess = operations.len().saturating_sub(MAX_OPERATION_RECORDS);
@@ -765,7 +765,7 @@ fn replay(
 ) -> Result<(), LockError> {
     match call {
         LockCall::PreLock { .. } => match &doc.primary.lock {
-            Some(lock) if lock.token.digest() == record.lock => {
+            Some(lock) if *lock.token.digest() == *record.lock => {
                 if lock.is_live(now) {
                     Ok(())
                 } else {
@@ -781,7 +781,7 @@ fn replay(
 
 /// Whether the call recorded under `key` took effect in this settled document.
 pub fn took_effect(doc: &LocationDocument, key: &str) -> bool {
-    doc.operations.iter().any(|r| r.key == key)
+    doc.operations.iter().any(|r| &*r.key == key)
 }
 
 #[cfg(test)]
