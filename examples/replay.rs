@@ -34,12 +34,15 @@ struct Args {
     /// Service instances (routing clients, each with its own cache).
     #[arg(long, default_value_t = 2)]
     instances: usize,
-    /// Threads making the migrations' steps (the monitor runs beside them).
+    /// Threads making the migrations' steps and the monitor's polls.
     #[arg(long, default_value_t = 2)]
     drivers: usize,
     /// Every n-th migration is released instead of swapped (0: none).
     #[arg(long, default_value_t = 100)]
     release_every: u64,
+    /// Most changes the monitor may fall behind before the drivers wait for it.
+    #[arg(long, default_value_t = ReplayConfig::default().max_monitor_lag)]
+    max_monitor_lag: usize,
 }
 
 fn peak_rss_kib() -> Option<u64> {
@@ -50,8 +53,13 @@ fn peak_rss_kib() -> Option<u64> {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    if args.migrations == 0 || args.instances == 0 || args.drivers == 0 || args.day.is_zero() {
-        eprintln!("replay: --migrations, --instances, --drivers and --day must be positive");
+    if args.migrations == 0
+        || args.instances == 0
+        || args.drivers == 0
+        || args.day.is_zero()
+        || args.max_monitor_lag == 0
+    {
+        eprintln!("replay: --migrations, --instances, --drivers, --day and --max-monitor-lag must be positive");
         return std::process::ExitCode::from(64);
     }
     let config = ReplayConfig {
@@ -60,6 +68,7 @@ fn main() -> std::process::ExitCode {
         instances: args.instances,
         drivers: args.drivers,
         release_every: args.release_every,
+        max_monitor_lag: args.max_monitor_lag,
         ..ReplayConfig::default()
     };
     let runtime =

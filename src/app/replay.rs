@@ -4,11 +4,15 @@
 //! Every lock call goes through [`RoutingClient`] as the reference service makes it
 //! (pre-lock under an idempotency key, hardDelete, write, `prepare_swap` then the swap
 //! under a key, or a release), user reads resolve through another instance's cache,
-//! and the [`Monitor`] follows the store's own change stream on a task of its own,
-//! sweeping as it goes. Time is a [`ManualClock`] the drivers move tick by tick, each
-//! tick a fraction of a virtual second, so a day passes as fast as the code runs; the
-//! drivers (threads, each its own share of the migrations, as orchestrators work side by
-//! side) make every step falling due in a tick, then meet before the clock moves on.
+//! and the [`Monitor`] follows the store's own change stream, sweeping as it goes. Time
+//! is a [`ManualClock`] the drivers move tick by tick, each tick a fraction of a virtual
+//! second, so a day passes as fast as the code runs; the drivers (threads, each its own
+//! share of the migrations, as orchestrators work side by side) make every step falling
+//! due in a tick, then meet before the clock moves on. The monitor's polls are made by
+//! the drivers themselves, a batch every few steps and while one waits for the others
+//! at a tick's end: on two cores a thread of its own would be a third taking turns with
+//! them. The monitor is the same code either way, and never further behind than
+//! [`ReplayConfig::max_monitor_lag`].
 //! A migration's document is retired from the store once it ends, and the monitor
 //! forgets ended migrations on its sweeps, so memory follows the migrations in flight
 //! rather than the day's total.
@@ -20,8 +24,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt::Write as _;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -43,7 +47,7 @@ pub struct ReplayConfig {
     /// user reads of one migration go to different instances.
     pub instances: usize,
     /// Threads making the migrations' steps, each its own share of the migrations, as
-    /// many orchestrators work side by side (the monitor has a task of its own).
+    /// many orchestrators work side by side; they also make the monitor's polls.
     pub drivers: usize,
     /// Cache TTL of every instance (one tier).
     pub cache_ttl: Duration,
@@ -142,8 +146,8 @@ enum Step {
     End,
 }
 
-/// Runs a replay: the monitor on the current tokio runtime, the drivers on threads of
-/// their own (`config.drivers`).
+/// Runs a replay: the drivers on threads of their own (`config.drivers`), making the
+/// monitor's polls between their steps; the end drained on the current runtime.
 pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     let clock = Arc::new(ManualClock::at_epoch());
     let dyn_clock: Arc<dyn Clock> = clock.clone();
@@ -153,7 +157,8 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     ));
     let policy = LockPolicy::declared(config.cache_ttl, config.replication_bound, Duration::from_secs(3600));
     let monitor_config = MonitorConfig {
-        poll_batch: 4096,
+        // Small: a poll is made between two steps, and holds that driver's next one up.
+        poll_batch: MONITOR_BATCH,
         declared_delay: Some(policy.convergence_delay),
         escalation_buffer: config.escalation_buffer,
         ..MonitorConfig::default()
@@ -173,21 +178,19 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
         .collect();
 
     let started = Instant::now();
-    let applied = Arc::new(AtomicU64::new(0));
-    let driving = Arc::new(AtomicBool::new(true));
-    let follower = tokio::spawn(follow(monitor.clone(), dyn_clock.clone(), applied.clone(), driving.clone()));
-    let mut report = drive(&config, &clock, &store, clients, &applied).await;
-    driving.store(false, Ordering::Release);
-    let peaks = follower.await.expect("the monitor task does not panic")?;
+    let (mut report, followed) = drive(&config, &clock, &store, &monitor, clients).await;
+    if let Some(failure) = followed.failure {
+        return Err(failure);
+    }
 
     // Past every lease and the lapse grace: a lock still standing now is an orphan.
     clock.advance(Duration::from_secs(3600) + monitor.config().lapse_grace);
-    monitor.drain().await?;
+    let rest = monitor.drain().await?;
     monitor.sweep();
     report.wall = started.elapsed();
     report.virtual_span = crate::clock::span(ManualClock::at_epoch().now(), clock.now());
     report.store = store.counts();
-    report.changes = applied.load(Ordering::Acquire);
+    report.changes = followed.applied + rest as u64;
     report.swapped = monitor.outcomes(Outcome::Swapped);
     report.released = monitor.outcomes(Outcome::Released);
     report.lapsed = monitor.outcomes(Outcome::Lapsed);
@@ -195,47 +198,16 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     report.partial_cutovers = monitor.partial_cutovers();
     report.orphaned_locks = monitor.orphaned_locks();
     report.in_flight_at_end = monitor.in_flight();
-    (report.peak_in_flight, report.peak_timelines, report.peak_monitor_bytes) = peaks;
+    (report.peak_in_flight, report.peak_timelines, report.peak_monitor_bytes) = followed.peaks;
     Ok(report)
 }
 
-/// The monitor's side: follows the change stream while the driver runs, sweeping every
-/// `sweep_interval` of virtual time; returns its peaks (in flight, timelines, bytes).
-async fn follow(
-    monitor: Arc<Monitor>,
-    clock: Arc<dyn Clock>,
-    applied: Arc<AtomicU64>,
-    driving: Arc<AtomicBool>,
-) -> Result<(usize, usize, usize), MonitorError> {
-    let sweep_every = crate::clock::to_chrono(monitor.config().sweep_interval);
-    let mut next_sweep = clock.now() + sweep_every;
-    let mut peaks = (0, 0, 0);
-    loop {
-        // Read before the poll: once the driver has stopped, a poll that then comes
-        // back short has read everything.
-        let still_driving = driving.load(Ordering::Acquire);
-        let n = monitor.poll_once().await?;
-        applied.fetch_add(n as u64, Ordering::Release);
-        if clock.now() >= next_sweep {
-            monitor.sweep();
-            next_sweep = clock.now() + sweep_every;
-            let retained = monitor.retained();
-            peaks.0 = peaks.0.max(monitor.in_flight());
-            if retained.timelines > peaks.1 {
-                (peaks.1, peaks.2) = (retained.timelines, retained.bytes);
-            }
-        }
-        if n < monitor.config().poll_batch {
-            if !still_driving {
-                return Ok(peaks);
-            }
-            if n == 0 {
-                // Caught up: let the driver write a batch rather than spin on a core.
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        }
-    }
-}
+/// How many steps a driver makes between two polls of the monitor.
+const POLL_EVERY: u32 = 16;
+
+/// Changes per monitor poll: about what the drivers write between two polls, so the
+/// monitor keeps pace with a poll every [`POLL_EVERY`] steps of either driver.
+const MONITOR_BATCH: usize = 128;
 
 /// How many migration starts one tick of virtual time holds, at most: enough work per
 /// tick that the drivers' meeting at its end costs next to nothing, few enough that a
@@ -257,9 +229,15 @@ struct Drivers {
     clock: Arc<ManualClock>,
     store: Arc<MemoryStore>,
     clients: Vec<RoutingClient>,
-    applied: Arc<AtomicU64>,
+    monitor: Arc<Monitor>,
+    /// Whether a driver is polling the monitor now: another one does not queue behind it.
+    polling: AtomicBool,
+    /// What the drivers' polls made of the stream.
+    followed: Mutex<Followed>,
     /// Where the drivers meet between ticks.
     barrier: Barrier,
+    /// How many drivers have reached the meeting after this tick.
+    arrived: AtomicUsize,
     /// Each driver's next step (virtual nanoseconds from the origin), `i64::MAX` once
     /// it has none left.
     next_at: Vec<AtomicI64>,
@@ -268,29 +246,42 @@ struct Drivers {
     tick_end: AtomicI64,
     /// Virtual time of the next cache eviction (leader only).
     next_eviction: AtomicI64,
+    /// Virtual time of the monitor's next sweep (leader only).
+    next_sweep: AtomicI64,
     /// Whether this tick begins with the caches' eviction, which the drivers share out.
     evict: AtomicBool,
     /// Most documents the store held at once, sampled between ticks.
     peak_documents: AtomicUsize,
 }
 
+/// What the monitor made of the stream while the drivers ran.
+#[derive(Debug, Default)]
+struct Followed {
+    /// Changes applied.
+    applied: u64,
+    /// Most in flight, timelines and the monitor's bytes at that peak, sampled at sweeps.
+    peaks: (usize, usize, usize),
+    /// The first poll that failed: the drivers stop polling and the replay fails.
+    failure: Option<MonitorError>,
+}
+
 /// The orchestrators' and users' side: every migration's steps, on `config.drivers`
-/// threads of their own.
+/// threads of their own, with the monitor's polls in between.
 ///
 /// Virtual time moves in ticks. Between ticks the drivers meet; the last to arrive
-/// sets the clock to the next tick's end and waits for the monitor to catch up; then
-/// every driver evicts its share of the caches when that is due and makes, in order,
-/// the steps of its own migrations (migration `m` belongs to driver `m % drivers`)
-/// that fall due by the tick's end. A step's successor is scheduled from when the step was made, as an
-/// orchestrator waits from when it heard back, so a step made late by part of a tick
-/// never shortens the wait the lock rules count on.
+/// sets the clock to the next tick's end and lets the monitor catch up and sweep when
+/// due; then every driver evicts its share of the caches when that is due and makes,
+/// in order, the steps of its own migrations (migration `m` belongs to driver
+/// `m % drivers`) that fall due by the tick's end. A step's successor is scheduled from
+/// when the step was made, as an orchestrator waits from when it heard back, so a step
+/// made late by part of a tick never shortens the wait the lock rules count on.
 async fn drive(
     config: &ReplayConfig,
     clock: &Arc<ManualClock>,
     store: &Arc<MemoryStore>,
+    monitor: &Arc<Monitor>,
     clients: Vec<RoutingClient>,
-    applied: &Arc<AtomicU64>,
-) -> ReplayReport {
+) -> (ReplayReport, Followed) {
     let n = config.drivers.max(1);
     let spacing_ns = (config.day.as_nanos() / u128::from(config.migrations.max(1))) as i64;
     // A tick writes about four changes per start: at most half the allowed monitor lag,
@@ -304,11 +295,15 @@ async fn drive(
         clock: clock.clone(),
         store: store.clone(),
         clients,
-        applied: applied.clone(),
+        monitor: monitor.clone(),
+        polling: AtomicBool::new(false),
+        followed: Mutex::new(Followed::default()),
         barrier: Barrier::new(n),
+        arrived: AtomicUsize::new(0),
         next_at: (0..n).map(|_| AtomicI64::new(i64::MAX)).collect(),
         tick_end: AtomicI64::new(0),
         next_eviction: AtomicI64::new(config.cache_ttl.as_nanos() as i64),
+        next_sweep: AtomicI64::new(monitor.config().sweep_interval.as_nanos() as i64),
         evict: AtomicBool::new(false),
         peak_documents: AtomicUsize::new(0),
     });
@@ -324,7 +319,7 @@ async fn drive(
                 if driven.is_err() {
                     // Keep meeting the others, with nothing left to do, until they are
                     // done: a driver missing from the barrier would hold them forever.
-                    while shared.meet(d, i64::MAX) != i64::MAX {}
+                    while runtime.block_on(shared.meet(d, i64::MAX)) != i64::MAX {}
                 }
                 driven
             })
@@ -343,7 +338,8 @@ async fn drive(
         report.first_failures.extend(part.first_failures.into_iter().take(room));
     }
     report.peak_documents = shared.peak_documents.load(Ordering::Acquire);
-    report
+    let followed = std::mem::take(&mut *shared.lock_followed());
+    (report, followed)
 }
 
 /// Driver `d`'s side of [`drive`]: its migrations' steps, tick by tick.
@@ -367,6 +363,7 @@ async fn drive_own(shared: &Drivers, d: usize) -> ReplayReport {
     let mut tokens: HashMap<u64, LockToken> = HashMap::new();
     let mut next_start = d as u64;
     let mut id = String::new();
+    let mut since_poll = 0u32;
     // When this driver's next step falls due, and whether it is a migration's start (a
     // queued step goes first when both fall at the same instant).
     let next_due = |pending: &BinaryHeap<Reverse<(i64, u64, Step)>>, next_start: u64| -> Option<(i64, bool)> {
@@ -380,7 +377,7 @@ async fn drive_own(shared: &Drivers, d: usize) -> ReplayReport {
     };
     loop {
         let due = next_due(&pending, next_start).map_or(i64::MAX, |(at, _)| at);
-        let end = shared.meet(d, due);
+        let end = shared.meet(d, due).await;
         if end == i64::MAX {
             return report;
         }
@@ -421,17 +418,28 @@ async fn drive_own(shared: &Drivers, d: usize) -> ReplayReport {
                     shared.store.retire(&id);
                 }
             }
+            since_poll += 1;
+            if since_poll == POLL_EVERY {
+                since_poll = 0;
+                shared.poll_monitor().await;
+            }
         }
     }
 }
 
 impl Drivers {
     /// Driver `d` meets the others between ticks, its next step due at `due`; returns
-    /// the end of the tick to run, `i64::MAX` once no driver has a step left.
-    fn meet(&self, d: usize, due: i64) -> i64 {
+    /// the end of the tick to run, `i64::MAX` once no driver has a step left. A driver
+    /// that arrives before the others polls the monitor while it waits.
+    async fn meet(&self, d: usize, due: i64) -> i64 {
         self.next_at[d].store(due, Ordering::Release);
+        let drivers = self.next_at.len();
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 < drivers {
+            while self.arrived.load(Ordering::Acquire) < drivers && self.poll_monitor().await > 0 {}
+        }
         if self.barrier.wait().is_leader() {
-            self.plan_tick();
+            self.arrived.store(0, Ordering::Release);
+            self.plan_tick().await;
         }
         self.barrier.wait();
         self.tick_end.load(Ordering::Acquire)
@@ -439,8 +447,8 @@ impl Drivers {
 
     /// The leader's work between ticks: the next tick's end (the earliest due step,
     /// rounded up to a whole tick), the clock set to it, whether the caches' eviction
-    /// is due, and the monitor given time to catch up.
-    fn plan_tick(&self) {
+    /// is due, the monitor brought within the allowed lag, and its sweep when due.
+    async fn plan_tick(&self) {
         let tick_ns = self.tick_ns;
         let due = self.next_at.iter().map(|a| a.load(Ordering::Acquire)).min().unwrap_or(i64::MAX);
         if due == i64::MAX {
@@ -457,13 +465,60 @@ impl Drivers {
         self.evict.store(evict, Ordering::Release);
         // Each tick writes far fewer changes than the log's slack (the log holds twice
         // the allowed lag), so none is dropped unread.
-        while self.store.changes_logged().saturating_sub(self.applied.load(Ordering::Acquire))
+        while self.store.changes_logged().saturating_sub(self.lock_followed().applied)
             > self.config.max_monitor_lag as u64
         {
-            std::thread::sleep(Duration::from_micros(200));
+            if self.poll_monitor().await == 0 {
+                break;
+            }
+        }
+        if end >= self.next_sweep.load(Ordering::Acquire) {
+            self.next_sweep
+                .store(end.saturating_add(self.monitor.config().sweep_interval.as_nanos() as i64), Ordering::Release);
+            self.sweep_monitor();
         }
         self.peak_documents.fetch_max(self.store.len(), Ordering::AcqRel);
         self.tick_end.store(end, Ordering::Release);
+    }
+
+    /// Applies one batch of the change stream, unless another driver is polling or a
+    /// poll has failed; returns how many changes it applied.
+    async fn poll_monitor(&self) -> usize {
+        if self.polling.swap(true, Ordering::AcqRel) {
+            return 0;
+        }
+        let polled = if self.lock_followed().failure.is_some() { Ok(0) } else { self.monitor.poll_once().await };
+        self.polling.store(false, Ordering::Release);
+        let mut followed = self.lock_followed();
+        match polled {
+            Ok(n) => {
+                followed.applied += n as u64;
+                n
+            }
+            Err(e) => {
+                followed.failure.get_or_insert(e);
+                0
+            }
+        }
+    }
+
+    /// Ends the lapsed timelines, and samples the monitor's peaks.
+    fn sweep_monitor(&self) {
+        self.monitor.sweep();
+        let retained = self.monitor.retained();
+        let in_flight = self.monitor.in_flight();
+        let mut followed = self.lock_followed();
+        let peaks = &mut followed.peaks;
+        peaks.0 = peaks.0.max(in_flight);
+        if retained.timelines > peaks.1 {
+            (peaks.1, peaks.2) = (retained.timelines, retained.bytes);
+        }
+    }
+
+    /// What the polls made of the stream. A driver that panicked holding it left it
+    /// whole (every update is one assignment), so its poison is not passed on.
+    fn lock_followed(&self) -> std::sync::MutexGuard<'_, Followed> {
+        self.followed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
