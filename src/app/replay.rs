@@ -458,11 +458,7 @@ impl Drivers {
         let end =
             due.div_euclid(tick_ns).saturating_add(i64::from(due.rem_euclid(tick_ns) != 0)).saturating_mul(tick_ns);
         self.clock.set(self.origin + chrono::TimeDelta::nanoseconds(end));
-        let evict = end >= self.next_eviction.load(Ordering::Acquire);
-        if evict {
-            self.next_eviction.store(end.saturating_add(self.config.cache_ttl.as_nanos() as i64), Ordering::Release);
-        }
-        self.evict.store(evict, Ordering::Release);
+        self.evict.store(falls_due(&self.next_eviction, end, self.config.cache_ttl), Ordering::Release);
         // Each tick writes far fewer changes than the log's slack (the log holds twice
         // the allowed lag), so none is dropped unread.
         while self.store.changes_logged().saturating_sub(self.lock_followed().applied)
@@ -472,9 +468,7 @@ impl Drivers {
                 break;
             }
         }
-        if end >= self.next_sweep.load(Ordering::Acquire) {
-            self.next_sweep
-                .store(end.saturating_add(self.monitor.config().sweep_interval.as_nanos() as i64), Ordering::Release);
+        if falls_due(&self.next_sweep, end, self.monitor.config().sweep_interval) {
             self.sweep_monitor();
         }
         self.peak_documents.fetch_max(self.store.len(), Ordering::AcqRel);
@@ -520,6 +514,17 @@ impl Drivers {
     fn lock_followed(&self) -> std::sync::MutexGuard<'_, Followed> {
         self.followed.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// Whether something done every `every` of virtual time, next at `next`, falls due in
+/// the tick ending at `end`; if so, the next time is `every` after this tick's end.
+/// (Leader only: the drivers read neither between the meetings.)
+fn falls_due(next: &AtomicI64, end: i64, every: Duration) -> bool {
+    let due = end >= next.load(Ordering::Acquire);
+    if due {
+        next.store(end.saturating_add(every.as_nanos() as i64), Ordering::Release);
+    }
+    due
 }
 
 fn text(e: RoutingError) -> String {
