@@ -173,10 +173,10 @@ impl MemoryStore {
     /// tests that need what this library would never write (another schema version, a
     /// forged partial cutover).
     pub fn put_raw(&self, id: &str, json: Value) -> ETag {
-        let now = self.clock.now();
         let decoded = LocationDocument::from_json(json);
         let mut released = Vec::new();
         let mut state = self.lock_state();
+        let now = self.clock.now();
         let etag = state.commit(id, decoded, now, self.config.change_log_capacity, &mut released);
         state.prune(id, self.replica_horizon(now), &mut released);
         etag
@@ -331,13 +331,15 @@ impl LocationStore for MemoryStore {
 
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
         self.enter(OpKind::Create).await?;
-        let now = self.clock.now();
         // Kept as written: a document this library made reads back from its JSON as
         // itself, so the round trip through JSON (the replay's largest cost) adds nothing.
         let decoded = Ok(doc.clone());
         // Declared before the guard, so freed after the lock is released.
         let mut released = Vec::new();
         let mut state = self.lock_state();
+        // Read under the lock: the commit time is when the write commits, never when it
+        // began waiting to (see `a_commit_is_stamped_when_it_commits`).
+        let now = self.clock.now();
         if state.docs.contains_key(&doc.id) {
             return Err(StoreError::Conflict);
         }
@@ -347,10 +349,11 @@ impl LocationStore for MemoryStore {
 
     async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
         self.enter(OpKind::Replace).await?;
-        let now = self.clock.now();
         let decoded = Ok(doc.clone());
         let mut released = Vec::new();
         let mut state = self.lock_state();
+        // Under the lock, as in `create`.
+        let now = self.clock.now();
         let current = state.newest(&doc.id).ok_or(StoreError::NotFound)?;
         if &current.etag != if_match {
             return Err(StoreError::PreconditionFailed);
@@ -403,6 +406,67 @@ mod tests {
         let clock = Arc::new(ManualClock::at_epoch());
         let store = MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: lag, change_log_capacity: 4 });
         (clock, store)
+    }
+
+    /// A clock that holds up the caller of its next reading until told to go on: a
+    /// writer stalled right after it read the time.
+    #[derive(Debug)]
+    struct StallingClock {
+        inner: ManualClock,
+        stall_next: std::sync::atomic::AtomicBool,
+        stalled: std::sync::mpsc::SyncSender<()>,
+        go_on: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl Clock for StallingClock {
+        fn now(&self) -> DateTime<Utc> {
+            let now = self.inner.now();
+            if self.stall_next.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                let _ = self.stalled.send(());
+                let _ = self.go_on.lock().unwrap().recv();
+            }
+            now
+        }
+    }
+
+    /// The commit time is what a lease-bound write is judged by (`lifecycle::settle`): a
+    /// renewal stamped before it waited for the store, and committed after the lease
+    /// lapsed, would count as landing in time, contradicting readers that saw the lapse.
+    /// So a writer that stalls while another commits must still be stamped after it:
+    /// the change stream's commit times never go backwards.
+    #[test]
+    fn a_commit_is_stamped_when_it_commits() {
+        let (stalled_tx, stalled_rx) = std::sync::mpsc::sync_channel(1);
+        let (go_tx, go_rx) = std::sync::mpsc::channel();
+        let clock = Arc::new(StallingClock {
+            inner: ManualClock::at_epoch(),
+            stall_next: Default::default(),
+            stalled: stalled_tx,
+            go_on: std::sync::Mutex::new(go_rx),
+        });
+        let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+        let a = LocationDocument::new("a", "westeurope");
+        let first = futures::executor::block_on(store.create(&a)).unwrap();
+        clock.stall_next.store(true, std::sync::atomic::Ordering::SeqCst);
+        let stalled = std::thread::spawn({
+            let store = store.clone();
+            move || futures::executor::block_on(store.replace(&a, &first.etag)).unwrap()
+        });
+        stalled_rx.recv().unwrap();
+        // While the first writer is held up, time passes and another writer comes.
+        clock.inner.advance(Duration::from_secs(1));
+        let other = std::thread::spawn({
+            let store = store.clone();
+            move || futures::executor::block_on(store.create(&LocationDocument::new("b", "westeurope"))).unwrap()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        go_tx.send(()).unwrap();
+        stalled.join().unwrap();
+        other.join().unwrap();
+        let log = futures::executor::block_on(store.read_changes(&ChangeCursor::default(), 10)).unwrap();
+        let times: Vec<DateTime<Utc>> = log.changes.iter().map(|c| c.doc.committed_at).collect();
+        assert_eq!(times.len(), 3);
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "commit times out of commit order: {times:?}");
     }
 
     #[tokio::test]
