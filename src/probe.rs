@@ -19,5 +19,6 @@ pub mod state;
 pub mod status;
 pub mod status_page;
 pub mod target;
+mod tls_refusal;
 pub mod validate;
 pub mod vocabulary;

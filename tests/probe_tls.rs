@@ -148,6 +148,36 @@ async fn mutual_tls_refuses_a_probe_without_its_client_certificate() {
     assert!(identified.stdout.contains("validate: PASSED"), "{}", identified.stdout);
 }
 
+/// With TLS 1.3 the service refuses a probe without a client certificate only after the
+/// handshake, by an alert the HTTP client may read before or after it has handed the
+/// connection its request: after, it reports just "connection was not ready". Whichever
+/// happens, the probe's error names the refusal's alert (read off a connection of its
+/// own when the HTTP client lost it): asked many times, on fresh connections, it always
+/// does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_refusal_of_a_probe_without_its_client_certificate_always_names_the_alert() {
+    use lockprobe::probe::credentials::{TargetTls, TlsFiles};
+    use lockprobe::probe::target::{TargetClient, TargetError};
+    let pki = Pki::generate();
+    let svc = service(&pki, true).await;
+    let tls = TargetTls::load(&TlsFiles { ca_file: Some(pki.server_ca.clone()), ..TlsFiles::default() }).unwrap();
+    let mut diagnosed = 0;
+    for attempt in 0..50 {
+        // A new client each time: a new connection, a new race.
+        let client = TargetClient::with_tls(&svc.urls, KEY, "probe-", Duration::from_secs(3), &tls).unwrap();
+        match client.route(attempt % 2, "probe-tls").await {
+            Err(TargetError::Transport(why)) => {
+                assert!(why.contains("CertificateRequired"), "attempt {attempt}: the alert is named: {why}");
+                diagnosed += usize::from(why.contains("on a connection of the probe's own"));
+            }
+            other => panic!("attempt {attempt}: the service must refuse the connection, got {other:?}"),
+        }
+    }
+    eprintln!(
+        "{diagnosed} of 50 refusals lost their alert in the HTTP client and were read off the probe's own connection"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_key_file_fails_the_cycle_on_the_services_403() {
     let pki = Pki::generate();

@@ -126,6 +126,16 @@ impl TargetTls {
         Ok(tls)
     }
 
+    /// The client identity as DER, for a TLS connection the probe makes itself
+    /// ([`super::tls_refusal`]); `None` without one (or, which [`Self::load`] rules out,
+    /// one that does not parse).
+    pub(crate) fn identity_der(&self) -> Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+        let pem = self.identity_pem.as_deref()?;
+        let chain = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>().ok()?;
+        let key = PrivateKeyDer::from_pem_slice(pem).ok()?;
+        Some((chain, key))
+    }
+
     /// Whether anything is configured beyond the defaults.
     pub fn is_default(&self) -> bool {
         self.roots.is_empty() && self.identity_pem.is_none()

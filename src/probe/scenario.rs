@@ -112,6 +112,7 @@ impl Scenario {
     ) -> Result<Self, TargetError> {
         let client = TargetClient::sharing(
             clients.client(&settings.tls)?,
+            &settings.tls,
             &settings.instances,
             &settings.api_key,
             &settings.test_prefix,

@@ -206,6 +206,9 @@ fn build_client(tls: &TargetTls) -> Result<reqwest::Client, TargetError> {
 #[derive(Clone)]
 pub struct TargetClient {
     http: Arc<reqwest::Client>,
+    /// The TLS material `http` was built with: the identity a refused connection is
+    /// diagnosed with ([`super::tls_refusal`]).
+    tls: TargetTls,
     request_timeout: Duration,
     instances: Vec<String>,
     api_key: String,
@@ -257,13 +260,15 @@ impl TargetClient {
         request_timeout: Duration,
         tls: &TargetTls,
     ) -> Result<Self, TargetError> {
-        Ok(Self::sharing(Arc::new(build_client(tls)?), instances, api_key, prefix, request_timeout))
+        Ok(Self::sharing(Arc::new(build_client(tls)?), tls, instances, api_key, prefix, request_timeout))
     }
 
     /// [`TargetClient::new`] on an HTTP client shared with other targets (see
-    /// [`HttpClients`]); every request still times out after `request_timeout`.
+    /// [`HttpClients`]), built with `tls`; every request still times out after
+    /// `request_timeout`.
     pub fn sharing(
         http: Arc<reqwest::Client>,
+        tls: &TargetTls,
         instances: &[String],
         api_key: &str,
         prefix: &str,
@@ -271,6 +276,7 @@ impl TargetClient {
     ) -> Self {
         Self {
             http,
+            tls: tls.clone(),
             request_timeout,
             instances: instances.iter().map(|s| s.trim_end_matches('/').to_string()).collect(),
             api_key: api_key.to_string(),
@@ -343,8 +349,12 @@ impl TargetClient {
 
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<Reply, TargetError> {
         let started = Instant::now();
-        let resp =
-            req.timeout(self.request_timeout).send().await.map_err(|e| TargetError::Transport(error_chain(&e)))?;
+        let request = req.timeout(self.request_timeout).build().map_err(|e| TargetError::Transport(error_chain(&e)))?;
+        let url = request.url().clone();
+        let resp = match self.http.execute(request).await {
+            Ok(resp) => resp,
+            Err(e) => return Err(TargetError::Transport(self.explained(&url, error_chain(&e)).await)),
+        };
         let status = resp.status().as_u16();
         let header = |name: &str| resp.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
         let retry_after = header("retry-after");
@@ -367,6 +377,19 @@ impl TargetClient {
             None
         };
         Ok(Reply { status, body, problem, retry_after, timing, store_region, elapsed: started.elapsed() })
+    }
+
+    /// A transport error on an `https` instance, with why the server refused the TLS
+    /// connection when the error does not say ([`super::tls_refusal`]): the refusal
+    /// reads the same whatever the timing.
+    async fn explained(&self, url: &reqwest::Url, chain: String) -> String {
+        if url.scheme() != "https" || chain.contains("alert") {
+            return chain;
+        }
+        match super::tls_refusal::refusal(url, &self.tls).await {
+            Some(why) => format!("{chain}; on a connection of the probe's own, {why}"),
+            None => chain,
+        }
     }
 
     fn lock_call(&self, method: reqwest::Method, url: String, key: &CallKey) -> reqwest::RequestBuilder {
