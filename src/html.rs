@@ -382,6 +382,7 @@ th,td{border:1px solid var(--border);padding:.2em .5em;text-align:left;vertical-
 th{background:var(--bg)}
 td{font-variant-numeric:tabular-nums}
 tr.fail td,td.fail{background:var(--fail-bg);color:var(--fail-fg);font-weight:600}
+tr.inconclusive td{font-style:italic}
 details{margin:.3em 0}
 details>summary{cursor:pointer}
 details.step{margin-left:.6em}

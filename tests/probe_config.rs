@@ -60,6 +60,8 @@ fn bad_fields_exit_64_naming_the_field() {
         ("jitter = \"5m\"", "jitter = \"5m\"\njiter = \"1m\"", "jiter"),
         ("short_write = \"30s\"", "short_write = \"10m\"", "targets[0].leases.short_write"),
         ("listen = \"127.0.0.1:9464\"", "listen = \"localhost\"", "listen"),
+        ("concurrency = 2", "concurrency = 2\nmax_inconclusive = 1.5", "targets[0].max_inconclusive"),
+        ("concurrency = 2", "concurrency = 2\nmax_inconclusive = -0.1", "targets[0].max_inconclusive"),
     ] {
         let (code, stdout, stderr) = check(&GOOD.replace(from, to));
         assert_eq!(code, Some(64), "{to}: {stdout}{stderr}");

@@ -149,6 +149,8 @@ fn scenario(url: &str, state: Arc<StateFile>) -> Scenario {
         concurrent_pre_locks: 4,
         owner: "test".into(),
         eager: false,
+        max_inconclusive: lockprobe::probe::settings::DEFAULT_MAX_INCONCLUSIVE,
+        clock: std::sync::Arc::new(lockprobe::clock::SystemClock),
     };
     Scenario::new(settings, state, Arc::new(TracingObserver)).unwrap()
 }
@@ -172,22 +174,29 @@ fn resources() -> Vec<String> {
 fn failed_ops(r: &CycleReport, check: &str) -> Vec<(String, String, String)> {
     r.assertions
         .iter()
-        .filter(|a| a.check == check && !a.passed)
+        .filter(|a| a.check == check && a.failed())
         .map(|a| (a.op.to_string(), a.expected.to_string(), a.observed.to_string()))
         .collect()
 }
 
 /// A yes-man accepts the early escalation. With 3 s to `effectiveAt` the probe's
 /// escalation (answered within milliseconds) surely came before it: the check fails. With none (`effectiveAt` =
-/// `acquiredAt`) the escalation may have come after it, as from an overloaded probe: the
-/// check is not judged, and the report says so.
+/// `acquiredAt`) the escalation may have come after it, as from an overloaded probe: it
+/// is inconclusive, with why, and the check, which decided nothing, fails as
+/// `inconclusive` rather than passing.
 #[tokio::test]
 async fn an_early_escalation_is_judged_only_when_it_surely_came_before_effective_at() {
     let escalate_early = |r: &CycleReport| {
         let failed =
             failed_ops(r, "negative/escalate-early").iter().any(|(op, _, obs)| op == "escalate-early" && obs == "200");
-        let noted = r.notes.iter().any(|n| n.starts_with("negative/escalate-early not judged"));
-        (failed, noted)
+        let inconclusive = r.assertions.iter().any(|a| {
+            a.check == "negative/escalate-early" && a.op.as_str() == "escalate-early" && a.inconclusive.is_some()
+        }) && failed_ops(r, "negative/escalate-early").contains(&(
+            "decided".into(),
+            "decided".into(),
+            "inconclusive".into(),
+        ));
+        (failed, inconclusive)
     };
     for (after, expected) in [(Duration::from_secs(3), (true, false)), (Duration::ZERO, (false, true))] {
         let fake = Fake { declared: 0.1, grant_status: 201, effective_after: Some(after), ..Fake::default() };

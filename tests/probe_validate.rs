@@ -452,6 +452,17 @@ async fn bad_usage_exits_64_naming_the_flag() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--buffer"), "{out:?}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["validate", "--endpoint", "http://127.0.0.1:9", "--max-inconclusive", "1.5"])
+        .env("LOCKPROBE_LOCK_API_KEY", "k")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--max-inconclusive: must be a share from 0 to 1"),
+        "{out:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

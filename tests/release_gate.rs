@@ -190,6 +190,9 @@ fn bad_gate_flags_are_refused_with_exit_64_naming_the_flag() {
         (&["--profile", "meteor-strike"][..], "--profile"),
         (&["--instances", "1"][..], "--instances"),
         (&["--profile-timeout", "soon"][..], "--profile-timeout"),
+        (&["--max-inconclusive", "1.5"][..], "--max-inconclusive"),
+        (&["--max-inconclusive", "NaN"][..], "--max-inconclusive"),
+        (&["--inconclusive-retries", "11"][..], "--inconclusive-retries"),
     ] {
         let out = gate(args);
         let err = String::from_utf8_lossy(&out.stderr);

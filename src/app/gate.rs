@@ -24,6 +24,7 @@ use crate::probe::observer::TracingObserver;
 use crate::probe::report::{CycleReport, CycleResult};
 use crate::probe::target::TargetClient;
 use crate::probe::validate::{self, ValidateError, ValidateOptions};
+use crate::probe::vocabulary::Op;
 use crate::usage::UsageError;
 
 /// The fault profiles, in the order they run by default.
@@ -145,6 +146,16 @@ pub struct GateArgs {
     /// How long one profile may take, start to end, before it counts as an error.
     #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "3m")]
     pub profile_timeout: Duration,
+    /// The largest share (0 to 1) of a check's operations that may be inconclusive
+    /// (their decision window did not allow holding them to the lock) before the check
+    /// fails as `inconclusive`.
+    #[arg(long, value_name = "SHARE", default_value_t = crate::probe::settings::DEFAULT_MAX_INCONCLUSIVE)]
+    pub max_inconclusive: f64,
+    /// How many more times a profile runs when its only failure is a check that decided
+    /// too little (`inconclusive`): an undecided run is no evidence either way. Every
+    /// attempt is in the report.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=10))]
+    pub inconclusive_retries: u8,
     /// Write the JUnit XML report here (a testsuite per profile).
     #[arg(long)]
     pub junit: Option<PathBuf>,
@@ -171,6 +182,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// passed, 1 otherwise).
 pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
     let candidate = candidate(&args)?;
+    crate::probe::settings::check_max_inconclusive(args.max_inconclusive)
+        .map_err(|why| UsageError::new(format!("--max-inconclusive: {why}")))?;
     let tls = args.tls.load()?;
     let profiles = if args.profiles.is_empty() { Profile::ALL.to_vec() } else { args.profiles.clone() };
     if let Some(dir) = &args.json_dir {
@@ -183,7 +196,7 @@ pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<
             break;
         }
         println!("gate: profile {} ({})", profile.name(), profile.description());
-        let outcome = run_profile(&args, &candidate, &tls, profile, shutdown.clone()).await;
+        let outcome = run_until_decided(&args, &candidate, &tls, profile, shutdown.clone()).await;
         if let (Some(dir), Ok(report)) = (&args.json_dir, &outcome.report) {
             let path = dir.join(format!("{}.json", profile.name()));
             let text = serde_json::to_string_pretty(&report.to_json()).unwrap_or_default();
@@ -202,6 +215,7 @@ pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<
             instances: &outcome.instances,
             report: outcome.report.as_ref().map_err(Clone::clone),
             left_behind: &outcome.left_behind,
+            undecided: &outcome.undecided,
         })
         .collect();
     if let Some(path) = &args.junit {
@@ -246,7 +260,7 @@ fn summarize(runs: &[ProfileRun<'_>]) -> usize {
         match &run.report {
             Err(why) => println!("  {:<20} ERROR  {why}", run.profile),
             Ok(r) => {
-                let bad: Vec<_> = r.assertions.iter().filter(|a| !a.passed).collect();
+                let bad: Vec<_> = r.assertions.iter().filter(|a| a.failed()).collect();
                 let verdict = match (fails, run.beyond_assumptions, bad.is_empty() && r.error.is_none()) {
                     (true, _, _) => "FAILED",
                     (false, true, false) => "REPORTED (beyond the scheme's assumptions)",
@@ -262,6 +276,9 @@ fn summarize(runs: &[ProfileRun<'_>]) -> usize {
                 );
                 for a in bad {
                     println!("    [{}] {}", run.profile, a.line());
+                }
+                for (i, why) in run.undecided.iter().enumerate() {
+                    println!("    [{}] attempt {} decided too little and was run again: {why}", run.profile, i + 1);
                 }
                 if let Some(e) = &r.error {
                     println!("    [{}] error: {e}", run.profile);
@@ -283,11 +300,59 @@ struct ProfileOutcome {
     report: Result<CycleReport, String>,
     /// Live locks left on the run's resources.
     left_behind: Vec<String>,
+    /// Why each earlier attempt at this profile was run again: it decided too little.
+    undecided: Vec<String>,
 }
 
 impl ProfileOutcome {
     fn failed(why: String) -> Self {
-        Self { instances: Vec::new(), report: Err(why), left_behind: Vec::new() }
+        Self { instances: Vec::new(), report: Err(why), left_behind: Vec::new(), undecided: Vec::new() }
+    }
+
+    /// Why this run decided too little to count, when that is its only failure: a
+    /// check over its cap of inconclusive operations, and nothing else wrong.
+    fn only_undecided(&self) -> Option<String> {
+        let report = self.report.as_ref().ok()?;
+        let failed: Vec<_> = report.assertions.iter().filter(|a| a.failed()).collect();
+        let undecided = !failed.is_empty()
+            && failed.iter().all(|a| a.op == Op::Decided)
+            && report.error.is_none()
+            && self.left_behind.is_empty();
+        undecided.then(|| {
+            let why: Vec<String> =
+                failed.iter().map(|a| format!("{}: {}", a.check, a.detail.as_deref().unwrap_or_default())).collect();
+            why.join("; ")
+        })
+    }
+}
+
+/// Runs `profile` until it decides: again (up to `--inconclusive-retries` more times)
+/// while its only failure is a check that left too many operations inconclusive, each
+/// earlier attempt's reason kept for the report.
+async fn run_until_decided(
+    args: &GateArgs,
+    candidate: &PathBuf,
+    tls: &TargetTls,
+    profile: Profile,
+    shutdown: CancellationToken,
+) -> ProfileOutcome {
+    let mut undecided = Vec::new();
+    loop {
+        let mut outcome = run_profile(args, candidate, tls, profile, shutdown.clone()).await;
+        match outcome.only_undecided() {
+            Some(why) if undecided.len() < usize::from(args.inconclusive_retries) && !shutdown.is_cancelled() => {
+                println!(
+                    "gate: profile {} decided too little (attempt {}): {why}; running it again",
+                    profile.name(),
+                    undecided.len() + 1
+                );
+                undecided.push(why);
+            }
+            _ => {
+                outcome.undecided = undecided;
+                return outcome;
+            }
+        }
     }
 }
 
@@ -320,6 +385,7 @@ async fn run_profile(
         tls: tls.clone(),
         eager: true,
         run_id: Some(run_id.clone()),
+        max_inconclusive: args.max_inconclusive,
         ..ValidateOptions::default()
     };
     let cancel = shutdown.child_token();
@@ -347,7 +413,7 @@ async fn run_profile(
             tracing::warn!(profile = profile.name(), "the profile ran out of --profile-timeout");
         }
     }
-    ProfileOutcome { instances, report, left_behind }
+    ProfileOutcome { instances, report, left_behind, undecided: Vec::new() }
 }
 
 /// Live locks on the run's resources once the probe is done: the probe releases every
@@ -452,6 +518,56 @@ mod tests {
             Some((1, "http://127.0.0.1:4321".to_owned()))
         );
         assert_eq!(parse_listening("lockprobe service: declared convergence delay 2s"), None);
+    }
+
+    /// A report of one failed assertion of `op` (and a passed one).
+    fn outcome(op: Op, left_behind: Vec<String>, error: Option<String>) -> ProfileOutcome {
+        use crate::probe::report::{Assertion, CycleResult};
+        use crate::probe::vocabulary::{Outcome, Phase};
+        let a = |op: Op, passed: bool| Assertion {
+            check: "eager/renewal".into(),
+            phase: Phase::Write,
+            op,
+            instance: None,
+            expected: Outcome::Decided,
+            observed: if passed { Outcome::Decided } else { Outcome::Inconclusive },
+            passed,
+            at: chrono::Utc::now(),
+            duration: Duration::ZERO,
+            detail: Some("3 of 3 operations held to the lock were inconclusive".into()),
+            inconclusive: None,
+        };
+        let report = CycleReport {
+            target: "validate".into(),
+            resource: "gate-v1-0".into(),
+            started_at: chrono::Utc::now(),
+            finished_at: chrono::Utc::now(),
+            result: CycleResult::Failed,
+            error,
+            assertions: vec![a(Op::Write, true), a(op, false)],
+            phase_durations: Vec::new(),
+            read_through_seconds: Vec::new(),
+            read_through_client_seconds: Vec::new(),
+            declared_convergence_seconds: None,
+            expected_convergence_seconds: None,
+            observed_convergence: Vec::new(),
+            notes: Vec::new(),
+            store_region_changes: Vec::new(),
+            walk: Default::default(),
+            decisions: Vec::new(),
+        };
+        ProfileOutcome { instances: Vec::new(), report: Ok(report), left_behind, undecided: Vec::new() }
+    }
+
+    #[test]
+    fn only_a_run_whose_sole_failure_is_deciding_too_little_is_run_again() {
+        let why = outcome(Op::Decided, Vec::new(), None).only_undecided();
+        assert_eq!(why.as_deref(), Some("eager/renewal: 3 of 3 operations held to the lock were inconclusive"));
+        // A real failure, an error or a lock left behind is a verdict, never retried away.
+        assert_eq!(outcome(Op::Write, Vec::new(), None).only_undecided(), None);
+        assert_eq!(outcome(Op::Decided, vec!["gate-v1-0 (write)".into()], None).only_undecided(), None);
+        assert_eq!(outcome(Op::Decided, Vec::new(), Some("target unreachable".into())).only_undecided(), None);
+        assert_eq!(ProfileOutcome::failed("did not start".into()).only_undecided(), None);
     }
 
     #[test]

@@ -150,7 +150,7 @@ impl Observer for Collect {
         if *n == self.rounds {
             *complete += 1;
         }
-        let why = r.error.clone().or_else(|| r.assertions.iter().find(|a| !a.passed).map(Assertion::line));
+        let why = r.error.clone().or_else(|| r.assertions.iter().find(|a| a.failed()).map(Assertion::line));
         kept.push((r.target.clone(), r.started_at, r.finished_at, r.result, why));
         if *complete == self.targets {
             self.stop.cancel();

@@ -78,6 +78,11 @@ pub struct ValidateArgs {
     /// every instance writes (the service's own gate, not the orchestrator's patience).
     #[arg(long)]
     pub eager: bool,
+    /// The largest share (0 to 1) of a check's operations that may be inconclusive
+    /// (their decision window did not allow holding them to the lock) before the check
+    /// fails as `inconclusive`.
+    #[arg(long, value_name = "SHARE", default_value_t = crate::probe::settings::DEFAULT_MAX_INCONCLUSIVE)]
+    pub max_inconclusive: f64,
 }
 
 /// TLS flags of the commands that probe https endpoints (`validate`, `gate`).
@@ -148,7 +153,9 @@ pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Res
         request_timeout: args.request_timeout,
         deadline: args.deadline,
         eager: args.eager,
+        max_inconclusive: args.max_inconclusive,
         run_id: None,
+        ..ValidateOptions::default()
     };
     let report = match validate::run(&opts, Arc::new(PrintObserver::default()), shutdown).await {
         Ok(r) => r,
@@ -156,7 +163,7 @@ pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Res
         Err(e) => return Err(e.into()),
     };
     validate::write_reports(&report, &args.endpoints, args.junit.as_deref(), args.json.as_deref())?;
-    let failed: Vec<_> = report.assertions.iter().filter(|a| !a.passed).collect();
+    let failed: Vec<_> = report.assertions.iter().filter(|a| a.failed()).collect();
     println!();
     if report.result == CycleResult::Passed {
         println!("validate: PASSED ({} assertions)", report.assertions.len());

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -141,6 +142,14 @@ pub struct TargetConfig {
     /// How many pre-locks the concurrent-pre-lock check sends at once.
     #[serde(default = "default_concurrent_pre_locks")]
     pub concurrent_pre_locks: usize,
+    /// The largest share of a check's operations that may be inconclusive before the
+    /// check fails as `inconclusive` (0 to 1; `docs/probe.md`, "Decision windows").
+    #[serde(default = "default_max_inconclusive")]
+    pub max_inconclusive: f64,
+}
+
+fn default_max_inconclusive() -> f64 {
+    super::settings::DEFAULT_MAX_INCONCLUSIVE
 }
 
 /// Lease lengths per phase, in the TOML `[targets.leases]` table.
@@ -321,7 +330,8 @@ impl TargetConfig {
         Ok(())
     }
 
-    /// Concurrency, the pool it needs, the cron expression and the pre-lock race.
+    /// Concurrency, the pool it needs, the cron expression, the inconclusive cap and the
+    /// pre-lock race.
     fn check_schedule(&self, field: impl Fn(&str) -> String) -> Result<(), ConfigError> {
         if self.concurrency == 0 {
             return Err(ConfigError::invalid(field("concurrency"), "must be at least 1"));
@@ -339,6 +349,8 @@ impl TargetConfig {
         if let Err(e) = parse_schedule(&self.schedule) {
             return Err(ConfigError::invalid(field("schedule"), e));
         }
+        super::settings::check_max_inconclusive(self.max_inconclusive)
+            .map_err(|why| ConfigError::invalid(field("max_inconclusive"), why))?;
         if self.concurrent_pre_locks < 2 {
             return Err(ConfigError::invalid(field("concurrent_pre_locks"), "must be at least 2"));
         }
@@ -514,6 +526,8 @@ impl TargetConfig {
             // `serve` runs the walk and the negative checks; the eager checks are
             // `validate --eager`'s and the release gate's.
             eager: false,
+            max_inconclusive: self.max_inconclusive,
+            clock: Arc::new(crate::clock::SystemClock),
         })
     }
 }

@@ -31,6 +31,9 @@ pub struct ProfileRun<'a> {
     /// Live locks found on the run's resources once the probe was done and caches had
     /// converged (none held by the probe any more: each is a lock nobody will release).
     pub left_behind: &'a [String],
+    /// Why each earlier attempt at the profile was run again: it decided too little
+    /// (a check over its cap of inconclusive operations, nothing else wrong).
+    pub undecided: &'a [String],
 }
 
 impl ProfileRun<'_> {
@@ -80,7 +83,9 @@ impl Counts {
         let failed = report.failed_assertions() + usize::from(!run.left_behind.is_empty());
         let error = usize::from(report.error.is_some());
         let time = (report.finished_at - report.started_at).to_std().unwrap_or_default().as_secs_f64();
-        let (failures, skipped) = if run.beyond_assumptions { (0, failed + error) } else { (failed, 0) };
+        let inconclusive = report.inconclusive_assertions();
+        let (failures, skipped) =
+            if run.beyond_assumptions { (0, failed + error + inconclusive) } else { (failed, inconclusive) };
         let errors = if run.beyond_assumptions { 0 } else { error };
         Self { tests: report.assertions.len() + 1 + error, failures, errors, skipped, time }
     }
@@ -113,13 +118,28 @@ fn write_suite(w: &mut Writer<Vec<u8>>, run: &ProfileRun<'_>, counts: &Counts) {
     }
     let _ = w.write_event(Event::Start(suite));
     let _ = w.write_event(Event::Start(BytesStart::new("properties")));
+    let attempts = [("attempts".to_owned(), (run.undecided.len() + 1).to_string())];
+    // Per check that held operations to a lock: how many it held and could not.
+    let decisions = run.report.iter().flat_map(|r| &r.decisions).flat_map(|d| {
+        [
+            (format!("operations.{}.held", d.check), d.held.to_string()),
+            (format!("operations.{}.inconclusive", d.check), d.inconclusive.to_string()),
+        ]
+    });
+    let undecided =
+        run.undecided.iter().enumerate().map(|(i, why)| (format!("undecidedAttempt.{}", i + 1), why.clone()));
     for (name, value) in [
-        ("description", run.description.to_owned()),
-        ("beyondAssumptions", run.beyond_assumptions.to_string()),
-        ("instances", run.instances.len().to_string()),
-    ] {
+        ("description".to_owned(), run.description.to_owned()),
+        ("beyondAssumptions".to_owned(), run.beyond_assumptions.to_string()),
+        ("instances".to_owned(), run.instances.len().to_string()),
+    ]
+    .into_iter()
+    .chain(attempts)
+    .chain(decisions)
+    .chain(undecided)
+    {
         let mut p = BytesStart::new("property");
-        p.push_attribute(("name", name));
+        p.push_attribute(("name", name.as_str()));
         p.push_attribute(("value", value.as_str()));
         let _ = w.write_event(Event::Empty(p));
     }
@@ -152,7 +172,11 @@ fn assertion_case(w: &mut Writer<Vec<u8>>, classname: &str, name: &str, a: &Asse
     }
     let _ = w.write_event(Event::Start(case));
     let message = format!("{}: expected {}, observed {}", a.name(), a.expected, a.observed);
-    let mut outcome = if beyond {
+    let mut outcome = if let Some(why) = &a.inconclusive {
+        let mut s = BytesStart::new("skipped");
+        s.push_attribute(("message", format!("inconclusive: {why}").as_str()));
+        s
+    } else if beyond {
         let mut s = BytesStart::new("skipped");
         s.push_attribute(("message", format!("beyond the scheme's assumptions, reported: {message}").as_str()));
         s

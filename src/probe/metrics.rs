@@ -150,6 +150,7 @@ pub struct Metrics {
     duration: HistogramVec,
     assertions: IntCounterVec,
     violations: IntCounterVec,
+    inconclusive: IntCounterVec,
     phase_duration: HistogramVec,
     read_through: HistogramVec,
     read_through_client: HistogramVec,
@@ -209,6 +210,12 @@ impl Metrics {
                 "lockprobe_enforcement_violations_total",
                 "User operations whose allow / block / tombstone outcome was wrong for the lock phase.",
                 &["target", "phase", "op", "expected", "observed"],
+            )?,
+            inconclusive: counter(
+                &r,
+                "lockprobe_probe_inconclusive_total",
+                "Operations a check meant to hold to a lock whose decision window did not allow it (neither passed nor failed), by check.",
+                &["target", "check"],
             )?,
             phase_duration: histogram(
                 &r,
@@ -342,6 +349,9 @@ impl Metrics {
         }
         self.convergence_violations.with_label_values(&[target]);
         self.consecutive_failures.with_label_values(&[target]);
+        for check in super::scenario::checks() {
+            self.inconclusive.with_label_values(&[target, check]);
+        }
         self.store_region_changes.with_label_values(&[target]);
         if let Some(e) = expected_convergence {
             self.expected.with_label_values(&[target]).set(e);
@@ -351,13 +361,14 @@ impl Metrics {
     /// Removes every series of `target` (a target taken out of the configuration), so
     /// its last values do not linger as if it were still probed.
     pub fn remove_target(&self, target: &str) {
-        let vecs: [&dyn TargetSeries; 18] = [
+        let vecs: [&dyn TargetSeries; 19] = [
             &self.runs,
             &self.missed,
             &self.claims,
             &self.duration,
             &self.assertions,
             &self.violations,
+            &self.inconclusive,
             &self.phase_duration,
             &self.read_through,
             &self.read_through_client,
@@ -435,13 +446,16 @@ impl Metrics {
         let wall = (r.finished_at - r.started_at).to_std().unwrap_or_default().as_secs_f64();
         self.duration.with_label_values(&[t]).observe(wall);
         for a in &r.assertions {
-            let result = if a.passed { "passed" } else { "failed" };
+            let result = a.verdict();
             self.assertions.with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), result]).inc();
             if a.is_enforcement_violation() {
                 self.violations
                     .with_label_values(&[t, a.phase.as_str(), a.op.as_str(), a.expected.as_str(), a.observed.as_str()])
                     .inc();
             }
+        }
+        for d in &r.decisions {
+            self.inconclusive.with_label_values(&[t, &d.check]).inc_by(u64::from(d.inconclusive));
         }
         if !r.store_region_changes.is_empty() {
             self.store_region_changes.with_label_values(&[t]).inc_by(r.store_region_changes.len() as u64);
@@ -543,6 +557,7 @@ mod tests {
     use super::super::report::{Assertion, InstanceConvergence};
     use super::super::vocabulary::{Op, Outcome};
     use super::*;
+    use crate::probe::report::CheckDecisions;
     use chrono::Utc;
     use std::time::Duration;
 
@@ -558,6 +573,7 @@ mod tests {
             at: Utc::now(),
             duration: Duration::from_millis(1),
             detail: None,
+            inconclusive: None,
         }
     }
 
@@ -592,6 +608,7 @@ mod tests {
             notes: Vec::new(),
             store_region_changes: Vec::new(),
             walk: Default::default(),
+            decisions: Vec::new(),
         }
     }
 
@@ -619,6 +636,43 @@ mod tests {
         }
         // A failed cycle is not a success.
         assert!(!text.contains("lockprobe_last_success_timestamp_seconds{"), "{text}");
+    }
+
+    #[test]
+    fn inconclusive_operations_are_counted_per_check_from_zero() {
+        let m = Metrics::new().unwrap();
+        m.register_target("demo", None);
+        let text = m.render();
+        // Every check's series exists before the first cycle, so the first
+        // inconclusive operation is an increase a dashboard shows.
+        for check in crate::probe::scenario::checks() {
+            let series = format!(r#"lockprobe_probe_inconclusive_total{{check="{check}",target="demo"}} 0"#);
+            assert!(text.contains(&series), "missing {series} in\n{text}");
+        }
+        let mut r = report();
+        let mut undecided = a(Op::Write, Outcome::Block, Outcome::Allow);
+        undecided.passed = false;
+        undecided.inconclusive = Some("the wall clock moved +1.500s".into());
+        r.assertions.push(undecided);
+        r.decisions = vec![CheckDecisions {
+            check: "eager/renewal".into(),
+            held: 10,
+            inconclusive: 3,
+            reasons: vec!["the wall clock moved +1.500s".into()],
+            retried: 0,
+        }];
+        m.record_cycle(&r);
+        let text = m.render();
+        assert!(
+            text.contains(r#"lockprobe_probe_inconclusive_total{check="eager/renewal",target="demo"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"lockprobe_assertions_total{expected="block",op="write",phase="write",result="inconclusive",target="demo"} 1"#),
+            "{text}"
+        );
+        // An inconclusive operation is no enforcement violation.
+        assert!(text.contains(r#"lockprobe_enforcement_violations_total{expected="block",observed="allow",op="write",phase="write",target="demo"} 1"#), "{text}");
     }
 
     #[test]

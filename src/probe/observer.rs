@@ -119,7 +119,9 @@ impl Observer for TracingObserver {
     }
 
     fn assertion(&self, target: &str, a: &Assertion) {
-        if a.passed {
+        if let Some(why) = &a.inconclusive {
+            tracing::info!(target_name = %target, check = %a.check, phase = %a.phase, op = %a.op, reason = %why, "assertion inconclusive");
+        } else if a.passed {
             tracing::debug!(target_name = %target, check = %a.check, phase = %a.phase, op = %a.op, "assertion passed");
         } else {
             tracing::warn!(

@@ -27,8 +27,14 @@ pub struct Assertion {
     pub expected: Outcome,
     /// Observed outcome.
     pub observed: Outcome,
-    /// Whether observed matched expected.
+    /// Whether observed matched expected (false too for an inconclusive assertion,
+    /// which neither passed nor failed).
     pub passed: bool,
+    /// Why the operation could not be held to the lock it was meant for (its decision
+    /// window did not fall certainly inside the lock, or certainly after it): such an
+    /// assertion is neither a pass nor a failure (`docs/probe.md`, "Decision windows").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inconclusive: Option<String>,
     /// When the check finished.
     pub at: DateTime<Utc>,
     /// How long the operation took.
@@ -52,6 +58,21 @@ fn pairs_as_map<S: serde::Serializer>(pairs: &[(Phase, f64)], s: S) -> Result<S:
 }
 
 impl Assertion {
+    /// Whether the assertion failed: observed differs from expected and the operation
+    /// was decided.
+    pub fn failed(&self) -> bool {
+        !self.passed && self.inconclusive.is_none()
+    }
+
+    /// `passed`, `failed` or `inconclusive`: in reports and as a metrics label.
+    pub fn verdict(&self) -> &'static str {
+        match (self.passed, &self.inconclusive) {
+            (_, Some(_)) => "inconclusive",
+            (true, None) => "passed",
+            (false, None) => "failed",
+        }
+    }
+
     /// `phase/op`, the assertion's short name.
     pub fn name(&self) -> String {
         format!("{}/{}", self.phase, self.op)
@@ -61,7 +82,7 @@ impl Assertion {
     /// `Retry-After` is still a block: it fails its assertion either way, but it is an
     /// enforcement violation only where the phase demanded allow or tombstone.
     pub fn is_enforcement_violation(&self) -> bool {
-        !self.passed
+        self.failed()
             && self.op.is_user_op()
             && match (self.expected.decision(), self.observed.decision()) {
                 (Some(expected), Some(observed)) => expected != observed,
@@ -71,7 +92,12 @@ impl Assertion {
 
     /// One line for people: `PASS preLock/write @ http://.. expected allow, observed allow (3ms)`.
     pub fn line(&self) -> String {
-        let mut s = format!("{} [{}] {}", if self.passed { "PASS" } else { "FAIL" }, self.check, self.name());
+        let verdict = match self.verdict() {
+            "passed" => "PASS",
+            "failed" => "FAIL",
+            _ => "INCONCLUSIVE",
+        };
+        let mut s = format!("{verdict} [{}] {}", self.check, self.name());
         if let Some(i) = &self.instance {
             s.push_str(&format!(" @ {i}"));
         }
@@ -79,7 +105,42 @@ impl Assertion {
         if let Some(d) = &self.detail {
             s.push_str(&format!(" - {d}"));
         }
+        if let Some(why) = &self.inconclusive {
+            s.push_str(&format!(" - not judged: {why}"));
+        }
         s
+    }
+}
+
+/// How many of one check's operations were held to a lock and how many were
+/// inconclusive (their decision window did not allow it), with the first reasons.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckDecisions {
+    /// The check (`eager/renewal`, `negative/escalate-early`, ...).
+    pub check: String,
+    /// Operations judged against the lock.
+    pub held: u32,
+    /// Operations that could not be.
+    pub inconclusive: u32,
+    /// Why, for the first few inconclusive operations.
+    pub reasons: Vec<String>,
+    /// Operations that could not be held to the lock and were made again in a fresh
+    /// attempt (not in the share: the attempt after them decided in their place).
+    #[serde(default)]
+    pub retried: u32,
+}
+
+impl CheckDecisions {
+    /// The inconclusive operations' share of all the operations the check meant to hold
+    /// to a lock (zero when there were none).
+    pub fn inconclusive_share(&self) -> f64 {
+        let all = self.held + self.inconclusive;
+        if all == 0 {
+            0.0
+        } else {
+            f64::from(self.inconclusive) / f64::from(all)
+        }
     }
 }
 
@@ -163,6 +224,9 @@ pub struct CycleReport {
     pub store_region_changes: Vec<String>,
     /// When the main walk's steps happened, for the status page's timeline.
     pub walk: WalkTimeline,
+    /// Per check that held operations to a lock: how many were held and how many were
+    /// inconclusive.
+    pub decisions: Vec<CheckDecisions>,
 }
 
 /// When each step of the main walk began, in seconds from the cycle's start by the
@@ -195,7 +259,12 @@ pub struct StepStart {
 impl CycleReport {
     /// Number of failed assertions.
     pub fn failed_assertions(&self) -> usize {
-        self.assertions.iter().filter(|a| !a.passed).count()
+        self.assertions.iter().filter(|a| a.failed()).count()
+    }
+
+    /// Number of inconclusive assertions.
+    pub fn inconclusive_assertions(&self) -> usize {
+        self.assertions.iter().filter(|a| a.inconclusive.is_some()).count()
     }
 
     /// Number of enforcement violations.
@@ -213,7 +282,13 @@ impl CycleReport {
     /// The JSON report written by `validate --json`.
     pub fn to_json(&self) -> Value {
         let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Some(list) = v.get_mut("assertions").and_then(Value::as_array_mut) {
+            for (json, a) in list.iter_mut().zip(&self.assertions) {
+                json["verdict"] = json!(a.verdict());
+            }
+        }
         v["failedAssertions"] = json!(self.failed_assertions());
+        v["inconclusiveAssertions"] = json!(self.inconclusive_assertions());
         v["enforcementViolations"] = json!(self.enforcement_violations());
         v
     }
@@ -238,6 +313,7 @@ impl CycleReport {
         root.push_attribute(("tests", (self.assertions.len() + errors).to_string().as_str()));
         root.push_attribute(("failures", self.failed_assertions().to_string().as_str()));
         root.push_attribute(("errors", errors.to_string().as_str()));
+        root.push_attribute(("skipped", self.inconclusive_assertions().to_string().as_str()));
         root.push_attribute(("time", format!("{wall:.3}").as_str()));
         let _ = w.write_event(Event::Start(root));
         let mut checks: Vec<&str> = Vec::new();
@@ -257,31 +333,30 @@ impl CycleReport {
         String::from_utf8(w.into_inner()).unwrap_or_default()
     }
 
-    fn junit_suite_start(
-        &self,
-        name: &str,
-        tests: usize,
-        failures: usize,
-        errors: usize,
-        time: f64,
-    ) -> BytesStart<'static> {
+    fn junit_suite_start(&self, name: &str, counts: [usize; 4], time: f64) -> BytesStart<'static> {
+        let [tests, failures, errors, skipped] = counts;
         let mut suite = BytesStart::new("testsuite");
         suite.push_attribute(("name", name));
         suite.push_attribute(("tests", tests.to_string().as_str()));
         suite.push_attribute(("failures", failures.to_string().as_str()));
         suite.push_attribute(("errors", errors.to_string().as_str()));
-        suite.push_attribute(("skipped", "0"));
+        suite.push_attribute(("skipped", skipped.to_string().as_str()));
         suite.push_attribute(("time", format!("{time:.3}").as_str()));
         suite.push_attribute(("timestamp", self.started_at.to_rfc3339_opts(SecondsFormat::Secs, true).as_str()));
         suite
     }
 
-    /// One `<testsuite>`: the assertions of one check.
+    /// One `<testsuite>`: the assertions of one check; an inconclusive one is a
+    /// `<skipped>` case, and the suite's properties say how many of the check's
+    /// operations were held to a lock and how many could not be.
     fn junit_suite(&self, w: &mut Writer<Vec<u8>>, check: &str, cases: &[&Assertion], instances: &[String]) {
-        let failures = cases.iter().filter(|a| !a.passed).count();
+        let failures = cases.iter().filter(|a| a.failed()).count();
+        let skipped = cases.iter().filter(|a| a.inconclusive.is_some()).count();
         let time: f64 = cases.iter().map(|a| a.duration.as_secs_f64()).sum();
-        let _ = w.write_event(Event::Start(self.junit_suite_start(check, cases.len(), failures, 0, time)));
-        junit_instances(w, instances);
+        let start = self.junit_suite_start(check, [cases.len(), failures, 0, skipped], time);
+        let _ = w.write_event(Event::Start(start));
+        let decisions = self.decisions.iter().find(|d| d.check == check);
+        junit_properties(w, instances, decisions);
         let classname = format!("lockprobe.{}.{}", self.target, check.replace('/', "."));
         let names = junit_case_names(cases.iter().copied(), |_| classname.clone(), instances);
         for (a, (class, name)) in cases.iter().zip(&names) {
@@ -292,8 +367,8 @@ impl CycleReport {
 
     /// The `cycle-error` suite: why the cycle could not complete.
     fn junit_error(&self, w: &mut Writer<Vec<u8>>, err: &str, instances: &[String]) {
-        let _ = w.write_event(Event::Start(self.junit_suite_start("cycle-error", 1, 0, 1, 0.0)));
-        junit_instances(w, instances);
+        let _ = w.write_event(Event::Start(self.junit_suite_start("cycle-error", [1, 0, 1, 0], 0.0)));
+        junit_properties(w, instances, None);
         let mut case = BytesStart::new("testcase");
         case.push_attribute(("name", "cycle expects completed"));
         case.push_attribute(("classname", format!("lockprobe.{}", self.target).as_str()));
@@ -308,16 +383,25 @@ impl CycleReport {
     }
 }
 
-/// The suite's `<properties>`: `instance.<N>` = the URL of instance N.
-fn junit_instances(w: &mut Writer<Vec<u8>>, instances: &[String]) {
-    if instances.is_empty() {
+/// The suite's `<properties>`: `instance.<N>` = the URL of instance N; for a check that
+/// held operations to a lock, `operations.held` and `operations.inconclusive`, and
+/// `inconclusive.<N>` = why, for the first few.
+fn junit_properties(w: &mut Writer<Vec<u8>>, instances: &[String], decisions: Option<&CheckDecisions>) {
+    let mut properties: Vec<(String, String)> =
+        instances.iter().enumerate().map(|(i, url)| (format!("instance.{i}"), url.clone())).collect();
+    if let Some(d) = decisions {
+        properties.push(("operations.held".into(), d.held.to_string()));
+        properties.push(("operations.inconclusive".into(), d.inconclusive.to_string()));
+        properties.extend(d.reasons.iter().enumerate().map(|(i, why)| (format!("inconclusive.{i}"), why.clone())));
+    }
+    if properties.is_empty() {
         return;
     }
     let _ = w.write_event(Event::Start(BytesStart::new("properties")));
-    for (i, url) in instances.iter().enumerate() {
+    for (name, value) in &properties {
         let mut p = BytesStart::new("property");
-        p.push_attribute(("name", format!("instance.{i}").as_str()));
-        p.push_attribute(("value", url.as_str()));
+        p.push_attribute(("name", name.as_str()));
+        p.push_attribute(("value", value.as_str()));
         let _ = w.write_event(Event::Empty(p));
     }
     let _ = w.write_event(Event::End(BytesEnd::new("properties")));
@@ -366,7 +450,11 @@ fn junit_case(w: &mut Writer<Vec<u8>>, a: &Assertion, classname: &str, name: &st
     case.push_attribute(("classname", classname));
     case.push_attribute(("time", format!("{:.3}", a.duration.as_secs_f64()).as_str()));
     let _ = w.write_event(Event::Start(case));
-    if !a.passed {
+    if let Some(why) = &a.inconclusive {
+        let mut skipped = BytesStart::new("skipped");
+        skipped.push_attribute(("message", format!("inconclusive: {why}").as_str()));
+        let _ = w.write_event(Event::Empty(skipped));
+    } else if !a.passed {
         let msg = format!("{}: expected {}, observed {}", a.name(), a.expected, a.observed);
         let mut failure = BytesStart::new("failure");
         failure.push_attribute(("message", msg.as_str()));
@@ -395,6 +483,7 @@ mod tests {
             at: Utc::now(),
             duration: Duration::from_millis(3),
             detail: None,
+            inconclusive: None,
         }
     }
 
@@ -417,6 +506,7 @@ mod tests {
             notes: Vec::new(),
             store_region_changes: Vec::new(),
             walk: WalkTimeline::default(),
+            decisions: Vec::new(),
         }
     }
 
@@ -431,6 +521,42 @@ mod tests {
         assert!(assertion("cycle", "write", "allow", "423 without Retry-After").is_enforcement_violation());
         assert!(!assertion("cycle", "write", "block", "423 without Retry-After").is_enforcement_violation());
         assert!(!assertion("cycle", "escalate", "200", "409 invalid-transition").is_enforcement_violation());
+    }
+
+    #[test]
+    fn an_inconclusive_assertion_is_neither_passed_nor_failed_and_junit_skips_it_with_why() {
+        let mut undecided = assertion("eager/renewal", "write", "block", "allow");
+        undecided.inconclusive = Some("the wall clock moved +1.500s against the monotonic clock".into());
+        undecided.passed = false;
+        assert!(!undecided.failed() && !undecided.is_enforcement_violation());
+        assert_eq!(undecided.verdict(), "inconclusive");
+        assert!(undecided.line().starts_with("INCONCLUSIVE [eager/renewal] write/write"), "{}", undecided.line());
+        let mut r = report(vec![assertion("eager/renewal", "write", "block", "block"), undecided]);
+        r.decisions = vec![CheckDecisions {
+            check: "eager/renewal".into(),
+            held: 9,
+            inconclusive: 1,
+            reasons: vec!["the wall clock moved +1.500s against the monotonic clock".into()],
+            retried: 0,
+        }];
+        assert_eq!((r.failed_assertions(), r.inconclusive_assertions()), (0, 1));
+        let xml = r.to_junit(&["http://127.0.0.1:1".into()]);
+        assert!(xml.contains(r#"failures="0" errors="0" skipped="1""#), "{xml}");
+        assert!(
+            xml.contains(
+                r#"<skipped message="inconclusive: the wall clock moved +1.500s against the monotonic clock"/>"#
+            ),
+            "{xml}"
+        );
+        assert!(xml.contains(r#"<property name="operations.held" value="9"/>"#), "{xml}");
+        assert!(xml.contains(r#"<property name="operations.inconclusive" value="1"/>"#), "{xml}");
+        assert!(xml.contains(r#"<property name="inconclusive.0" value="the wall clock moved"#), "{xml}");
+        let j = r.to_json();
+        assert_eq!(j["assertions"][1]["verdict"], "inconclusive");
+        assert_eq!(j["assertions"][0]["verdict"], "passed");
+        assert_eq!(j["inconclusiveAssertions"], 1);
+        assert_eq!(j["decisions"][0]["inconclusive"], 1);
+        assert!((r.decisions[0].inconclusive_share() - 0.1).abs() < 1e-9);
     }
 
     #[test]

@@ -576,6 +576,8 @@ mod tests {
             concurrent_pre_locks: 2,
             owner: format!("lockprobe/{name}"),
             eager: false,
+            max_inconclusive: crate::probe::settings::DEFAULT_MAX_INCONCLUSIVE,
+            clock: std::sync::Arc::new(crate::clock::SystemClock),
             tls: Default::default(),
         };
         let schedule = TargetSchedule {

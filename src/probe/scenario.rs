@@ -6,6 +6,7 @@
 //! `check` holds the per-resource helpers (assertions, lock bookkeeping, release),
 //! `walk` the main migration walk, `negative` the refusals the service must make.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,12 +19,15 @@ use eager::Eager;
 use negative::Negative;
 
 use super::observer::Observer;
-use super::report::{Assertion, CycleReport, CycleResult, InstanceConvergence, StepStart, WalkTimeline};
+use super::report::{
+    Assertion, CheckDecisions, CycleReport, CycleResult, InstanceConvergence, StepStart, WalkTimeline,
+};
 use super::scheduler::Claim;
 use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use super::state::{HeldLock, PreLockIntent, StateFile};
 use super::target::{CallKey, HttpClients, TargetClient, TargetError};
-use super::vocabulary::Phase;
+use super::vocabulary::{Op, Outcome, Phase};
+use window::Tally;
 
 /// What repeating an unanswered pre-lock found.
 enum Recovered {
@@ -68,10 +72,20 @@ struct Recorder {
     steps: Mutex<Vec<(Phase, DateTime<Utc>)>>,
     /// What the main walk waited after the pre-lock's answer before escalating.
     escalation_wait: Mutex<Option<f64>>,
+    /// Per check: the phase of the first operation it meant to hold to a lock, and how
+    /// many it held and could not hold.
+    tallies: Mutex<BTreeMap<String, (Phase, Tally)>>,
 }
 
 /// The name of the main walk's check (the negative checks are named after themselves).
 const MAIN_CHECK: &str = "cycle";
+
+/// Every check a cycle may run, by the name reports and metrics give it.
+pub fn checks() -> impl Iterator<Item = &'static str> {
+    std::iter::once(MAIN_CHECK)
+        .chain(Negative::ALL.into_iter().map(Negative::name))
+        .chain(Eager::ALL.into_iter().map(Eager::name))
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -341,10 +355,11 @@ impl Scenario {
                 _ => {}
             }
         }
+        let decisions = self.decide_checks(&rec);
         let assertions = std::mem::take(&mut *lock(&rec.assertions));
         let result = if error.is_some() {
             CycleResult::Error
-        } else if assertions.iter().any(|a| !a.passed) {
+        } else if assertions.iter().any(Assertion::failed) {
             CycleResult::Failed
         } else {
             CycleResult::Passed
@@ -366,6 +381,7 @@ impl Scenario {
             notes: std::mem::take(&mut *lock(&rec.notes)),
             store_region_changes: Vec::new(),
             walk: walk_timeline(&rec, started_at, walk_ended),
+            decisions,
         };
         let moves = self.client.take_store_region_changes();
         if !moves.is_empty() {
@@ -392,6 +408,56 @@ impl Scenario {
     }
 }
 
+impl Scenario {
+    /// Each check's decisions over its operations held to a lock; a check that left
+    /// more of them inconclusive than [`ProbeSettings::max_inconclusive`] allows gets a
+    /// failed `decided` assertion (it cannot pass by deciding nothing).
+    fn decide_checks(&self, rec: &Recorder) -> Vec<CheckDecisions> {
+        let cap = self.settings.max_inconclusive;
+        let tallies = std::mem::take(&mut *lock(&rec.tallies));
+        let mut decisions = Vec::new();
+        for (check, (phase, tally)) in tallies {
+            let share = tally.share();
+            let decided = share <= cap;
+            let all = tally.held + tally.inconclusive;
+            let detail = format!(
+                "{} of {all} operations held to the lock were inconclusive ({:.0}%, at most {:.0}% allowed){}{}",
+                tally.inconclusive,
+                share * 100.0,
+                cap * 100.0,
+                match tally.retried {
+                    0 => String::new(),
+                    n => format!("; {n} made again after they could not be held to it"),
+                },
+                if tally.reasons.is_empty() { String::new() } else { format!(": {}", tally.reasons.join("; ")) }
+            );
+            let a = Assertion {
+                check: check.clone(),
+                phase,
+                op: Op::Decided,
+                instance: None,
+                expected: Outcome::Decided,
+                observed: if decided { Outcome::Decided } else { Outcome::Inconclusive },
+                passed: decided,
+                at: Utc::now(),
+                duration: Duration::ZERO,
+                detail: Some(detail),
+                inconclusive: None,
+            };
+            self.observer.assertion(&self.settings.name, &a);
+            lock(&rec.assertions).push(a);
+            decisions.push(CheckDecisions {
+                check,
+                held: tally.held,
+                inconclusive: tally.inconclusive,
+                reasons: tally.reasons,
+                retried: tally.retried,
+            });
+        }
+        decisions
+    }
+}
+
 /// The main walk's steps and end, in seconds from the cycle's start.
 fn walk_timeline(rec: &Recorder, started_at: DateTime<Utc>, ended: DateTime<Utc>) -> WalkTimeline {
     let since_start = |t: DateTime<Utc>| (t - started_at).num_microseconds().unwrap_or(0) as f64 / 1e6;
@@ -409,6 +475,7 @@ mod check;
 mod eager;
 mod negative;
 mod walk;
+mod window;
 
 #[cfg(test)]
 mod tests;

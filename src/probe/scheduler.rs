@@ -614,6 +614,7 @@ mod tests {
                 notes: Vec::new(),
                 store_region_changes: Vec::new(),
                 walk: Default::default(),
+                decisions: Vec::new(),
             }
         }
     }

@@ -1,9 +1,11 @@
 //! What one probe cycle needs to know about its target, independent of where it came from
 //! (the `serve` config file or the `validate` flags).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::credentials::TargetTls;
+use crate::clock::{Clock, SystemClock};
 
 /// Test resources one cycle uses: the main cycle plus one per negative check.
 pub const RESOURCES_PER_CYCLE: usize = 7;
@@ -76,6 +78,26 @@ pub struct ProbeSettings {
     /// Also run the eager checks (escalate the moment the service allows, then assert
     /// enforcement on every instance at once), on [`EAGER_RESOURCES`] more resources.
     pub eager: bool,
+    /// The largest share of a check's operations that may be inconclusive (their
+    /// decision window did not allow holding them to the lock) before the check fails
+    /// as `inconclusive`, from 0 to 1.
+    pub max_inconclusive: f64,
+    /// The wall clock the probe reads beside its monotonic one (the system's; a test
+    /// gives one that steps).
+    pub clock: Arc<dyn Clock>,
+}
+
+/// The default of [`ProbeSettings::max_inconclusive`]: a check may leave a fifth of its
+/// operations undecided.
+pub const DEFAULT_MAX_INCONCLUSIVE: f64 = 0.2;
+
+/// Checks a cap on the inconclusive share: a number from 0 to 1.
+pub fn check_max_inconclusive(share: f64) -> Result<(), String> {
+    if share.is_finite() && (0.0..=1.0).contains(&share) {
+        Ok(())
+    } else {
+        Err(format!("must be a share from 0 to 1 (0.2 is a fifth), got {share}"))
+    }
 }
 
 impl Leases {
@@ -117,6 +139,8 @@ impl ProbeSettings {
             concurrent_pre_locks: 4,
             owner: format!("lockprobe/{name}"),
             eager: false,
+            max_inconclusive: DEFAULT_MAX_INCONCLUSIVE,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -135,6 +159,7 @@ impl std::fmt::Debug for ProbeSettings {
             .field("replication_bound", &self.replication_bound)
             .field("buffer", &self.buffer)
             .field("leases", &self.leases)
+            .field("max_inconclusive", &self.max_inconclusive)
             .finish_non_exhaustive()
     }
 }

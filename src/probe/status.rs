@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::metrics::{Metrics, PercentilesDocument};
-use super::report::{CycleReport, CycleResult, WalkTimeline};
+use super::report::{CheckDecisions, CycleReport, CycleResult, WalkTimeline};
 use super::vocabulary::{Op, Outcome, Phase};
 
 /// The body of `GET /api/v1/status`.
@@ -77,6 +77,13 @@ pub struct CycleDocument {
     pub assertions: Vec<AssertionDocument>,
     /// How many assertions failed.
     pub failed_assertions: usize,
+    /// How many assertions were inconclusive (neither passed nor failed).
+    #[serde(default)]
+    pub inconclusive_assertions: usize,
+    /// Per check that held operations to a lock: how many were held and how many were
+    /// inconclusive, with the first reasons.
+    #[serde(default)]
+    pub decisions: Vec<CheckDecisions>,
     /// What a reader must know that is not an assertion.
     pub notes: Vec<String>,
     /// When the main walk's steps happened and what the pre-lock declared, for the
@@ -150,8 +157,12 @@ pub struct AssertionDocument {
     pub expected: Outcome,
     /// Observed outcome.
     pub observed: Outcome,
-    /// Whether they matched.
+    /// Whether they matched (false for an inconclusive assertion, which neither passed
+    /// nor failed).
     pub passed: bool,
+    /// Why the operation could not be held to its lock, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inconclusive: Option<String>,
     /// How long the operation took.
     pub duration_seconds: f64,
     /// Context; never a token.
@@ -162,6 +173,13 @@ pub struct AssertionDocument {
     /// When it was made (its end), in seconds from the cycle's start.
     #[serde(default)]
     pub at_seconds: f64,
+}
+
+impl AssertionDocument {
+    /// Whether it failed (an inconclusive assertion did not).
+    pub fn failed(&self) -> bool {
+        !self.passed && self.inconclusive.is_none()
+    }
 }
 
 impl From<&CycleReport> for CycleDocument {
@@ -184,6 +202,7 @@ impl From<&CycleReport> for CycleDocument {
                     expected: a.expected.clone(),
                     observed: a.observed.clone(),
                     passed: a.passed,
+                    inconclusive: a.inconclusive.clone(),
                     duration_seconds: a.duration.as_secs_f64(),
                     detail: a.detail.clone(),
                     check: a.check.clone(),
@@ -191,6 +210,8 @@ impl From<&CycleReport> for CycleDocument {
                 })
                 .collect(),
             failed_assertions: r.failed_assertions(),
+            inconclusive_assertions: r.inconclusive_assertions(),
+            decisions: r.decisions.clone(),
             notes: r.notes.clone(),
             timeline: TimelineDocument {
                 duration_seconds: since_start(r.finished_at),
@@ -407,6 +428,7 @@ mod tests {
                 at: Utc::now(),
                 duration: Duration::from_millis(4),
                 detail: None,
+                inconclusive: None,
             }],
             phase_durations: vec![(Phase::PreLock, 3.1)],
             read_through_seconds: vec![],
@@ -417,6 +439,7 @@ mod tests {
             notes: Vec::new(),
             store_region_changes: Vec::new(),
             walk: Default::default(),
+            decisions: Vec::new(),
         }
     }
 

@@ -265,7 +265,7 @@ fn render_cycles(page: &mut String, target: &TargetDocument) {
         let _ = writeln!(
             page,
             "<details class=\"cycle {class}\" id=\"{}\"{}>\n<summary><span class=\"badge {class}\">{}</span> \
-             <time>{}</time> · {} · resource <code>{}</code> · {} failed of {}</summary>",
+             <time>{}</time> · {} · resource <code>{}</code> · {} failed{} of {}</summary>",
             esc(&id),
             if open { " open" } else { "" },
             cycle.result.as_str(),
@@ -273,17 +273,43 @@ fn render_cycles(page: &mut String, target: &TargetDocument) {
             duration,
             esc(&cycle.resource),
             cycle.failed_assertions,
+            match cycle.inconclusive_assertions {
+                0 => String::new(),
+                n => format!(", {n} inconclusive"),
+            },
             cycle.assertions.len()
         );
         for note in &cycle.notes {
             let _ = writeln!(page, "<p class=\"note\">{}</p>", esc(note));
         }
+        render_decisions(page, cycle);
         if i < TIMELINES {
             render_timeline(page, &id, cycle, &target.instances);
         }
         render_steps(page, &id, cycle, &target.instances);
         page.push_str("</details>\n");
     }
+}
+
+/// One line per check that held operations to a lock: how many it held and how many
+/// were inconclusive, with why (`docs/probe.md`, "Decision windows").
+fn render_decisions(page: &mut String, cycle: &CycleDocument) {
+    if cycle.decisions.is_empty() {
+        return;
+    }
+    page.push_str("<p class=\"note\">Operations held to a lock (decision windows):</p>\n<ul class=\"decisions\">\n");
+    for d in &cycle.decisions {
+        let why = if d.reasons.is_empty() { String::new() } else { format!(": {}", d.reasons.join("; ")) };
+        let _ = writeln!(
+            page,
+            "<li><code>{}</code> {} held, {} inconclusive{}</li>",
+            esc(&d.check),
+            d.held,
+            d.inconclusive,
+            esc(&why)
+        );
+    }
+    page.push_str("</ul>\n");
 }
 
 /// The parts of a cycle a reader looks at one by one: the main walk's steps, then the
@@ -340,14 +366,18 @@ fn render_steps(page: &mut String, cycle_id: &str, cycle: &CycleDocument, instan
         if rows.is_empty() {
             continue;
         }
-        let failed = rows.iter().filter(|a| !a.passed).count();
+        let failed = rows.iter().filter(|a| a.failed()).count();
+        let inconclusive = rows.iter().filter(|a| a.inconclusive.is_some()).count();
         let from = rows.iter().map(|a| a.at_seconds - a.duration_seconds).fold(f64::INFINITY, f64::min);
         let to = rows.iter().map(|a| a.at_seconds).fold(0.0_f64, f64::max);
-        let verdict = if failed > 0 {
+        let mut verdict = if failed > 0 {
             format!("<span class=\"badge fail\">{} failed</span> of {}", failed, rows.len())
         } else {
             format!("<span class=\"badge ok\">passed</span> {} assertions", rows.len())
         };
+        if inconclusive > 0 {
+            let _ = write!(verdict, ", {inconclusive} inconclusive");
+        }
         let _ = writeln!(
             page,
             "<details class=\"step{}\" id=\"{}-{}\"{}>\n<summary>step <strong>{}</strong> {verdict} · {} to {}</summary>",
@@ -385,8 +415,12 @@ fn render_assertions(page: &mut String, assertions: &[&AssertionDocument], with_
          <th>took</th><th>detail</th></tr>\n",
     );
     for a in assertions {
-        let class = if a.passed { "pass" } else { "fail" };
-        let _ = write!(page, "<tr class=\"{class}\"><td>{}{}</td>", if a.passed { "" } else { "✕ " }, esc(&a.name));
+        let (class, mark) = match (a.passed, &a.inconclusive) {
+            (_, Some(_)) => ("inconclusive", "? "),
+            (true, None) => ("pass", ""),
+            (false, None) => ("fail", "✕ "),
+        };
+        let _ = write!(page, "<tr class=\"{class}\"><td>{mark}{}</td>", esc(&a.name));
         if with_check {
             let _ = write!(page, "<td>{}</td>", esc(&a.check));
         }
@@ -401,10 +435,19 @@ fn render_assertions(page: &mut String, assertions: &[&AssertionDocument], with_
             esc(a.observed.as_str()),
             seconds(Some(a.at_seconds)),
             seconds(Some(a.duration_seconds)),
-            esc(a.detail.as_deref().unwrap_or_default())
+            esc(&detail_of(a))
         );
     }
     page.push_str("</table></div>\n");
+}
+
+/// An assertion's detail, with why it was not judged when it was inconclusive.
+fn detail_of(a: &AssertionDocument) -> String {
+    match (&a.detail, &a.inconclusive) {
+        (Some(d), Some(why)) => format!("{d}; not judged: {why}"),
+        (None, Some(why)) => format!("not judged: {why}"),
+        (d, None) => d.clone().unwrap_or_default(),
+    }
 }
 
 /// An ✕ centred on (`cx`, `cy`), `r` from the centre to a tip.
@@ -476,7 +519,7 @@ fn render_timeline(page: &mut String, id: &str, cycle: &CycleDocument, instances
     let walk_end = walk.ended_seconds.unwrap_or(frame.duration);
     let start_of = |p: Phase| walk.steps.iter().find(|s| s.phase == p).map(|s| s.at_seconds);
     let pre_lock_at = start_of(Phase::PreLock);
-    let failures: Vec<&AssertionDocument> = cycle.assertions.iter().filter(|a| !a.passed).collect();
+    let failures: Vec<&AssertionDocument> = cycle.assertions.iter().filter(|a| a.failed()).collect();
     let axis_y = TOP + LANE * LANES.len() as f64 + 4.0;
     let height = axis_y + 20.0;
 
@@ -1001,6 +1044,34 @@ mod tests {
         assert!(html.contains("tr.fail td"));
         // The older, passed cycle stays closed.
         assert!(html.contains("<details class=\"cycle ok\" id=\"cycle-demo-1795991980-probe-0003\">"));
+    }
+
+    #[test]
+    fn an_inconclusive_operation_is_shown_as_not_judged_with_why_and_the_checks_decisions() {
+        let mut undecided = assertion("eager/renewal", "write", "write", "block", "allow", 8.0);
+        undecided["passed"] = json!(false);
+        undecided["inconclusive"] = json!("the wall clock moved +1.500s against the monotonic clock");
+        let mut c = cycle(
+            "2026-11-29T22:39:55Z",
+            "2026-11-29T22:40:05Z",
+            "failed",
+            "probe-0004",
+            vec![assertion("eager/renewal", "write", "write", "block", "block", 7.0), undecided],
+        );
+        c["failedAssertions"] = json!(0);
+        c["inconclusiveAssertions"] = json!(1);
+        c["decisions"] = json!([{ "check": "eager/renewal", "held": 9, "inconclusive": 1,
+            "reasons": ["the wall clock moved +1.500s against the monotonic clock"], "retried": 0 }]);
+        let mut status = sample();
+        status["targets"][0]["lastCycles"] = json!([c]);
+        let html = render(&doc(status));
+        assert!(html.contains("resource <code>probe-0004</code> · 0 failed, 1 inconclusive of 2"), "{html}");
+        assert!(html.contains("<tr class=\"inconclusive\"><td>? write/write</td>"), "{html}");
+        assert!(html.contains("not judged: the wall clock moved +1.500s against the monotonic clock"), "{html}");
+        assert!(html.contains("<li><code>eager/renewal</code> 9 held, 1 inconclusive: the wall clock moved"), "{html}");
+        // Not a failure: no cross on the timeline, no entry in the failures list.
+        assert!(!html.contains("<ol class=\"failures\""), "{html}");
+        assert!(html.contains("tr.inconclusive td"));
     }
 
     #[test]

@@ -12,9 +12,10 @@ use super::observer::Observer;
 use super::report::CycleReport;
 use super::report::CycleResult;
 use super::scenario::Scenario;
-use super::settings::{Leases, ProbeSettings};
+use super::settings::{check_max_inconclusive, Leases, ProbeSettings, DEFAULT_MAX_INCONCLUSIVE};
 use super::state::{StateError, StateFile};
 use super::target::{check_instance_url, TargetError};
+use crate::clock::{Clock, SystemClock};
 
 /// Target name used for `validate` in reports, metrics and the state file.
 pub const VALIDATE_TARGET: &str = "validate";
@@ -52,6 +53,11 @@ pub struct ValidateOptions {
     /// Names the run's resources `<prefix>v<run_id>-<i>`; random when unset. The release
     /// gate sets it to look at the resources afterwards.
     pub run_id: Option<String>,
+    /// The largest share of a check's operations that may be inconclusive
+    /// (`--max-inconclusive`).
+    pub max_inconclusive: f64,
+    /// The wall clock the probe reads (the system's; a test gives one that steps).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for ValidateOptions {
@@ -71,6 +77,8 @@ impl Default for ValidateOptions {
             deadline: None,
             eager: false,
             run_id: None,
+            max_inconclusive: DEFAULT_MAX_INCONCLUSIVE,
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -121,6 +129,8 @@ impl ValidateOptions {
                 "LOCKPROBE_LOCK_API_KEY: the lock API key must be set (or give --api-key-file)".into(),
             ));
         }
+        check_max_inconclusive(self.max_inconclusive)
+            .map_err(|why| ValidateError::Usage(format!("--max-inconclusive: {why}")))?;
         self.check_locations()?;
         self.check_durations()
     }
@@ -181,6 +191,8 @@ impl ValidateOptions {
             leases: self.leases.clone(),
             request_timeout: self.request_timeout,
             tls: self.tls.clone(),
+            max_inconclusive: self.max_inconclusive,
+            clock: self.clock.clone(),
             ..ProbeSettings::short_run(VALIDATE_TARGET, self.endpoints.clone(), self.api_key.clone(), &self.test_prefix)
         }
     }

@@ -163,6 +163,9 @@ vocabulary! {
         RenewCapped => "renew-capped",
         /// `POST /lock` for longer than the service maximum.
         PreLockOverMax => "pre-lock-over-max",
+        /// A check decided enough of the operations it meant to hold to a lock: no more
+        /// than the configured share was inconclusive.
+        Decided => "decided",
     }
 }
 
@@ -313,6 +316,10 @@ outcomes! {
     PastMaximum => "past-maximum",
     /// A pre-lock renewed past the maximum ends before it.
     ShortOfMaximum => "short-of-maximum",
+    /// A check held enough of its operations to the lock to reach a verdict.
+    Decided => "decided",
+    /// A check left more of its operations undecided than allowed.
+    Inconclusive => "inconclusive",
 }
 
 impl Outcome {

@@ -53,6 +53,8 @@ impl TestService {
             concurrent_pre_locks: 3,
             owner: owner.into(),
             eager: false,
+            max_inconclusive: lockprobe::probe::settings::DEFAULT_MAX_INCONCLUSIVE,
+            clock: std::sync::Arc::new(lockprobe::clock::SystemClock),
         }
     }
 }
@@ -79,8 +81,21 @@ pub async fn start_service_with_store_faults(
     store_faults: &[&str],
 ) -> (TestService, Arc<FaultyStore>) {
     let (service, _, faulty) =
-        start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults).await;
+        start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults, system()).await;
     (service, faulty)
+}
+
+/// [`start_service`] on `clock`: every instance and the store read it (a test moves it).
+pub async fn start_service_on_clock(
+    clock: Arc<dyn Clock>,
+    cache_ttl: Duration,
+    replication_bound: Duration,
+) -> TestService {
+    start_service_with(LockDesign::Embedded, Vec::new(), cache_ttl, replication_bound, &[], clock).await.0
+}
+
+fn system() -> Arc<dyn Clock> {
+    Arc::new(SystemClock)
 }
 
 /// [`start_service_with_store_faults`], also returning the memory store under the
@@ -92,7 +107,7 @@ pub async fn start_service_keeping_store(
     store_faults: &[&str],
 ) -> (TestService, Arc<MemoryStore>) {
     let (service, kept, _) =
-        start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults).await;
+        start_service_with(LockDesign::Embedded, faults, cache_ttl, replication_bound, store_faults, system()).await;
     (service, kept)
 }
 
@@ -102,7 +117,7 @@ pub async fn start_service_with_design(
     cache_ttl: Duration,
     replication_bound: Duration,
 ) -> TestService {
-    start_service_with(design, Vec::new(), cache_ttl, replication_bound, &[]).await.0
+    start_service_with(design, Vec::new(), cache_ttl, replication_bound, &[], system()).await.0
 }
 
 async fn start_service_with(
@@ -111,9 +126,9 @@ async fn start_service_with(
     cache_ttl: Duration,
     replication_bound: Duration,
     store_faults: &[&str],
+    clock: Arc<dyn Clock>,
 ) -> (TestService, Arc<MemoryStore>, Arc<FaultyStore>) {
     let key = format!("test-key-{}", std::process::id());
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let kept = Arc::new(MemoryStore::new(
         clock.clone(),
         MemoryStoreConfig { replica_lag: replication_bound, ..MemoryStoreConfig::default() },

@@ -11,6 +11,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::window::{Held, Lease, Stamp, Tally, Window};
 use super::{lock, Abort, Item, Recorder, Scenario, MAIN_CHECK};
 use crate::probe::report::Assertion;
 use crate::probe::settings::{escalation_wait, SKEW_MARGIN_WAIT};
@@ -37,6 +38,8 @@ pub(super) struct Check<'a> {
     skew_allowance: Mutex<Duration>,
     /// When the answer of the last granted pre-lock arrived (monotonic and wall clock).
     pub(super) pre_lock_answered: Mutex<Option<(Instant, DateTime<Utc>)>>,
+    /// When the last pre-lock was sent and answered.
+    pub(super) pre_lock_window: Mutex<Option<Window>>,
 }
 
 /// The timestamps of a lock view, as the contract names them.
@@ -94,12 +97,58 @@ impl LockTimes {
     }
 }
 
+/// Whether `lease` was certainly in force over `window`: `Err` says why it was not
+/// certain (an operation sent after the lease's latest end is not held to it either).
+pub(super) fn in_force(lease: &Lease, window: &Window) -> Result<(), String> {
+    match lease.held_over(window) {
+        Held::Certainly => Ok(()),
+        Held::Over => Err("sent after the lease's latest end".into()),
+        Held::Uncertain(why) => Err(why),
+    }
+}
+
+/// What a user operation is held to ([`Check::user_op_under`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Hold<'l> {
+    /// Nothing: it is judged as it is.
+    Nothing,
+    /// A lease that must have been in force over the whole decision window.
+    InForce(&'l Lease),
+    /// A lease that must have been over when the operation was sent: past its latest
+    /// end, and past the enforcement the service announced after it, if it announced
+    /// one (a `423`'s `Retry-After`, counted from when that answer arrived).
+    Over(&'l Lease, Option<(Stamp, Duration)>),
+}
+
+impl Hold<'_> {
+    /// `None` for an operation held to nothing; otherwise whether it can be judged.
+    fn judge(&self, window: &Window) -> Option<Result<(), String>> {
+        match *self {
+            Hold::Nothing => None,
+            Hold::InForce(lease) => Some(in_force(lease, window)),
+            Hold::Over(lease, announced) => Some(match lease.over_when_sent(window, Duration::ZERO) {
+                Held::Over => match announced {
+                    Some((at, for_)) if !window.sent_at_least(for_, &at) => Err(format!(
+                        "sent before the {:.0}s the service announced it would still enforce the lease had passed",
+                        for_.as_secs_f64()
+                    )),
+                    _ => Ok(()),
+                },
+                Held::Certainly => Err("sent while the lease was in force".into()),
+                Held::Uncertain(why) => Err(why),
+            }),
+        }
+    }
+}
+
 /// A lock call's answer with the probe's wall-clock times around it, so instants the
 /// service stamped can be related to the probe's clock.
 pub(super) struct Timed {
     pub(super) reply: Reply,
     /// Halfway between sending and receiving, by the probe's clock.
     pub(super) midpoint: DateTime<Utc>,
+    /// When the call that gave `reply` was sent and answered.
+    pub(super) window: Window,
 }
 
 /// Observed outcome of a user operation, in the vocabulary of the enforcement table.
@@ -165,19 +214,60 @@ impl Expect<'_, '_> {
         self.record(observed.into(), duration, detail)
     }
 
+    /// Records what an operation the check meant to hold to a lock observed, if its
+    /// decision window allowed that (`held` is `Ok`); otherwise records it as
+    /// inconclusive, with why. Either way the check's tally counts it. Returns whether
+    /// it was judged and was what was expected.
+    pub(super) fn observed_if(
+        self,
+        held: Result<(), String>,
+        observed: impl Into<Outcome>,
+        duration: Duration,
+    ) -> bool {
+        let c = self.check;
+        match held {
+            Ok(()) => {
+                c.count_held(self.phase);
+                self.observed(observed, duration)
+            }
+            Err(why) => {
+                c.count_inconclusive(self.phase, why.clone());
+                self.undecided(observed, duration, why);
+                false
+            }
+        }
+    }
+
+    /// Records an assertion the check could not decide, with why, without counting it
+    /// in the check's tally (a caller that summarises several operations counts them).
+    pub(super) fn undecided(&self, observed: impl Into<Outcome>, duration: Duration, why: String) {
+        self.record_with(observed.into(), duration, self.detail.clone(), Some(why));
+    }
+
     fn record(&self, observed: Outcome, duration: Duration, detail: Option<String>) -> bool {
+        self.record_with(observed, duration, detail, None)
+    }
+
+    fn record_with(
+        &self,
+        observed: Outcome,
+        duration: Duration,
+        detail: Option<String>,
+        inconclusive: Option<String>,
+    ) -> bool {
         let c = self.check;
         let a = Assertion {
             check: c.name.clone(),
             phase: self.phase,
             op: self.op,
             instance: self.instance.map(|i| c.sc.settings.instances[i].clone()),
-            passed: self.expected == observed,
+            passed: self.expected == observed && inconclusive.is_none(),
             expected: self.expected.clone(),
             observed,
             at: Utc::now(),
             duration,
             detail,
+            inconclusive,
         };
         let passed = a.passed;
         c.sc.observer.assertion(c.target(), &a);
@@ -239,8 +329,51 @@ impl<'a> Check<'a> {
             lock_calls: AtomicUsize::new(0),
             last_view: Mutex::new(None),
             pre_lock_answered: Mutex::new(None),
+            pre_lock_window: Mutex::new(None),
             skew_allowance: Mutex::new(SKEW_MARGIN_WAIT),
         }
+    }
+
+    /// Now, on both of the probe's clocks.
+    pub(super) fn stamp(&self) -> Stamp {
+        Stamp::now(&*self.sc.settings.clock)
+    }
+
+    /// Makes a request and returns its answer with its decision window.
+    pub(super) async fn windowed<T>(&self, fut: impl Future<Output = T>) -> (T, Window) {
+        let sent = self.stamp();
+        let out = fut.await;
+        (out, Window { sent, answered: self.stamp() })
+    }
+
+    /// Counts an operation (in `phase`) this check held to a lock.
+    pub(super) fn count_held(&self, phase: Phase) {
+        lock(&self.rec.tallies).entry(self.name.clone()).or_insert_with(|| (phase, Tally::default())).1.count_held();
+    }
+
+    /// Counts an operation (in `phase`) this check meant to hold to a lock and could not.
+    pub(super) fn count_inconclusive(&self, phase: Phase, why: String) {
+        lock(&self.rec.tallies)
+            .entry(self.name.clone())
+            .or_insert_with(|| (phase, Tally::default()))
+            .1
+            .count_inconclusive(why);
+    }
+
+    /// A lease of `lease` granted by this check's last pre-lock, if it made one.
+    pub(super) fn pre_lock_lease(&self, lease: Duration) -> Option<Lease> {
+        self.pre_lock_window().map(|w| Lease::granted(w, lease))
+    }
+
+    /// When this check's last pre-lock was sent and answered.
+    pub(super) fn pre_lock_window(&self) -> Option<Window> {
+        *lock(&self.pre_lock_window)
+    }
+
+    /// Counts an operation (in `phase`) that could not be held to a lock and is made
+    /// again in a fresh attempt.
+    pub(super) fn count_retried(&self, phase: Phase) {
+        lock(&self.rec.tallies).entry(self.name.clone()).or_insert_with(|| (phase, Tally::default())).1.count_retried();
     }
 
     /// Takes up to `want` of this check's skew allowance; zero once it is spent.
@@ -386,7 +519,8 @@ impl<'a> Check<'a> {
         let token = self.token();
         let at = self.lock_instance();
         let send = |k| c.escalate(at, &self.resource, &token, phase.as_str(), lease, k);
-        let (mut out, mut midpoint) = self.timed(c.until_known(&CallKey::fresh(), send)).await;
+        let ((mut out, mut midpoint), mut window) =
+            self.windowed(self.timed(c.until_known(&CallKey::fresh(), send))).await;
         // The probe waited until effectiveAt by its own clock; an instance whose clock is
         // behind (within the service's skew margin) still calls that too early, which is
         // safe and honest. Ask again, as an orchestrator would, within the allowance.
@@ -396,12 +530,12 @@ impl<'a> Check<'a> {
                 break;
             }
             tokio::time::sleep(wait).await;
-            (out, midpoint) = self.timed(c.until_known(&CallKey::fresh(), send)).await;
+            ((out, midpoint), window) = self.windowed(self.timed(c.until_known(&CallKey::fresh(), send))).await;
         }
         let reply = self.expect(phase, Op::Escalate, Outcome::ok()).on(at).must_lock_op(async { out }).await?;
         self.mark(phase);
         self.check_lock_view(phase, &reply);
-        Ok(Timed { reply, midpoint })
+        Ok(Timed { reply, midpoint, window })
     }
 
     /// User operations on every instance, each `(op, key kind, expected outcome)` on the
@@ -424,15 +558,35 @@ impl<'a> Check<'a> {
         key: &str,
         expected: Outcome,
     ) -> Result<Reply, Abort> {
+        Ok(self.user_op_under(phase, op, instance, key, expected, Hold::Nothing).await?.0)
+    }
+
+    /// [`Self::user_op`] held to a lease: judged only if its decision window allows
+    /// that (the lease certainly in force, or certainly over, over the whole window),
+    /// inconclusive otherwise ([`super::window`]). Returns the answer and whether it was
+    /// judged.
+    pub(super) async fn user_op_under(
+        &self,
+        phase: Phase,
+        op: UserOp,
+        instance: usize,
+        key: &str,
+        expected: Outcome,
+        hold: Hold<'_>,
+    ) -> Result<(Reply, bool), Abort> {
         let c = &self.sc.client;
         let res = &self.resource;
         let value = json!({"probe": self.target(), "key": key, "phase": phase, "at": Utc::now().to_rfc3339()});
         let expect = self.expect(phase, op, expected).on(instance);
-        let r = match op {
-            UserOp::Read => expect.call(c.read(instance, res, key)).await?,
-            UserOp::Write => expect.call(c.write(instance, res, key, &value)).await?,
-            UserOp::Delete => expect.call(c.delete(instance, res, key)).await?,
+        let request = async {
+            match op {
+                UserOp::Read => expect.call(c.read(instance, res, key)).await,
+                UserOp::Write => expect.call(c.write(instance, res, key, &value)).await,
+                UserOp::Delete => expect.call(c.delete(instance, res, key)).await,
+            }
         };
+        let (r, window) = self.windowed(request).await;
+        let r = r?;
         let observed = classify(op, &r);
         // Keep the model of what must exist after the swap in line with what the service did.
         {
@@ -454,8 +608,18 @@ impl<'a> Check<'a> {
             423 => expect.detail(format!("Retry-After: {}", r.retry_after.as_deref().unwrap_or("missing"))),
             _ => expect,
         };
-        expect.observed(observed, r.elapsed);
-        Ok(r)
+        let judged = match hold.judge(&window) {
+            None => {
+                expect.observed(observed, r.elapsed);
+                true
+            }
+            Some(held) => {
+                let judged = held.is_ok();
+                expect.observed_if(held, observed, r.elapsed);
+                judged
+            }
+        };
+        Ok((r, judged))
     }
 
     /// Pre-locks this check's resource. The request and its idempotency key are
@@ -483,8 +647,10 @@ impl<'a> Check<'a> {
         let c = &self.sc.client;
         let at = self.lock_instance();
         let send = |k| c.pre_lock(at, &self.resource, &s.owner, s.leases.pre_lock, target_location, k);
-        let out = self.expect(phase, Op::PreLock, Outcome::created()).on(at).lock_op(c.until_known(&key, send)).await;
+        let expect = self.expect(phase, Op::PreLock, Outcome::created()).on(at);
+        let (out, window) = self.windowed(expect.lock_op(c.until_known(&key, send))).await;
         *lock(&self.pre_lock_answered) = Some((Instant::now(), Utc::now()));
+        *lock(&self.pre_lock_window) = Some(window);
         if let Ok((r, ok)) = &out {
             // A token in a success answer is a live lock, even under an unexpected status:
             // holding it is what gets it released.

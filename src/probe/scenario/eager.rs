@@ -19,19 +19,28 @@
 //!   instance keeps writing; if the service says the renewal took (200), no write may be
 //!   accepted anywhere in between; if it says the lease lapsed first (410), writes after
 //!   the lapse are fair, writes before the lease's end are still not.
+//!
+//! Every operation is held to the lock only over its decision window ([`super::window`]):
+//! one whose window meets the instant the lease may end, or during which the wall clock
+//! stepped, is inconclusive.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::check::{granted, Check};
+use super::check::{granted, Check, Hold};
+use super::window::{signed_secs, Held, Lease, Window};
 use super::{lock, Abort, Item};
 use crate::probe::target::{CallKey, Reply};
 use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
 
 /// How long before the write lease ends the eager renewal is sent.
 const RENEW_LEAD: Duration = Duration::from_millis(300);
+
+/// How long before the renewal the writers start: long enough that each instance's
+/// writes held to the lease outnumber the one whose window may meet its end.
+const WRITERS_LEAD: Duration = Duration::from_millis(500);
 
 /// The write lease of the eager renewal check: long enough to escalate and start the
 /// writers, short enough to keep the cycle short.
@@ -64,8 +73,7 @@ impl Eager {
 /// One write of the renewal check's writers: when it was sent and answered, and how.
 struct Attempt {
     instance: usize,
-    sent: Instant,
-    answered: Instant,
+    window: Window,
     outcome: Outcome,
 }
 
@@ -90,21 +98,34 @@ impl Check<'_> {
         let r = self.pre_lock_while_every_instance_reads(&to).await?;
         let give_up = self.give_up_at(&r);
 
-        self.escalate_at_once(Phase::HardDelete, s.leases.hard_delete, give_up).await?;
+        let granted = self.escalate_at_once(Phase::HardDelete, s.leases.hard_delete, give_up).await?;
+        let hard_delete = Lease::granted(granted, s.leases.hard_delete);
         let deletes = (0..n).map(|i| {
-            let key = format!("del-{i}");
-            async move { self.user_op(Phase::HardDelete, UserOp::Delete, i, &key, Outcome::Tombstone).await }
+            let (key, lease) = (format!("del-{i}"), &hard_delete);
+            async move {
+                self.user_op_under(Phase::HardDelete, UserOp::Delete, i, &key, Outcome::Tombstone, Hold::InForce(lease))
+                    .await
+            }
         });
         futures::future::try_join_all(deletes).await?;
 
-        self.escalate_at_once(Phase::Write, s.leases.write, give_up).await?;
-        let blocked = (0..n).map(|i| async move {
-            self.user_op(Phase::Write, UserOp::Write, i, &format!("wl-{i}"), Outcome::Block).await?;
-            self.user_op(Phase::Write, UserOp::Delete, i, "keep", Outcome::Block).await?;
-            let r = self.user_op(Phase::Write, UserOp::Read, i, "keep", Outcome::Allow).await?;
-            // Under the write lock a read comes back through the write region.
-            self.read_through(i, &r);
-            Ok::<_, Abort>(r)
+        let granted = self.escalate_at_once(Phase::Write, s.leases.write, give_up).await?;
+        let write = Lease::granted(granted, s.leases.write);
+        let blocked = (0..n).map(|i| {
+            let lease = Hold::InForce(&write);
+            async move {
+                let key = format!("wl-{i}");
+                self.user_op_under(Phase::Write, UserOp::Write, i, &key, Outcome::Block, lease).await?;
+                self.user_op_under(Phase::Write, UserOp::Delete, i, "keep", Outcome::Block, lease).await?;
+                let (r, judged) =
+                    self.user_op_under(Phase::Write, UserOp::Read, i, "keep", Outcome::Allow, lease).await?;
+                // Under the write lock a read comes back through the write region (asked
+                // only of a read the lock certainly held over).
+                if judged {
+                    self.read_through(i, &r);
+                }
+                Ok::<_, Abort>(r)
+            }
         });
         futures::future::try_join_all(blocked).await?;
 
@@ -161,8 +182,8 @@ impl Check<'_> {
 
     /// Escalates to `phase` at the first instant the service allows: repeats the call
     /// (each a new call, under a new key) while it answers `409 invalid-transition`, every
-    /// poll interval until `give_up`. Returns when the escalation was granted.
-    async fn escalate_at_once(&self, phase: Phase, lease: Duration, give_up: Instant) -> Result<Instant, Abort> {
+    /// poll interval until `give_up`. Returns the window of the call that was granted.
+    async fn escalate_at_once(&self, phase: Phase, lease: Duration, give_up: Instant) -> Result<Window, Abort> {
         let c = &self.sc.client;
         let token = self.token();
         let started = Instant::now();
@@ -170,8 +191,8 @@ impl Check<'_> {
         loop {
             let send = |k| c.escalate(0, &self.resource, &token, phase.as_str(), lease, k);
             let expect = self.expect(phase, Op::Escalate, Outcome::ok());
-            let sent = Instant::now();
-            let r = expect.call(c.until_known(&CallKey::fresh(), send)).await?;
+            let (r, window) = self.windowed(expect.call(c.until_known(&CallKey::fresh(), send))).await;
+            let r = r?;
             let too_early = r.outcome() == Outcome::invalid_transition();
             if too_early && Instant::now() < give_up {
                 refused += 1;
@@ -182,7 +203,7 @@ impl Check<'_> {
                 "granted {:.3}s after the first attempt ({refused} refused as too early)",
                 started.elapsed().as_secs_f64()
             );
-            return if expect.detail(detail).observed(r.outcome(), r.elapsed) { Ok(sent) } else { Err(Abort::Stop) };
+            return if expect.detail(detail).observed(r.outcome(), r.elapsed) { Ok(window) } else { Err(Abort::Stop) };
         }
     }
 
@@ -221,11 +242,11 @@ impl Check<'_> {
         let give_up = self.give_up_at(&r);
         self.escalate_at_once(Phase::HardDelete, s.leases.hard_delete, give_up).await?;
         // The lease runs from when the service decided, which is after this send: it ends
-        // no earlier than `sent + RENEWAL_LEASE`.
-        let sent = self.escalate_at_once(Phase::Write, RENEWAL_LEASE, give_up).await?;
-        let lease_end = sent + RENEWAL_LEASE;
-        let renew_at = lease_end - RENEW_LEAD;
-        let writers_from = renew_at.checked_sub(Duration::from_millis(200)).unwrap_or(renew_at);
+        // no earlier than the send + RENEWAL_LEASE (on both clocks: see `window`).
+        let granted = self.escalate_at_once(Phase::Write, RENEWAL_LEASE, give_up).await?;
+        let write = Lease::granted(granted, RENEWAL_LEASE);
+        let renew_at = granted.sent.mono + RENEWAL_LEASE - RENEW_LEAD;
+        let writers_from = renew_at.checked_sub(WRITERS_LEAD).unwrap_or(renew_at);
         tokio::time::sleep_until(writers_from.into()).await;
 
         let done = CancellationToken::new();
@@ -234,17 +255,17 @@ impl Check<'_> {
             tokio::time::sleep_until(renew_at.into()).await;
             let token = self.token();
             let send = |k| c.renew(0, &self.resource, &token, s.leases.write, k);
-            let r = c.until_known(&CallKey::fresh(), send).await;
+            let (r, window) = self.windowed(c.until_known(&CallKey::fresh(), send)).await;
             // Stale caches matter for up to the declared delay after the renewal lands.
             let linger = r.as_ref().ok().and_then(|r| self.declared(r)).unwrap_or(Duration::from_secs(1));
             tokio::time::sleep(linger.min(Duration::from_secs(5))).await;
             done.cancel();
-            r
+            (r, window)
         };
-        let (renewed, attempts) = tokio::join!(renewal, writers);
+        let ((renewed, renewal), attempts) = tokio::join!(renewal, writers);
         let attempts: Vec<Attempt> = attempts.into_iter().flatten().collect();
         let r = self.expect(Phase::Write, Op::Renew, Outcome::RenewedOrLapsed).call(async { renewed }).await?;
-        self.judge_renewal(&r, lease_end, &attempts);
+        self.judge_renewal(&r, write, renewal, &attempts);
         if r.outcome() == Outcome::lock_expired() {
             self.dropped();
         }
@@ -259,19 +280,21 @@ impl Check<'_> {
         while !done.is_cancelled() {
             let key = format!("ren-{instance}-{k}");
             k += 1;
-            let sent = Instant::now();
-            if let Ok(r) = c.write(instance, &self.resource, &key, &json!({"probe": self.target()})).await {
+            let value = json!({"probe": self.target()});
+            if let (Ok(r), window) = self.windowed(c.write(instance, &self.resource, &key, &value)).await {
                 let outcome = super::check::classify(UserOp::Write, &r);
-                attempts.push(Attempt { instance, sent, answered: Instant::now(), outcome });
+                attempts.push(Attempt { instance, window, outcome });
             }
             tokio::time::sleep(self.sc.settings.poll_interval).await;
         }
         attempts
     }
 
-    /// Judges the renewal `r` and the writes made around it: one assertion for the
-    /// renewal, one per instance for its writes.
-    fn judge_renewal(&self, r: &Reply, lease_end: Instant, attempts: &[Attempt]) {
+    /// Judges the renewal `r` (made in `renewal`) and the writes made around the end of
+    /// the `write` lease: one assertion for the renewal; per instance, one for its
+    /// writes the lock certainly held over, and one for those it may not have
+    /// (inconclusive), each write counted in the check's tally.
+    fn judge_renewal(&self, r: &Reply, write: Lease, renewal: Window, attempts: &[Attempt]) {
         let renewed = granted(r).is_some() || r.status == 200;
         let lapsed = r.outcome() == Outcome::lock_expired();
         let observed = if renewed || lapsed { Outcome::RenewedOrLapsed } else { r.outcome() };
@@ -285,34 +308,55 @@ impl Check<'_> {
         self.expect(Phase::Write, Op::Renew, Outcome::RenewedOrLapsed)
             .detail(format!("sent {}ms before the lease's end; the service says {said}", RENEW_LEAD.as_millis()))
             .observed(observed, r.elapsed);
+        // A renewal that took leaves no gap: the lock holds until the renewed lease ends.
+        // One that lapsed first holds writes to the lease's first end; after its latest
+        // end any answer is fair (the lock's end within the skew margin, or no lock).
+        let lease = if renewed { write.renewed(renewal, self.sc.settings.leases.write) } else { write };
+        let first_end = write.counted_from.sent.mono + write.lease;
         for i in 0..self.instances() {
-            // A renewal that took leaves no gap: every write must be blocked. One that
-            // lapsed first allows writes after the lease's end, never before it.
-            let must_block = |a: &&Attempt| a.instance == i && (renewed || a.answered < lease_end);
-            let judged: Vec<&Attempt> = attempts.iter().filter(must_block).collect();
-            let accepted = judged.iter().find(|a| a.outcome == Outcome::Allow);
-            let (observed, detail) = match accepted {
-                Some(a) => (
-                    Outcome::Allow,
-                    format!(
-                        "a write sent {:+.3}s from the lease's first end was accepted; the renewal says {said}",
-                        signed_secs(a.sent, lease_end)
+            let mut held = Vec::new();
+            let mut undecided = Vec::new();
+            for a in attempts.iter().filter(|a| a.instance == i) {
+                match lease.held_over(&a.window) {
+                    Held::Certainly => held.push(a),
+                    Held::Over if !renewed => {}
+                    Held::Over => undecided.push((a, "sent after the renewed lease's latest end".to_owned())),
+                    Held::Uncertain(why) => undecided.push((a, why)),
+                }
+            }
+            for _ in &held {
+                self.count_held(Phase::Write);
+            }
+            for (_, why) in &undecided {
+                self.count_inconclusive(Phase::Write, why.clone());
+            }
+            if !held.is_empty() {
+                let (observed, detail) = match held.iter().find(|a| a.outcome == Outcome::Allow) {
+                    Some(a) => (
+                        Outcome::Allow,
+                        format!(
+                            "a write sent {:+.3}s from the lease's first end was accepted; the renewal says {said}",
+                            signed_secs(a.window.sent.mono, first_end)
+                        ),
                     ),
-                ),
-                None => (Outcome::Block, format!("{} writes around the renewal, all blocked", judged.len())),
-            };
-            self.expect(Phase::Write, UserOp::Write, Outcome::Block)
-                .on(i)
-                .detail(detail)
-                .observed(observed, Duration::ZERO);
+                    None => (Outcome::Block, format!("{} writes around the renewal, all blocked", held.len())),
+                };
+                self.expect(Phase::Write, UserOp::Write, Outcome::Block)
+                    .on(i)
+                    .detail(detail)
+                    .observed(observed, Duration::ZERO);
+            }
+            if let Some((first, why)) = undecided.first() {
+                let accepted = undecided.iter().filter(|(a, _)| a.outcome == Outcome::Allow).count();
+                self.expect(Phase::Write, UserOp::Write, Outcome::Block)
+                    .on(i)
+                    .detail(format!(
+                        "{} writes not held to the lease ({accepted} accepted), the first sent {:+.3}s from its first end; the renewal says {said}",
+                        undecided.len(),
+                        signed_secs(first.window.sent.mono, first_end)
+                    ))
+                    .undecided(first.outcome.clone(), Duration::ZERO, why.clone());
+            }
         }
-    }
-}
-
-/// `at - reference` in seconds, negative when `at` is earlier.
-fn signed_secs(at: Instant, reference: Instant) -> f64 {
-    match at.checked_duration_since(reference) {
-        Some(after) => after.as_secs_f64(),
-        None => -(reference - at).as_secs_f64(),
     }
 }

@@ -4,11 +4,15 @@ use std::time::{Duration, Instant};
 
 use chrono::TimeDelta;
 
-use super::check::{granted, Check, LockTimes};
+use super::check::{granted, in_force, Check, Hold, LockTimes};
+use super::window::{Held, Lease, Stamp, Window};
 use super::{lock, Abort};
 use crate::probe::settings::{lapse_wait, SKEW_MARGIN_WAIT};
 use crate::probe::target::{CallKey, Reply};
 use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
+
+/// How many times `negative/escalate-early` asks before it leaves its question undecided.
+const EARLY_ATTEMPTS: u32 = 3;
 
 /// The negative checks of a cycle, each run on its own resource after the main walk.
 #[derive(Debug, Clone, Copy)]
@@ -83,10 +87,15 @@ impl Check<'_> {
         let c = &self.sc.client;
         let at = self.lock_instance();
         let send = |k| c.pre_lock(at, &self.resource, &s.owner, s.leases.pre_lock, None, k);
-        let (r, _) = self
-            .expect(Phase::PreLock, Op::PreLockAgain, Outcome::lock_held())
-            .lock_op(c.until_known(&CallKey::fresh(), send))
-            .await?;
+        let expect = self.expect(Phase::PreLock, Op::PreLockAgain, Outcome::lock_held());
+        let (r, window) = self.windowed(expect.call(c.until_known(&CallKey::fresh(), send))).await;
+        let r = r?;
+        // The first lock holds at least its requested lease from its decision.
+        let held = match self.pre_lock_lease(s.leases.pre_lock) {
+            Some(lease) => in_force(&lease, &window),
+            None => Err("the first pre-lock's window is unknown".into()),
+        };
+        expect.observed_if(held, r.outcome(), r.elapsed);
         self.release_unexpected(&r).await;
         Ok(())
     }
@@ -148,16 +157,31 @@ impl Check<'_> {
     }
 
     /// An escalation right after the pre-lock must be refused: the lock is not effective
-    /// before `effectiveAt`. The probe can only judge an escalation it is sure reached the
-    /// service before then: one answered less than `effectiveAt - acquiredAt` (the
-    /// service's own delay, so no clocks are compared) after the pre-lock was sent, since
-    /// the service granted the pre-lock after that send and judged the escalation before
-    /// that answer. An escalation the service accepted later than that (an overloaded
-    /// probe or network) is not judged: the report says so in a note. A refusal is always
-    /// judged (and passes).
+    /// before `effectiveAt`. The probe judges only an escalation it is sure the service
+    /// decided before then: one answered less than `effectiveAt - acquiredAt` (the
+    /// service's own delay, so no clocks are compared; the declared convergence delay
+    /// when the view has no timestamps) after the pre-lock was sent, on both of its
+    /// clocks, since the service granted the pre-lock after that send and decided the
+    /// escalation before that answer. An escalation it cannot be sure of (an overloaded
+    /// probe or network, a step of the wall clock) is inconclusive, whatever it got: the
+    /// check releases and asks again on a fresh pre-lock, up to [`EARLY_ATTEMPTS`]
+    /// times, and the last attempt counts.
     pub(super) async fn escalate_early(&self) -> Result<(), Abort> {
         self.step(&format!("escalating {} before effectiveAt must be refused", self.resource));
-        let sent = Instant::now();
+        for attempt in 1..=EARLY_ATTEMPTS {
+            let last = attempt == EARLY_ATTEMPTS;
+            if self.escalate_early_once(last).await? || last {
+                return Ok(());
+            }
+            self.release_if_held().await;
+            self.step(&format!("the early escalation was not certainly early; asking again (attempt {})", attempt + 1));
+        }
+        Ok(())
+    }
+
+    /// One attempt of [`Self::escalate_early`]: whether it was judged. An undecided
+    /// attempt that is not the `last` is shown and counted as made again.
+    async fn escalate_early_once(&self, last: bool) -> Result<bool, Abort> {
         let pre_lock = self.must_pre_lock().await?;
         let s = &self.sc.settings;
         let c = &self.sc.client;
@@ -165,23 +189,36 @@ impl Check<'_> {
         let at = self.lock_instance();
         let send = |k| c.escalate(at, &self.resource, &token, Phase::HardDelete.as_str(), s.leases.hard_delete, k);
         let expect = self.expect(Phase::PreLock, Op::EscalateEarly, Outcome::invalid_transition());
-        let r = expect.call(c.until_known(&CallKey::fresh(), send)).await?;
-        let answered = sent.elapsed();
-        let window = LockTimes::of(&pre_lock.body).ok().and_then(|t| (t.effective_at - t.acquired_at).to_std().ok());
-        match window {
-            Some(window) if answered >= window && r.outcome() != Outcome::invalid_transition() => {
-                self.note(format!(
-                    "negative/escalate-early not judged: the escalation was answered {:.3}s after the pre-lock was sent, not within the service's {:.3}s to effectiveAt, so it may have reached the service after effectiveAt (observed {})",
-                    answered.as_secs_f64(),
-                    window.as_secs_f64(),
-                    r.outcome()
-                ));
+        let (r, window) = self.windowed(expect.call(c.until_known(&CallKey::fresh(), send))).await;
+        let r = r?;
+        // The service's own delay to effectiveAt; without timestamps (a failed lock-view
+        // assertion already), the convergence delay it declared, which a pre-lock must
+        // wait at least.
+        let until_effective = LockTimes::of(&pre_lock.body)
+            .ok()
+            .and_then(|t| (t.effective_at - t.acquired_at).to_std().ok())
+            .or_else(|| self.declared(&pre_lock));
+        let before_effective = match (until_effective, self.pre_lock_window()) {
+            // "In force" of a span that starts with the pre-lock is "before effectiveAt".
+            (Some(d), Some(pre_lock)) => match Lease::granted(pre_lock, d).held_over(&window) {
+                Held::Certainly => Ok(()),
+                Held::Over => Err("sent after effectiveAt had certainly passed".to_owned()),
+                Held::Uncertain(why) => Err(format!("not certainly before effectiveAt: {why}")),
+            },
+            _ => Err("the pre-lock's view does not say when it takes effect".to_owned()),
+        };
+        match before_effective {
+            Err(why) if !last => {
+                self.count_retried(Phase::PreLock);
+                expect.undecided(r.outcome(), r.elapsed, format!("{why} (asked again)"));
+                Ok(false)
             }
-            _ => {
-                expect.observed(r.outcome(), r.elapsed);
+            held => {
+                let judged = held.is_ok();
+                expect.observed_if(held, r.outcome(), r.elapsed);
+                Ok(judged)
             }
         }
-        Ok(())
     }
 
     pub(super) async fn write_before_hard_delete(&self) -> Result<(), Abort> {
@@ -204,12 +241,14 @@ impl Check<'_> {
         let s = &self.sc.settings;
         let c = &self.sc.client;
         self.escalate_to(Phase::HardDelete, s.leases.hard_delete).await?;
-        self.escalate_to(Phase::Write, s.leases.short_write).await?;
+        let write = self.escalate_to(Phase::Write, s.leases.short_write).await?;
+        let lease = Lease::granted(write.window, s.leases.short_write);
         let lapse = lapse_wait(s.leases.short_write, s.buffer);
         self.step(&format!("waiting {:.3}s for the write lease to lapse", lapse.as_secs_f64()));
         tokio::time::sleep(lapse).await;
-        self.after_any_skew_margin(0, "after-lapse").await;
-        self.user_op(Phase::Write, UserOp::Write, 0, "after-lapse", Outcome::Allow).await?;
+        let announced = self.after_any_skew_margin(0, "after-lapse").await;
+        let over = Hold::Over(&lease, announced);
+        self.user_op_under(Phase::Write, UserOp::Write, 0, "after-lapse", Outcome::Allow, over).await?;
         // Swap towards the other location, so only the lapsed lease can be the refusal.
         let route = self.expect(Phase::Write, Op::Route, Outcome::ok()).on(0).call(c.route(0, &self.resource)).await?;
         let to = if route.str_field("location") == Some(s.locations[0].as_str()) {
@@ -220,10 +259,16 @@ impl Check<'_> {
         let token = self.token();
         let at = self.lock_instance();
         let send = |k| c.swap(at, &self.resource, &token, to, k);
-        let (r, _) = self
-            .expect(Phase::Write, Op::SwapAfterLapse, Outcome::lock_expired())
-            .lock_op(c.until_known(&CallKey::fresh(), send))
-            .await?;
+        let expect = self.expect(Phase::Write, Op::SwapAfterLapse, Outcome::lock_expired());
+        let (r, window) = self.windowed(expect.call(c.until_known(&CallKey::fresh(), send))).await;
+        let r = r?;
+        // The holder's token is dead once the lease has ended by the deciding clock.
+        let lapsed = match lease.over_when_sent(&window, Duration::ZERO) {
+            Held::Over => Ok(()),
+            Held::Certainly => Err("sent while the lease was in force".to_owned()),
+            Held::Uncertain(why) => Err(why),
+        };
+        expect.observed_if(lapsed, r.outcome(), r.elapsed);
         if r.status == 200 {
             // The service swapped on a dead token: nothing is held any more.
             self.dropped();
@@ -237,14 +282,13 @@ impl Check<'_> {
     /// write of a throwaway value (the asserted write overwrites it): a `423` whose
     /// `Retry-After` is short is waited out once (at most [`SKEW_MARGIN_WAIT`], from the
     /// check's skew allowance); a lock that does not lapse still fails the assertion that
-    /// follows.
-    async fn after_any_skew_margin(&self, instance: usize, key: &str) {
+    /// follows. Returns when the peek's `423` arrived and the enforcement it announced
+    /// (unbounded when it named none), for the assertion to be held to.
+    async fn after_any_skew_margin(&self, instance: usize, key: &str) -> Option<(Stamp, Duration)> {
         let c = &self.sc.client;
         let probe_value = serde_json::json!({"probe": self.target(), "peek": true});
-        let Ok(r) = c.write(instance, &self.resource, key, &probe_value).await else { return };
-        if r.status != 423 {
-            return;
-        }
+        let (r, Window { answered, .. }) = self.windowed(c.write(instance, &self.resource, key, &probe_value)).await;
+        let r = r.ok().filter(|r| r.status == 423)?;
         let wait = r.retry_after.as_deref().and_then(|s| s.trim().parse().ok()).map(Duration::from_secs);
         if let Some(wait) = wait.filter(|w| *w <= SKEW_MARGIN_WAIT) {
             let wait = self.take_skew_allowance(wait);
@@ -254,6 +298,7 @@ impl Check<'_> {
             ));
             tokio::time::sleep(wait).await;
         }
+        Some((answered, wait.unwrap_or(Duration::MAX)))
     }
 
     pub(super) async fn concurrent_pre_locks(&self) -> Result<(), Abort> {
