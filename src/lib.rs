@@ -9,7 +9,8 @@
 //!      that follows tokio's (pausable) time, and a skewed clock for fault tests.
 //!    - [`usage`]: usage errors (exit 64) and the ten-year bound on every duration, for
 //!      flags and files alike.
-//!    - [`routing::document`]: the location document and its schema versioning.
+//!    - [`document`]: the location document (what the store keeps and the lock lives
+//!      in), its schema versioning and the lock token.
 //!    - [`percentiles`]: exact percentiles over a sliding window, for status documents.
 //!    - [`exposition`]: the Prometheus text format, the one `GET /metrics` route, the
 //!      histogram buckets the probe and the monitor share, and the build and process
@@ -49,6 +50,7 @@
 
 pub mod app;
 pub mod clock;
+pub mod document;
 pub mod exposition;
 pub mod html;
 pub mod monitor;

@@ -36,7 +36,7 @@ pub use status::{AnomalyDocument, MigrationCounts, MonitorStatus, OrphanDocument
 pub use tracker::{Event, Outcome, Rules, Seen, Source, Tracker, PROBE_OWNER_PREFIX};
 
 use crate::clock::Clock;
-use crate::routing::document::LocationDocument;
+use crate::document::LocationDocument;
 use crate::routing::lifecycle;
 use crate::store::{ChangeCursor, LocationStore, StoreError, Versioned};
 

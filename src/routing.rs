@@ -1,6 +1,6 @@
-//! The routing library: the lock itself.
+//! The routing library: the lock itself, over the location document
+//! ([`crate::document`], re-exported here for a service that links only this).
 //!
-//! - [`document`]: the location document (schema, versioning, lock token).
 //! - [`lifecycle`]: pre-lock, escalate, renew, swap, release as pure functions.
 //! - [`mod@enforce`]: operation x resolved lock state -> allow / block / tombstone.
 //! - [`freshness`]: when a cached or replicated view may be acted on.
@@ -9,12 +9,11 @@
 
 pub mod cache;
 pub mod client;
-pub mod document;
 pub mod enforce;
 pub mod freshness;
 pub mod lifecycle;
 
+pub use crate::document::{LocationDocument, LockInfo, LockToken, Phase};
 pub use client::{ClientOptions, Grant, Lent, Resolved, RoutingClient, RoutingError, Source, SwapPlan};
-pub use document::{LocationDocument, LockInfo, LockToken, Phase};
 pub use enforce::{enforce, Decision, Operation};
 pub use lifecycle::{Deviations, LockCall, LockError, LockPolicy, PreLockRequest};

@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::routing::document::{DocumentError, LocationDocument};
+use crate::document::{DocumentError, LocationDocument};
 
 /// An opaque version of one stored document, new on every write.
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -2,7 +2,7 @@
 //!
 //! Bottom up (each may use what is listed before it, and nothing after):
 //!
-//! - **bottom**: `clock`, `usage`, `percentiles`, `exposition`, `html` and `routing::document`
+//! - **bottom**: `clock`, `usage`, `percentiles`, `exposition`, `html` and `document`
 //!   import nothing of ours (each only itself);
 //! - **store** uses the bottom;
 //! - **routing** uses the bottom and the store;
@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 /// Where a module sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layer {
-    /// `clock`, `usage`, `percentiles`, `exposition`, `html`, `routing::document`.
+    /// `clock`, `usage`, `percentiles`, `exposition`, `html`, `document`.
     Bottom,
     Store,
     Routing,
@@ -41,8 +41,7 @@ enum Layer {
     Root,
 }
 
-const BOTTOM: [&[&str]; 6] =
-    [&["clock"], &["usage"], &["percentiles"], &["exposition"], &["html"], &["routing", "document"]];
+const BOTTOM: [&[&str]; 6] = [&["clock"], &["usage"], &["percentiles"], &["exposition"], &["html"], &["document"]];
 
 fn layer_of(module: &[String]) -> Option<Layer> {
     let m: Vec<&str> = module.iter().map(String::as_str).collect();
@@ -61,7 +60,7 @@ fn layer_of(module: &[String]) -> Option<Layer> {
     })
 }
 
-/// The bottom module `module` belongs to, e.g. `["routing", "document"]`.
+/// The bottom module `module` belongs to, e.g. `["document"]`.
 fn bottom_unit(module: &[String]) -> Option<&'static [&'static str]> {
     let m: Vec<&str> = module.iter().map(String::as_str).collect();
     BOTTOM.iter().copied().find(|b| m.starts_with(b))
@@ -79,7 +78,7 @@ fn refusal(from: &[String], to: &[String]) -> Option<String> {
         Routing => matches!(lt, Bottom | Store | Routing),
         Service => matches!(lt, Bottom | Store | Routing | Service),
         Monitor => matches!(lt, Bottom | Store | Routing | Monitor),
-        Probe => lt == Probe || (lt == Bottom && bottom_unit(to) != Some(&["routing", "document"][..])),
+        Probe => lt == Probe || (lt == Bottom && bottom_unit(to) != Some(&["document"][..])),
         App | Root => true,
     };
     (!allowed).then(|| format!("{lf:?} may not use {lt:?}"))
@@ -460,16 +459,16 @@ fn the_rules_refuse_what_runs_up() {
         ("service::lock_api", "monitor"),
         ("monitor", "probe::report"),
         ("monitor", "app"),
-        ("probe::scenario", "routing::document"),
+        ("probe::scenario", "document"),
         ("probe::target", "store"),
         ("probe", "monitor"),
         ("clock", "usage"),
-        ("routing::document", "store"),
+        ("document", "store"),
     ] {
         assert!(refusal(&m(from), &m(to)).is_some(), "{from} -> {to} must be refused");
     }
     for (from, to) in [
-        ("store::memory", "routing::document"),
+        ("store::memory", "document"),
         ("monitor", "routing::lifecycle"),
         ("probe::metrics", "percentiles"),
         ("probe::server", "exposition"),

@@ -488,7 +488,7 @@ fn check_bounds(doc: &LocationDocument) -> Result<(), TestCaseError> {
 /// The guard a swap leaves on the old location: a write-phase lock on `secondary`
 /// under a token that is not the primary lock's (a declared target's lock stays in
 /// preLock).
-fn swap_guard(doc: &LocationDocument) -> Option<&lockprobe::routing::document::Section> {
+fn swap_guard(doc: &LocationDocument) -> Option<&lockprobe::document::Section> {
     let primary = doc.primary.lock.as_ref();
     doc.secondary.as_ref().filter(|s| {
         s.lock.as_ref().is_some_and(|g| g.phase == Phase::Write && !primary.is_some_and(|p| p.token.matches(&g.token)))

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use lockprobe::document::Phase;
 use lockprobe::probe::observer::TracingObserver;
 use lockprobe::probe::report::CycleResult;
 use lockprobe::probe::runtime::{target_control, Probe, TargetChanges};
@@ -24,7 +25,6 @@ use lockprobe::probe::scheduler::TargetSchedule;
 use lockprobe::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use lockprobe::probe::state::StateFile;
 use lockprobe::probe::status::{CycleDocument, StatusDocument};
-use lockprobe::routing::document::Phase;
 use lockprobe::store::memory::MemoryStore;
 use lockprobe::store::{ChangeCursor, LocationStore};
 use support::{route, start_service_keeping_store, TestService};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::ManualClock;
-use lockprobe::routing::document::lock_record_id;
+use lockprobe::document::lock_record_id;
 use lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN;
 use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::memory::{Fault as StoreFault, MemoryStore, MemoryStoreConfig, OpKind};

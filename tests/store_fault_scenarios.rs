@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 use fleet::{Answer, Fleet, FleetOptions};
-use lockprobe::routing::document::lock_record_id;
+use lockprobe::document::lock_record_id;
 use lockprobe::service::{Fault, LockDesign};
 use lockprobe::store::faults::{FaultKind, FaultRule};
 use lockprobe::store::{LocationStore, OpKind, ReadFrom};

@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use super::tracker::{Outcome, Source};
+use crate::document::Phase;
 use crate::exposition::PHASE_BUCKETS;
 use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
-use crate::routing::document::Phase;
 
 const PHASES: [Phase; 3] = [Phase::PreLock, Phase::HardDelete, Phase::Write];
 

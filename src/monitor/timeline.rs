@@ -8,7 +8,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::routing::document::Phase;
+use crate::document::Phase;
 
 /// Offsets larger than this (about 49 days) saturate; `NONE` marks "not observed".
 const NONE: u32 = u32::MAX;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::timeline::{ms, Timeline, EARLY_JUDGED, ENDED, LAPSED, PARTIAL_COUNTED, PROBE};
-use crate::routing::document::{LocationDocument, LockInfo, Phase};
+use crate::document::{LocationDocument, LockInfo, Phase};
 
 /// How a migration ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::*;
 use crate::clock::to_chrono;
-use crate::routing::document::{LocationDocument, LockToken};
+use crate::document::{LocationDocument, LockToken};
 use crate::routing::lifecycle::{self, LockPolicy, PreLockRequest};
 
 const S: Duration = Duration::from_secs(1);

@@ -183,7 +183,7 @@ impl std::fmt::Debug for PinnedCache<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::document::LocationDocument;
+    use crate::document::LocationDocument;
 
     const S: i64 = 1_000_000_000;
 

@@ -20,10 +20,10 @@ use chrono::{DateTime, Utc};
 use futures::future::{ready, Either, FutureExt};
 
 use super::cache::{Lookup, TieredCache};
-use super::document::{self, DocumentError, LocationDocument, LockInfo, LockToken, Phase};
 use super::freshness;
 use super::lifecycle::{self, Decided, LockCall, LockError, LockPolicy, PreLockRequest};
 use crate::clock::{span, to_chrono, unix_nanos, Clock};
+use crate::document::{self, DocumentError, LocationDocument, LockInfo, LockToken, Phase};
 use crate::store::{Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 
 /// Which way a resolve went.

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::document::{LockInfo, Phase};
 use crate::clock::{span, to_chrono};
+use crate::document::{LockInfo, Phase};
 
 /// A user operation on a resource's data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,7 +63,7 @@ pub fn enforce(op: Operation, lock: Option<&LockInfo>, now: DateTime<Utc>, skew:
 mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock};
-    use crate::routing::document::LockToken;
+    use crate::document::LockToken;
     use chrono::TimeDelta;
     use serde_json::Map;
 

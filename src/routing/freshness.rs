@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::document::{LocationDocument, LockInfo};
 use super::lifecycle::LockPolicy;
 use crate::clock::to_chrono;
+use crate::document::{LocationDocument, LockInfo};
 
 fn plus(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     t.checked_add_signed(to_chrono(d)).unwrap_or(DateTime::<Utc>::MAX_UTC)

@@ -25,10 +25,10 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Map;
 
-use super::document::{
+use crate::clock::to_chrono;
+use crate::document::{
     digest_hex, CallKind, LocationDocument, LockInfo, LockToken, OperationRecord, PendingEffect, Phase, Section,
 };
-use crate::clock::to_chrono;
 
 /// Why a lock operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

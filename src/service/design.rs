@@ -27,7 +27,7 @@ use std::time::Duration;
 use super::error::ApiError;
 use super::input;
 use super::Instance;
-use crate::routing::document::{lock_record_id, LOCK_RECORD_PREFIX};
+use crate::document::{lock_record_id, LOCK_RECORD_PREFIX};
 use crate::routing::{Lent, LockInfo, Resolved, RoutingError, Source};
 
 /// Where locks live; see the module documentation.

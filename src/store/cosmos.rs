@@ -56,7 +56,7 @@ use self::region::{Reason, WriteRegion, PRECONDITION_REFRESH_INTERVAL};
 use super::{
     Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned,
 };
-use crate::routing::document::LocationDocument;
+use crate::document::LocationDocument;
 
 /// Fields Cosmos DB adds to every document. They are not part of the location
 /// document: stripped on read, never written.

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
 use super::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned};
-use crate::routing::document::{DocKind, LocationDocument};
+use crate::document::{DocKind, LocationDocument};
 
 /// The point calls counted per document kind.
 const POINT_CALLS: [OpKind; 4] = [OpKind::ReadWriteRegion, OpKind::ReadReplica, OpKind::Create, OpKind::Replace];
@@ -173,7 +173,7 @@ impl LocationStore for CountingStore {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::routing::document::lock_record_id;
+    use crate::document::lock_record_id;
     use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 
     #[tokio::test]

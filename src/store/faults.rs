@@ -89,7 +89,7 @@ use tokio::time::sleep;
 
 use super::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned};
 use crate::clock::{to_chrono, Clock};
-use crate::routing::document::LocationDocument;
+use crate::document::LocationDocument;
 
 /// The longest duration a textual rule accepts: ten years of 365.25 days, so `10y` passes
 /// and anything longer is taken for a typo.

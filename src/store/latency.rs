@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use rand::Rng;
 
 use super::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
-use crate::routing::document::LocationDocument;
+use crate::document::LocationDocument;
 
 /// How long each kind of call takes.
 #[derive(Debug, Clone, PartialEq, Eq)]

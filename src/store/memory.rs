@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use crate::clock::{to_chrono, Clock};
-use crate::routing::document::{DocumentError, LocationDocument};
+use crate::document::{DocumentError, LocationDocument};
 
 /// Settings of the in-memory store.
 #[derive(Debug, Clone)]

@@ -25,7 +25,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use crate::clock::{Clock, SystemClock};
-use crate::routing::document::LocationDocument;
+use crate::document::LocationDocument;
 use crate::service::items::ItemStores;
 use crate::service::{instance, router, LockDesign, ServiceConfig};
 use crate::store::counting::{CountingStore, StoreCounts};
