@@ -32,7 +32,7 @@ struct Args {
     #[arg(long, default_value = "*/10 * * * * *")]
     schedule: String,
     /// Random delay after each firing, up to this.
-    #[arg(long, default_value = "2s", value_parser = lockprobe::usage::parse_bounded_duration)]
+    #[arg(long, default_value = "2s", value_parser = lockprobe::duration::parse_bounded_duration)]
     jitter: Duration,
     /// The probe's cap on cycles running at once (`max_concurrent_cycles`).
     #[arg(long, default_value_t = lockprobe::probe::runtime::DEFAULT_MAX_CONCURRENT_CYCLES)]

@@ -29,7 +29,7 @@ struct Args {
     #[arg(long, default_value_t = 10_000_000)]
     migrations: u64,
     /// Virtual length of the day.
-    #[arg(long, default_value = "24h", value_parser = lockprobe::usage::parse_bounded_duration)]
+    #[arg(long, default_value = "24h", value_parser = lockprobe::duration::parse_bounded_duration)]
     day: Duration,
     /// Service instances (routing clients, each with its own cache).
     #[arg(long, default_value_t = 2)]

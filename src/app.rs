@@ -30,4 +30,5 @@ pub mod serve;
 pub mod service;
 pub mod store;
 pub mod tasks;
+pub mod usage;
 pub mod validate;

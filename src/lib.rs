@@ -7,8 +7,8 @@
 //! 1. The bottom, importing nothing of ours:
 //!    - [`clock`]: the one source of time: the system clock, a manual clock, a clock
 //!      that follows tokio's (pausable) time, and a skewed clock for fault tests.
-//!    - [`usage`]: usage errors (exit 64) and the ten-year bound on every duration, for
-//!      flags and files alike.
+//!    - [`duration`]: the ten-year bound on every duration and the human form they are
+//!      read in, for flags and files alike.
 //!    - [`document`]: the location document (what the store keeps and the lock lives
 //!      in), its schema versioning and the lock token.
 //!    - [`percentiles`]: exact percentiles over a sliding window, for status documents.
@@ -40,7 +40,7 @@
 //!      scheduler, reports and the release gate's JUnit, its
 //!      `serve` configuration, its reload and credentials (key files, CA files, client
 //!      certificates), metrics, HTTP server and status page). It speaks HTTP to
-//!      the service it judges and uses only [`clock`], [`usage`], [`percentiles`],
+//!      the service it judges and uses only [`clock`], [`duration`], [`percentiles`],
 //!      [`exposition`] and [`html`].
 //! 5. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,
 //!    `service`, `monitor`, `bench`), the store selection they share and their shutdown,
@@ -51,6 +51,7 @@
 pub mod app;
 pub mod clock;
 pub mod document;
+pub mod duration;
 pub mod exposition;
 pub mod html;
 pub mod monitor;
@@ -59,4 +60,3 @@ pub mod probe;
 pub mod routing;
 pub mod service;
 pub mod store;
-pub mod usage;

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use lockprobe::app::usage::{exit_code, EXIT_USAGE};
 use lockprobe::app::{bench, demo, gate, monitor, serve, service, validate};
-use lockprobe::usage::{exit_code, EXIT_USAGE};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -37,13 +37,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SkewedClock};
+use crate::duration::MAX_DURATION;
 use crate::exposition;
 use crate::routing::cache::TieredCache;
 use crate::routing::client::DEFAULT_MAX_DECISION_AGE;
 use crate::routing::lifecycle::DEFAULT_SKEW_MARGIN;
 use crate::routing::{ClientOptions, Deviations, LockPolicy, RoutingClient};
 use crate::store::LocationStore;
-use crate::usage::MAX_DURATION;
 pub use design::LockDesign;
 use items::ItemStores;
 

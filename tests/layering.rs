@@ -2,18 +2,18 @@
 //!
 //! Bottom up (each may use what is listed before it, and nothing after):
 //!
-//! - **bottom**: `clock`, `usage`, `percentiles`, `exposition`, `html` and `document`
+//! - **bottom**: `clock`, `duration`, `percentiles`, `exposition`, `html` and `document`
 //!   import nothing of ours (each only itself);
 //! - **store** uses the bottom;
 //! - **routing** uses the bottom and the store;
 //! - **service** uses the bottom, the store and routing;
 //! - **monitor** uses the bottom, the store and routing (it reads documents and settles
 //!   them with the lifecycle's rules), never the service, the probe or the wiring;
-//! - **probe** uses only `clock`, `usage`, `percentiles`, `exposition` and `html`: it is a
+//! - **probe** uses only `clock`, `duration`, `percentiles`, `exposition` and `html`: it is a
 //!   black-box client of the HTTP contract and imports nothing of the routing library,
 //!   the document, the store, the service or the monitor it runs beside (shared code
 //!   paths share bugs);
-//! - **app** (the wiring) may use everything; `main.rs` uses `app` and `usage`.
+//! - **app** (the wiring) may use everything; `main.rs` uses `app`.
 //!
 //! Service, probe and monitor never import each other or the wiring. The layers that a
 //! service links (bottom, store, routing) know no command line: no `clap` in them.
@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 /// Where a module sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layer {
-    /// `clock`, `usage`, `percentiles`, `exposition`, `html`, `document`.
+    /// `clock`, `duration`, `percentiles`, `exposition`, `html`, `document`.
     Bottom,
     Store,
     Routing,
@@ -41,7 +41,7 @@ enum Layer {
     Root,
 }
 
-const BOTTOM: [&[&str]; 6] = [&["clock"], &["usage"], &["percentiles"], &["exposition"], &["html"], &["document"]];
+const BOTTOM: [&[&str]; 6] = [&["clock"], &["duration"], &["percentiles"], &["exposition"], &["html"], &["document"]];
 
 fn layer_of(module: &[String]) -> Option<Layer> {
     let m: Vec<&str> = module.iter().map(String::as_str).collect();
@@ -462,7 +462,7 @@ fn the_rules_refuse_what_runs_up() {
         ("probe::scenario", "document"),
         ("probe::target", "store"),
         ("probe", "monitor"),
-        ("clock", "usage"),
+        ("clock", "duration"),
         ("document", "store"),
     ] {
         assert!(refusal(&m(from), &m(to)).is_some(), "{from} -> {to} must be refused");

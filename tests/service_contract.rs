@@ -838,7 +838,7 @@ async fn unknown_routes_are_404_and_wrong_methods_405_problems(design: LockDesig
 /// The largest settings `validate` accepts, with the largest lease a request may ask
 /// for, must not overflow any date: every lock call answers, none panics.
 async fn settings_and_leases_at_the_ten_year_bound_do_not_panic(design: LockDesign) {
-    use lockprobe::usage::MAX_DURATION;
+    use lockprobe::duration::MAX_DURATION;
     let clock = Arc::new(ManualClock::at_epoch());
     let store = Arc::new(MemoryStore::new(
         clock.clone(),

@@ -26,12 +26,13 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::store::{OpenStoreError, StoreArgs, StoreKind};
+use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
+use crate::duration::parse_bounded_duration;
 use crate::service::LockDesign;
 use crate::store::latency::{LatencyModel, LatencyStore};
 use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 use crate::store::LocationStore;
-use crate::usage::{parse_bounded_duration, UsageError};
 use load::{LoadResult, LoadSpec};
 
 /// Flags of `lockprobe bench`.

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::store::{OpenStoreError, StoreArgs, StoreKind};
 use super::tasks::{Background, GRACE};
+use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor, MonitorConfig, MonitorStatus};
 use crate::probe::observer::PrintObserver;
@@ -20,7 +21,6 @@ use crate::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use crate::probe::state::StateFile;
 use crate::service::{self, ServiceConfig};
 use crate::store::LocationStore;
-use crate::usage::UsageError;
 
 /// Flags of `lockprobe demo`.
 #[derive(Debug, Clone, clap::Args)]
@@ -35,18 +35,18 @@ pub struct DemoArgs {
     #[arg(long, default_value = "*/10 * * * * *")]
     pub schedule: String,
     /// Cache TTL of the service's single cache tier.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "1s")]
     pub cache_ttl: Duration,
     /// Replication bound of the in-memory store (its replicas lag by this much).
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "500ms")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "500ms")]
     pub replication_bound: Duration,
     /// Probe buffer on top of the declared convergence delay.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "500ms")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "500ms")]
     pub buffer: Duration,
     /// The oldest routing decision the service acts on (as `lockprobe service
     /// --max-decision-age`): a store read slower than this is refused (503). Raise it
     /// for a slow or distant store, e.g. `--store cosmos` against a busy emulator.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "1s")]
     pub max_decision_age: Duration,
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]

@@ -18,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
+use crate::app::usage::UsageError;
 use crate::probe::credentials::TargetTls;
 use crate::probe::gate_junit::{self, ProfileRun};
 use crate::probe::observer::TracingObserver;
@@ -25,7 +26,6 @@ use crate::probe::report::{CycleReport, CycleResult};
 use crate::probe::target::TargetClient;
 use crate::probe::validate::{self, ValidateError, ValidateOptions};
 use crate::probe::vocabulary::Op;
-use crate::usage::UsageError;
 
 /// The fault profiles, in the order they run by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -138,13 +138,13 @@ pub struct GateArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(2..=8))]
     pub instances: u16,
     /// Cache TTL of the candidate's instances.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "1s")]
     pub cache_ttl: Duration,
     /// The probe's wait on top of the declared convergence delay in the main walk.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "1s")]
     pub buffer: Duration,
     /// How long one profile may take, start to end, before it counts as an error.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "3m")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "3m")]
     pub profile_timeout: Duration,
     /// The largest share (0 to 1) of a check's operations that may be inconclusive
     /// (their decision window did not allow holding them to the lock) before the check

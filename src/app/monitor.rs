@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::store::{CosmosArgs, OpenStoreError, StoreArgs, StoreKind};
+use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::exposition;
 use crate::monitor::{http, Monitor, MonitorConfig, MonitorConfigError};
-use crate::usage::UsageError;
 
 /// The store to watch and the monitor's settings: the flags of `lockprobe monitor`, and
 /// the `[monitor]` table of a `serve` configuration, whose keys are the same flags

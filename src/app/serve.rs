@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use super::monitor::MonitorSection;
 use super::store::OpenStoreError;
 use super::tasks::{Background, GRACE};
+use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor};
 use crate::probe::config::{Config, ConfigError};
@@ -45,7 +46,6 @@ use crate::probe::runtime::{target_control, ControlError, Probe, TargetChanges, 
 use crate::probe::scheduler::TargetSchedule;
 use crate::probe::settings::ProbeSettings;
 use crate::probe::state::StateFile;
-use crate::usage::UsageError;
 
 /// Flags of `lockprobe serve`.
 #[derive(Debug, Clone, clap::Args)]

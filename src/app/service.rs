@@ -8,13 +8,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::store::{OpenStoreError, StoreArgs};
+use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::service::tls::{server_config, ServerTlsFile, ServerTlsFiles};
 use crate::service::{start, ClockSkew, Fault, LockDesign, ServiceConfig};
 use crate::store::counting::CountingStore;
 use crate::store::faults::{FaultRule, FaultyStore};
 use crate::store::LocationStore;
-use crate::usage::UsageError;
 use tokio_rustls::rustls::ServerConfig;
 
 /// Environment variable holding the lock API key (kept out of argv and process lists).
@@ -33,28 +33,28 @@ pub struct ServiceArgs {
     #[arg(long, default_value = "westeurope")]
     pub home_location: String,
     /// TTL of one cache tier; repeat the flag for several tiers, fastest first.
-    #[arg(long = "cache-ttl", value_parser = crate::usage::parse_bounded_duration, default_values = ["2s"])]
+    #[arg(long = "cache-ttl", value_parser = crate::duration::parse_bounded_duration, default_values = ["2s"])]
     pub cache_ttls: Vec<Duration>,
     /// Replication bound of the routing store (the in-memory store's replicas lag by it).
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "1s")]
     pub replication_bound: Duration,
     /// Accept lock calls only for resource ids with this prefix.
     #[arg(long)]
     pub test_prefix: Option<String>,
     /// Longest pre-lock the service grants, renewals included.
-    #[arg(long = "max-prelock", value_parser = crate::usage::parse_bounded_duration, default_value = "48h")]
+    #[arg(long = "max-prelock", value_parser = crate::duration::parse_bounded_duration, default_value = "48h")]
     pub max_pre_lock: Duration,
     /// Largest accepted request body, in bytes.
     #[arg(long, default_value_t = 64 * 1024)]
     pub max_body_bytes: usize,
     /// Clock difference tolerated between instances and the store: restrictions start
     /// this much after convergence and end this much after the lease, by each clock.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "500ms")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "500ms")]
     pub skew_margin: Duration,
     /// The oldest routing decision acted on: a store read slower than this is refused
     /// (503) rather than enforced, and a swap copies data only this long (plus the
     /// skew margin) after the write lock began.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "1s")]
     pub max_decision_age: Duration,
     /// Deliberately break the contract, to test a probe (repeatable).
     #[arg(long = "fault", value_enum)]

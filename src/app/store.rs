@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 
 pub use cosmos::{CosmosArgs, CosmosConfigError};
 
+use crate::app::usage::UsageError;
 use crate::clock::Clock;
 use crate::store::cosmos::{CosmosConfig, CosmosStore, CosmosStoreError};
 use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 use crate::store::LocationStore;
-use crate::usage::UsageError;
 
 /// Which routing store to run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -120,6 +120,6 @@ mod tests {
         let err = args.open(Arc::new(SystemClock), Duration::ZERO, &Registry::new()).await.unwrap_err();
         assert!(err.to_string().contains("--cosmos-endpoint"), "{err}");
         let err = err.into_anyhow();
-        assert_eq!(crate::usage::exit_code(&err), crate::usage::EXIT_USAGE);
+        assert_eq!(crate::app::usage::exit_code(&err), crate::app::usage::EXIT_USAGE);
     }
 }

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::app::usage::UsageError;
 use crate::probe::credentials::{read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles};
 use crate::probe::observer::PrintObserver;
 use crate::probe::report::CycleResult;
 use crate::probe::settings::Leases;
 use crate::probe::validate::{self, ValidateError, ValidateOptions};
-use crate::usage::UsageError;
 
 /// Environment variable holding the lock API key for `validate`.
 pub const API_KEY_ENV: &str = "LOCKPROBE_LOCK_API_KEY";
@@ -32,10 +32,10 @@ pub struct ValidateArgs {
     #[command(flatten)]
     pub tls: TlsArgs,
     /// Convergence delay the service is expected to declare; a different declaration fails.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration)]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration)]
     pub expect_convergence: Option<Duration>,
     /// Wait on top of the declared convergence delay before escalating.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "1s")]
     pub buffer: Duration,
     /// Prefix of the test resources the probe may lock.
     #[arg(long, default_value = "probe-")]
@@ -54,24 +54,24 @@ pub struct ValidateArgs {
     #[arg(long = "location", value_name = "NAME", default_values = ["westeurope", "northeurope"])]
     pub locations: Vec<String>,
     /// Lease of the pre-lock (the parent lease of the whole migration).
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "10m")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "10m")]
     pub pre_lock_lease: Duration,
     /// Lease of the hard-delete phase.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "5m")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "5m")]
     pub hard_delete_lease: Duration,
     /// Lease of the write phase.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "2m")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "2m")]
     pub write_lease: Duration,
     /// The deliberately short write lease of the lease-lapse check (shorter than
     /// --write-lease; the check waits for it to lapse).
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "1s")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "1s")]
     pub short_write_lease: Duration,
     /// Timeout of one HTTP request.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration, default_value = "10s")]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "10s")]
     pub request_timeout: Duration,
     /// End the whole run by then: the cycle is cancelled, its locks released, the reports
     /// written with what was checked so far, and the exit code is 1.
-    #[arg(long, value_parser = crate::usage::parse_bounded_duration)]
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration)]
     pub deadline: Option<Duration>,
     /// Also escalate at the first instant the service allows and assert enforcement on
     /// every instance at once, and renew a short write lease just before it ends while

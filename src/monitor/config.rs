@@ -35,8 +35,8 @@ pub enum MonitorConfigError {
 #[serde(default)]
 pub struct MonitorConfig {
     /// Wait after an empty change-stream poll.
-    #[arg(id = "monitor_poll_interval", long = "monitor-poll-interval", env = "LOCKPROBE_MONITOR_POLL_INTERVAL", default_value = "200ms", value_parser = crate::usage::parse_bounded_duration)]
-    #[serde(rename = "monitor_poll_interval", with = "crate::usage::duration")]
+    #[arg(id = "monitor_poll_interval", long = "monitor-poll-interval", env = "LOCKPROBE_MONITOR_POLL_INTERVAL", default_value = "200ms", value_parser = crate::duration::parse_bounded_duration)]
+    #[serde(rename = "monitor_poll_interval", with = "crate::duration::human")]
     pub poll_interval: Duration,
     /// Changes asked for per poll.
     #[arg(
@@ -49,8 +49,8 @@ pub struct MonitorConfig {
     pub poll_batch: usize,
     /// How often the whole store is scanned for orphans and partial cutovers the stream
     /// may have missed.
-    #[arg(id = "monitor_scan_interval", long = "monitor-scan-interval", env = "LOCKPROBE_MONITOR_SCAN_INTERVAL", default_value = "5m", value_parser = crate::usage::parse_bounded_duration)]
-    #[serde(rename = "monitor_scan_interval", with = "crate::usage::duration")]
+    #[arg(id = "monitor_scan_interval", long = "monitor-scan-interval", env = "LOCKPROBE_MONITOR_SCAN_INTERVAL", default_value = "5m", value_parser = crate::duration::parse_bounded_duration)]
+    #[serde(rename = "monitor_scan_interval", with = "crate::duration::human")]
     pub scan_interval: Duration,
     /// Documents per scan page.
     #[arg(
@@ -62,8 +62,8 @@ pub struct MonitorConfig {
     #[serde(rename = "monitor_scan_page")]
     pub scan_page: usize,
     /// How often lapsed leases are looked for between scans.
-    #[arg(id = "monitor_sweep_interval", long = "monitor-sweep-interval", env = "LOCKPROBE_MONITOR_SWEEP_INTERVAL", default_value = "5s", value_parser = crate::usage::parse_bounded_duration)]
-    #[serde(rename = "monitor_sweep_interval", with = "crate::usage::duration")]
+    #[arg(id = "monitor_sweep_interval", long = "monitor-sweep-interval", env = "LOCKPROBE_MONITOR_SWEEP_INTERVAL", default_value = "5s", value_parser = crate::duration::parse_bounded_duration)]
+    #[serde(rename = "monitor_sweep_interval", with = "crate::duration::human")]
     pub sweep_interval: Duration,
     /// How long past a lease's end the sweep waits before calling it lapsed (covers
     /// change-stream delivery lag).
@@ -71,24 +71,24 @@ pub struct MonitorConfig {
     /// A lock still in the document is taken as live until then (by the sweep, the stream
     /// or a scan alike): a swap committed just before expiry may be delivered late by the
     /// stream, and a service whose clock lags the monitor's may still swap under the lease.
-    #[arg(id = "monitor_lapse_grace", long = "monitor-lapse-grace", env = "LOCKPROBE_MONITOR_LAPSE_GRACE", default_value = "30s", value_parser = crate::usage::parse_bounded_duration)]
-    #[serde(rename = "monitor_lapse_grace", with = "crate::usage::duration")]
+    #[arg(id = "monitor_lapse_grace", long = "monitor-lapse-grace", env = "LOCKPROBE_MONITOR_LAPSE_GRACE", default_value = "30s", value_parser = crate::duration::parse_bounded_duration)]
+    #[serde(rename = "monitor_lapse_grace", with = "crate::duration::human")]
     pub lapse_grace: Duration,
     /// The orchestrator's buffer after the convergence delay before hardDelete.
     ///
     /// hardDelete must not come before acquiredAt + declared delay + buffer.
-    #[arg(id = "monitor_escalation_buffer", long = "monitor-escalation-buffer", env = "LOCKPROBE_MONITOR_ESCALATION_BUFFER", default_value = "10m", value_parser = crate::usage::parse_bounded_duration)]
-    #[serde(rename = "monitor_escalation_buffer", with = "crate::usage::duration")]
+    #[arg(id = "monitor_escalation_buffer", long = "monitor-escalation-buffer", env = "LOCKPROBE_MONITOR_ESCALATION_BUFFER", default_value = "10m", value_parser = crate::duration::parse_bounded_duration)]
+    #[serde(rename = "monitor_escalation_buffer", with = "crate::duration::human")]
     pub escalation_buffer: Duration,
     /// The service's declared convergence delay (max cache TTL + replication bound); a
     /// lock declaring less is judged against this.
     ///
     /// A client that under-declares (effectiveAt - acquiredAt shorter than this) cannot
     /// hide an early escalation.
-    #[arg(id = "monitor_declared_delay", long = "monitor-declared-delay", env = "LOCKPROBE_MONITOR_DECLARED_DELAY", value_parser = crate::usage::parse_bounded_duration)]
+    #[arg(id = "monitor_declared_delay", long = "monitor-declared-delay", env = "LOCKPROBE_MONITOR_DECLARED_DELAY", value_parser = crate::duration::parse_bounded_duration)]
     #[serde(
         rename = "monitor_declared_delay",
-        with = "crate::usage::duration::option",
+        with = "crate::duration::human::option",
         skip_serializing_if = "Option::is_none"
     )]
     pub declared_delay: Option<Duration>,

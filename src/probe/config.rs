@@ -111,13 +111,13 @@ pub struct TargetConfig {
     #[serde(default = "default_locations")]
     pub locations: Vec<String>,
     /// Expected maximum cache TTL across the service's tiers (the operator's expectation).
-    #[serde(with = "crate::usage::duration")]
+    #[serde(with = "crate::duration::human")]
     pub cache_ttl: Duration,
     /// Expected replication bound of the service's store; the probe never waits less.
-    #[serde(with = "crate::usage::duration")]
+    #[serde(with = "crate::duration::human")]
     pub replication_bound: Duration,
     /// Extra wait on top of the declared convergence delay.
-    #[serde(default = "default_buffer", with = "crate::usage::duration")]
+    #[serde(default = "default_buffer", with = "crate::duration::human")]
     pub buffer: Duration,
     /// Lease lengths requested for each lock phase.
     #[serde(default)]
@@ -125,19 +125,19 @@ pub struct TargetConfig {
     /// Cron expression (seconds first, as the `cron` crate reads it).
     pub schedule: String,
     /// Random delay added to each scheduled start, up to this much.
-    #[serde(default, with = "crate::usage::duration")]
+    #[serde(default, with = "crate::duration::human")]
     pub jitter: Duration,
     /// A cycle that runs longer is cancelled and its locks released.
-    #[serde(with = "crate::usage::duration")]
+    #[serde(with = "crate::duration::human")]
     pub timeout: Duration,
     /// Timeout of one HTTP request.
-    #[serde(default = "default_request_timeout", with = "crate::usage::duration")]
+    #[serde(default = "default_request_timeout", with = "crate::duration::human")]
     pub request_timeout: Duration,
     /// How many cycles of this target may run at once.
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
     /// How often the route view is polled while measuring convergence.
-    #[serde(default = "default_poll_interval", with = "crate::usage::duration")]
+    #[serde(default = "default_poll_interval", with = "crate::duration::human")]
     pub poll_interval: Duration,
     /// How many pre-locks the concurrent-pre-lock check sends at once.
     #[serde(default = "default_concurrent_pre_locks")]
@@ -157,16 +157,16 @@ fn default_max_inconclusive() -> f64 {
 #[serde(deny_unknown_fields)]
 pub struct LeaseConfig {
     /// Parent lease of the whole migration.
-    #[serde(with = "crate::usage::duration")]
+    #[serde(with = "crate::duration::human")]
     pub pre_lock: Duration,
     /// Lease of the hard-delete phase.
-    #[serde(with = "crate::usage::duration")]
+    #[serde(with = "crate::duration::human")]
     pub hard_delete: Duration,
     /// Lease of the write phase.
-    #[serde(with = "crate::usage::duration")]
+    #[serde(with = "crate::duration::human")]
     pub write: Duration,
     /// Short write lease used by the lease-lapse negative check.
-    #[serde(with = "crate::usage::duration")]
+    #[serde(with = "crate::duration::human")]
     pub short_write: Duration,
 }
 
@@ -600,7 +600,7 @@ short_write = "30s"
             assert!(e.contains(key) && e.contains("over the limit of 10years"), "{to}: {e}");
         }
         let ten_years = GOOD.replace("timeout = \"60h\"", "timeout = \"10years\"");
-        assert_eq!(ten_years.parse::<Config>().unwrap().targets[0].timeout, crate::usage::MAX_DURATION);
+        assert_eq!(ten_years.parse::<Config>().unwrap().targets[0].timeout, crate::duration::MAX_DURATION);
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub const MAX_ID_BYTES: usize = 255;
 
 /// No lease longer than this is accepted anywhere (ten years): larger values are typos.
 /// The same bound as every flag and config duration.
-pub const MAX_DURATION_SECS: f64 = crate::usage::MAX_DURATION.as_secs_f64();
+pub const MAX_DURATION_SECS: f64 = crate::duration::MAX_DURATION.as_secs_f64();
 
 /// The shortest lease accepted, in seconds: one millisecond. Leases are kept to the
 /// nanosecond, but a positive number below a nanosecond would become a zero lease, and

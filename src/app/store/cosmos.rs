@@ -92,27 +92,27 @@ pub struct CosmosArgs {
     pub change_stream: ChangeStreamChoice,
 
     /// How often change-stream consumers poll when they are caught up.
-    #[arg(long = "cosmos-poll-interval", env = "LOCKPROBE_COSMOS_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = crate::usage::parse_bounded_duration)]
-    #[serde(rename = "cosmos_poll_interval", with = "crate::usage::duration")]
+    #[arg(long = "cosmos-poll-interval", env = "LOCKPROBE_COSMOS_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = crate::duration::parse_bounded_duration)]
+    #[serde(rename = "cosmos_poll_interval", with = "crate::duration::human")]
     pub poll_interval: Duration,
 
     /// How far back the `_ts` poll re-reads, to catch writes that became visible after
     /// a later second was already read (whole seconds; `_ts` has one-second resolution).
-    #[arg(long = "cosmos-poll-overlap", env = "LOCKPROBE_COSMOS_POLL_OVERLAP", value_name = "DURATION", default_value = "2s", value_parser = crate::usage::parse_bounded_duration)]
-    #[serde(rename = "cosmos_poll_overlap", with = "crate::usage::duration")]
+    #[arg(long = "cosmos-poll-overlap", env = "LOCKPROBE_COSMOS_POLL_OVERLAP", value_name = "DURATION", default_value = "2s", value_parser = crate::duration::parse_bounded_duration)]
+    #[serde(rename = "cosmos_poll_overlap", with = "crate::duration::human")]
     pub poll_overlap: Duration,
 
     /// Upper bound on one store call, retries included; past it the call fails as
     /// unavailable.
-    #[arg(long = "cosmos-request-timeout", env = "LOCKPROBE_COSMOS_REQUEST_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = crate::usage::parse_bounded_duration)]
-    #[serde(rename = "cosmos_request_timeout", with = "crate::usage::duration")]
+    #[arg(long = "cosmos-request-timeout", env = "LOCKPROBE_COSMOS_REQUEST_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = crate::duration::parse_bounded_duration)]
+    #[serde(rename = "cosmos_request_timeout", with = "crate::duration::human")]
     pub request_timeout: Duration,
 
     /// How often the account's write region is looked up when nothing suggested that it
     /// moved (a write refused by a read region, or committed elsewhere, triggers a
     /// lookup at once).
-    #[arg(long = "cosmos-region-refresh-interval", env = "LOCKPROBE_COSMOS_REGION_REFRESH_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = crate::usage::parse_bounded_duration)]
-    #[serde(rename = "cosmos_region_refresh_interval", with = "crate::usage::duration")]
+    #[arg(long = "cosmos-region-refresh-interval", env = "LOCKPROBE_COSMOS_REGION_REFRESH_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = crate::duration::parse_bounded_duration)]
+    #[serde(rename = "cosmos_region_refresh_interval", with = "crate::duration::human")]
     pub region_refresh_interval: Duration,
 }
 

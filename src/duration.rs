@@ -1,38 +1,14 @@
-//! Command-line usage errors: a message naming the flag, setting or field, and exit
-//! code 64 (EX_USAGE), distinct from runtime failures (exit 1). Also the one bound on
-//! every duration a flag, a config file or a request may give.
+//! The one bound on every duration a flag, a config file or a request may give, and
+//! the human form durations are read in (`500ms`, `5m`, `48h`), for flags and files
+//! alike.
 
 use std::time::Duration;
-
-/// The exit code of a usage error (sysexits.h `EX_USAGE`).
-pub const EXIT_USAGE: u8 = 64;
 
 /// The longest duration accepted anywhere: ten years. Larger values are typos, and they
 /// overflow the date arithmetic of leases and deadlines (`now + delay + lease`), which
 /// panics. A year is humantime's 365.25 days, so `10y` itself is accepted and the limit
 /// prints as `10years`.
 pub const MAX_DURATION: Duration = Duration::from_secs(10 * 31_557_600);
-
-/// Bad input on the command line, in the environment or in a config file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-impl UsageError {
-    /// A usage error with this message.
-    pub fn new(message: impl Into<String>) -> Self {
-        Self(message.into())
-    }
-}
-
-/// The exit code for an error returned to `main`: 64 for usage errors, 1 otherwise.
-pub fn exit_code(error: &anyhow::Error) -> u8 {
-    if error.downcast_ref::<UsageError>().is_some() {
-        EXIT_USAGE
-    } else {
-        1
-    }
-}
 
 /// Why a human duration was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -60,8 +36,8 @@ pub fn parse_bounded_duration(value: &str) -> Result<Duration, DurationError> {
 
 /// Serde for durations in configuration files: the human form of the flags (`500ms`,
 /// `5m`, `48h`) through `humantime-serde`, bounded at [`MAX_DURATION`] like every flag.
-/// Use as `#[serde(with = "crate::usage::duration")]` (or `duration::option`).
-pub mod duration {
+/// Use as `#[serde(with = "crate::duration::human")]` (or `human::option`).
+pub mod human {
     use std::time::Duration;
 
     use serde::{Deserializer, Serializer};
@@ -131,9 +107,9 @@ mod tests {
     fn config_durations_are_human_and_bounded() {
         #[derive(Debug, serde::Deserialize, serde::Serialize)]
         struct C {
-            #[serde(with = "duration")]
+            #[serde(with = "human")]
             d: Duration,
-            #[serde(default, with = "duration::option")]
+            #[serde(default, with = "human::option")]
             o: Option<Duration>,
         }
         let c: C = toml::from_str("d = \"90s\"\no = \"10years\"").unwrap();
