@@ -12,7 +12,9 @@
 //! - **probe** uses only `clock`, `duration`, `percentiles`, `exposition` and `html`: it is a
 //!   black-box client of the HTTP contract and imports nothing of the routing library,
 //!   the document, the store, the service or the monitor it runs beside (shared code
-//!   paths share bugs);
+//!   paths share bugs); inside it, three rooms, bottom up: `checks` (what a cycle
+//!   checks), `outputs` (what its results become) and `engine` (what runs cycles), each
+//!   using only itself and the rooms before it;
 //! - **app** (the wiring) may use everything; `main.rs` uses `app`.
 //!
 //! Service, probe and monitor never import each other or the wiring. The layers that a
@@ -78,10 +80,25 @@ fn refusal(from: &[String], to: &[String]) -> Option<String> {
         Routing => matches!(lt, Bottom | Store | Routing),
         Service => matches!(lt, Bottom | Store | Routing | Service),
         Monitor => matches!(lt, Bottom | Store | Routing | Monitor),
-        Probe => lt == Probe || (lt == Bottom && bottom_unit(to) != Some(&["document"][..])),
+        Probe if lt == Probe => return probe_room_refusal(from, to),
+        Probe => lt == Bottom && bottom_unit(to) != Some(&["document"][..]),
         App | Root => true,
     };
     (!allowed).then(|| format!("{lf:?} may not use {lt:?}"))
+}
+
+/// The probe's rooms, bottom up.
+const PROBE_ROOMS: [&str; 3] = ["checks", "outputs", "engine"];
+
+/// Why a module of the probe may not use another of the probe, if it may not: a room
+/// uses only itself and the rooms below it (`probe.rs` itself may use every room).
+fn probe_room_refusal(from: &[String], to: &[String]) -> Option<String> {
+    let rank = |m: &[String]| m.get(1).and_then(|room| PROBE_ROOMS.iter().position(|r| r == room));
+    match (rank(from), rank(to)) {
+        (Some(f), Some(t)) if t > f => Some(format!("probe::{} may not use probe::{}", PROBE_ROOMS[f], PROBE_ROOMS[t])),
+        (Some(_), None) if to.len() > 1 => Some(format!("{} is in no room of the probe", to.join("::"))),
+        _ => None,
+    }
 }
 
 /// The module path of a source file: `src/probe/scenario/walk.rs` -> `probe::scenario::walk`.
@@ -423,6 +440,116 @@ fn violations() -> Vec<Violation> {
     found
 }
 
+/// Every module of the source tree (one a file), by path.
+fn source_modules() -> Vec<(PathBuf, Vec<String>)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    files.sort();
+    files.into_iter().filter(|f| !f.ends_with("main.rs")).map(|f| (f.clone(), module_of(&src, &f))).collect()
+}
+
+/// The module a path names: the longest of `modules` it starts with.
+fn module_named<'m>(path: &[String], modules: &'m [Vec<String>]) -> Option<&'m Vec<String>> {
+    modules.iter().filter(|m| !m.is_empty() && path.starts_with(m)).max_by_key(|m| m.len())
+}
+
+/// The uses between sibling modules: where a module uses another that is not its
+/// ancestor or descendant, the use between the two siblings (subtrees under one parent)
+/// they sit in, as `(parent, from, to)`, with a file that makes it. A module using its
+/// own children or its parent is how Rust splits one module into files, not a cycle.
+fn sibling_uses() -> Vec<(Vec<String>, String, String, PathBuf)> {
+    let files = source_modules();
+    let modules: Vec<Vec<String>> = files.iter().map(|(_, m)| m.clone()).collect();
+    let mut uses = Vec::new();
+    for (file, module) in &files {
+        let code = code_only(&std::fs::read_to_string(file).unwrap());
+        for path in references(&code, module) {
+            let Some(target) = module_named(&path, &modules) else { continue };
+            let common = module.iter().zip(target).take_while(|(a, b)| a == b).count();
+            if common == module.len() || common == target.len() {
+                continue;
+            }
+            let edge = (module[..common].to_vec(), module[common].clone(), target[common].clone(), file.clone());
+            if !uses
+                .iter()
+                .any(|(p, f, t, _): &(Vec<String>, String, String, PathBuf)| (p, f, t) == (&edge.0, &edge.1, &edge.2))
+            {
+                uses.push(edge);
+            }
+        }
+    }
+    uses
+}
+
+/// The cycles among siblings: each a set of sibling modules (under one parent) that use
+/// one another, directly or through the others, with the uses that close it.
+fn cycles(uses: &[(Vec<String>, String, String, PathBuf)]) -> Vec<String> {
+    let mut parents: Vec<&Vec<String>> = uses.iter().map(|(p, ..)| p).collect();
+    parents.sort();
+    parents.dedup();
+    let mut found = Vec::new();
+    for parent in parents {
+        let edges: Vec<&(Vec<String>, String, String, PathBuf)> = uses.iter().filter(|(p, ..)| p == parent).collect();
+        let mut nodes: Vec<&String> = edges.iter().flat_map(|(_, f, t, _)| [f, t]).collect();
+        nodes.sort();
+        nodes.dedup();
+        // Reachability by repeated closure: the graphs are a few dozen nodes at most.
+        let reaches = |from: &String, to: &String| {
+            let mut seen = vec![from];
+            let mut i = 0;
+            while i < seen.len() {
+                let at = seen[i];
+                for (_, f, t, _) in &edges {
+                    if f == at && !seen.contains(&t) {
+                        seen.push(t);
+                    }
+                }
+                i += 1;
+            }
+            seen[1..].contains(&to)
+        };
+        let mut grouped: Vec<Vec<&String>> = Vec::new();
+        for n in &nodes {
+            if grouped.iter().any(|g| g.contains(n)) {
+                continue;
+            }
+            let group: Vec<&String> =
+                nodes.iter().copied().filter(|m| m == n || (reaches(n, m) && reaches(m, n))).collect();
+            if group.len() > 1 {
+                grouped.push(group);
+            }
+        }
+        for group in grouped {
+            let closing: Vec<String> = edges
+                .iter()
+                .filter(|(_, f, t, _)| group.contains(&f) && group.contains(&t))
+                .map(|(_, f, t, file)| format!("{f} -> {t} ({})", file.file_name().unwrap().to_string_lossy()))
+                .collect();
+            let under = if parent.is_empty() { "the crate root".to_owned() } else { parent.join("::") };
+            found.push(format!("under {under}: {}", closing.join(", ")));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_two_sibling_modules_use_each_other() {
+    let found = cycles(&sibling_uses());
+    assert!(found.is_empty(), "import cycles ({}):\n{}", found.len(), found.join("\n"));
+}
+
+#[test]
+fn a_planted_cycle_is_found_and_a_parent_child_split_is_not_one() {
+    let m = |p: &str| p.split("::").map(str::to_string).collect::<Vec<_>>();
+    let edge = |p: &str, f: &str, t: &str| (m(p), f.to_string(), t.to_string(), PathBuf::from(format!("{f}.rs")));
+    let uses = vec![edge("probe", "a", "b"), edge("probe", "b", "c"), edge("probe", "c", "a"), edge("probe", "c", "d")];
+    let found = cycles(&uses);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("under probe: a -> b (a.rs), b -> c (b.rs), c -> a (c.rs)"), "{found:?}");
+    assert!(cycles(&[edge("probe", "a", "b"), edge("probe", "c", "b")]).is_empty());
+}
+
 #[test]
 fn no_import_runs_up_the_layers() {
     let found = violations();
@@ -464,17 +591,23 @@ fn the_rules_refuse_what_runs_up() {
         ("probe", "monitor"),
         ("clock", "duration"),
         ("document", "store"),
+        ("probe::checks", "probe::engine"),
+        ("probe::checks", "probe::outputs"),
+        ("probe::outputs", "probe::engine"),
     ] {
         assert!(refusal(&m(from), &m(to)).is_some(), "{from} -> {to} must be refused");
     }
     for (from, to) in [
         ("store::memory", "document"),
         ("monitor", "routing::lifecycle"),
-        ("probe::metrics", "percentiles"),
-        ("probe::server", "exposition"),
+        ("probe::outputs", "percentiles"),
+        ("probe::engine", "exposition"),
         ("service", "routing::client"),
         ("app::serve", "monitor"),
         ("routing::client", "store"),
+        ("probe::engine", "probe::checks"),
+        ("probe::outputs", "probe::checks"),
+        ("probe", "probe::engine"),
     ] {
         assert!(refusal(&m(from), &m(to)).is_none(), "{from} -> {to} must be allowed");
     }

@@ -14,11 +14,11 @@ use super::tasks::{Background, GRACE};
 use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor, MonitorConfig, MonitorStatus};
-use crate::probe::observer::PrintObserver;
-use crate::probe::runtime::Probe;
-use crate::probe::scheduler::{parse_schedule, TargetSchedule};
-use crate::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
-use crate::probe::state::StateFile;
+use crate::probe::checks::observer::PrintObserver;
+use crate::probe::checks::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
+use crate::probe::checks::state::StateFile;
+use crate::probe::engine::runtime::Probe;
+use crate::probe::engine::scheduler::{parse_schedule, TargetSchedule};
 use crate::service::{self, ServiceConfig};
 use crate::store::LocationStore;
 

@@ -19,13 +19,13 @@ use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 use crate::app::usage::UsageError;
-use crate::probe::credentials::TargetTls;
-use crate::probe::gate_junit::{self, ProfileRun};
-use crate::probe::observer::TracingObserver;
-use crate::probe::report::{CycleReport, CycleResult};
-use crate::probe::target::TargetClient;
-use crate::probe::validate::{self, ValidateError, ValidateOptions};
-use crate::probe::vocabulary::Op;
+use crate::probe::checks::credentials::TargetTls;
+use crate::probe::checks::observer::TracingObserver;
+use crate::probe::checks::report::{CycleReport, CycleResult};
+use crate::probe::checks::target::TargetClient;
+use crate::probe::checks::vocabulary::Op;
+use crate::probe::engine::validate::{self, ValidateError, ValidateOptions};
+use crate::probe::outputs::gate_junit::{self, ProfileRun};
 
 /// The fault profiles, in the order they run by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -149,7 +149,7 @@ pub struct GateArgs {
     /// The largest share (0 to 1) of a check's operations that may be inconclusive
     /// (their decision window did not allow holding them to the lock) before the check
     /// fails as `inconclusive`.
-    #[arg(long, value_name = "SHARE", default_value_t = crate::probe::settings::DEFAULT_MAX_INCONCLUSIVE)]
+    #[arg(long, value_name = "SHARE", default_value_t = crate::probe::checks::settings::DEFAULT_MAX_INCONCLUSIVE)]
     pub max_inconclusive: f64,
     /// How many more times a profile runs when its only failure is a check that decided
     /// too little (`inconclusive`): an undecided run is no evidence either way. Every
@@ -182,7 +182,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// passed, 1 otherwise).
 pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
     let candidate = candidate(&args)?;
-    crate::probe::settings::check_max_inconclusive(args.max_inconclusive)
+    crate::probe::checks::settings::check_max_inconclusive(args.max_inconclusive)
         .map_err(|why| UsageError::new(format!("--max-inconclusive: {why}")))?;
     let tls = args.tls.load()?;
     let profiles = if args.profiles.is_empty() { Profile::ALL.to_vec() } else { args.profiles.clone() };
@@ -522,8 +522,8 @@ mod tests {
 
     /// A report of one failed assertion of `op` (and a passed one).
     fn outcome(op: Op, left_behind: Vec<String>, error: Option<String>) -> ProfileOutcome {
-        use crate::probe::report::{Assertion, CycleResult};
-        use crate::probe::vocabulary::{Outcome, Phase};
+        use crate::probe::checks::report::{Assertion, CycleResult};
+        use crate::probe::checks::vocabulary::{Outcome, Phase};
         let a = |op: Op, passed: bool| Assertion {
             check: "eager/renewal".into(),
             phase: Phase::Write,

@@ -22,12 +22,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
 use crate::percentiles::Summary;
-use crate::probe::observer::Observer;
-use crate::probe::report::{Assertion, CycleReport, CycleResult};
-use crate::probe::runtime::{Probe, DEFAULT_MAX_CONCURRENT_CYCLES};
-use crate::probe::scheduler::{parse_schedule, TargetSchedule};
-use crate::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
-use crate::probe::state::StateFile;
+use crate::probe::checks::observer::Observer;
+use crate::probe::checks::report::{Assertion, CycleReport, CycleResult};
+use crate::probe::checks::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
+use crate::probe::checks::state::StateFile;
+use crate::probe::engine::runtime::{Probe, DEFAULT_MAX_CONCURRENT_CYCLES};
+use crate::probe::engine::scheduler::{parse_schedule, TargetSchedule};
 use crate::service::{self, ServiceConfig};
 use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 use crate::store::LocationStore;

@@ -39,13 +39,13 @@ use super::tasks::{Background, GRACE};
 use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor};
-use crate::probe::config::{Config, ConfigError};
-use crate::probe::observer::TracingObserver;
-use crate::probe::reload::{Reload, ReloadError, ReloadMetrics, ReloadReport};
-use crate::probe::runtime::{target_control, ControlError, Probe, TargetChanges, TargetControl};
-use crate::probe::scheduler::TargetSchedule;
-use crate::probe::settings::ProbeSettings;
-use crate::probe::state::StateFile;
+use crate::probe::checks::observer::TracingObserver;
+use crate::probe::checks::settings::ProbeSettings;
+use crate::probe::checks::state::StateFile;
+use crate::probe::engine::config::{Config, ConfigError};
+use crate::probe::engine::reload::{Reload, ReloadError, ReloadMetrics, ReloadReport};
+use crate::probe::engine::runtime::{target_control, ControlError, Probe, TargetChanges, TargetControl};
+use crate::probe::engine::scheduler::TargetSchedule;
 
 /// Flags of `lockprobe serve`.
 #[derive(Debug, Clone, clap::Args)]

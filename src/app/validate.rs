@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::usage::UsageError;
-use crate::probe::credentials::{read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles};
-use crate::probe::observer::PrintObserver;
-use crate::probe::report::CycleResult;
-use crate::probe::settings::Leases;
-use crate::probe::validate::{self, ValidateError, ValidateOptions};
+use crate::probe::checks::credentials::{read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles};
+use crate::probe::checks::observer::PrintObserver;
+use crate::probe::checks::report::CycleResult;
+use crate::probe::checks::settings::Leases;
+use crate::probe::engine::validate::{self, ValidateError, ValidateOptions};
 
 /// Environment variable holding the lock API key for `validate`.
 pub const API_KEY_ENV: &str = "LOCKPROBE_LOCK_API_KEY";
@@ -81,7 +81,7 @@ pub struct ValidateArgs {
     /// The largest share (0 to 1) of a check's operations that may be inconclusive
     /// (their decision window did not allow holding them to the lock) before the check
     /// fails as `inconclusive`.
-    #[arg(long, value_name = "SHARE", default_value_t = crate::probe::settings::DEFAULT_MAX_INCONCLUSIVE)]
+    #[arg(long, value_name = "SHARE", default_value_t = crate::probe::checks::settings::DEFAULT_MAX_INCONCLUSIVE)]
     pub max_inconclusive: f64,
 }
 

@@ -15,8 +15,7 @@ use axum::{Json, Router};
 /// Where the status document is served.
 pub const STATUS_PATH: &str = "/api/v1/monitor";
 
-/// Where the page is served.
-pub const PAGE_PATH: &str = "/monitor";
+pub use super::page::PAGE_PATH;
 
 /// `GET /api/v1/monitor`: [`Monitor::status`] as JSON; `GET /monitor`: the same as a page.
 pub fn router(monitor: Arc<Monitor>) -> Router {

@@ -22,6 +22,9 @@ use crate::html::{self, ago, esc, num, reference, seconds, time};
 use crate::percentiles::Summary;
 
 /// Renders the monitor's status document as a complete HTML page.
+/// Where the page is served.
+pub const PAGE_PATH: &str = "/monitor";
+
 pub fn render(status: &MonitorStatus) -> String {
     let mut page = String::with_capacity(16 * 1024);
     let now = status.generated_at;
@@ -41,7 +44,7 @@ pub fn render(status: &MonitorStatus) -> String {
         status.changes,
         status.scans
     );
-    html::open(&mut page, "lockprobe monitor", "lockprobe monitor", super::http::PAGE_PATH, &meta, &[]);
+    html::open(&mut page, "lockprobe monitor", "lockprobe monitor", PAGE_PATH, &meta, &[]);
     render_in_flight(&mut page, status);
     render_anomalies(&mut page, status);
     render_holds(&mut page, status);

@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::credentials::{read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles};
 use super::scheduler::{parse_schedule, TargetSchedule};
-use super::settings::{
+use crate::probe::checks::credentials::{read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles};
+use crate::probe::checks::settings::{
     CycleWaits, Leases, ProbeSettings, CONVERGENCE_TOLERANCE_CONSTANT, PRIMING_LIMIT, RESOURCES_PER_CYCLE,
     SKEW_MARGIN_WAIT,
 };
-use super::target::check_instance_url;
+use crate::probe::checks::target::check_instance_url;
 
 /// A configuration problem, always naming the field it is about.
 #[derive(Debug, thiserror::Error)]
@@ -149,7 +149,7 @@ pub struct TargetConfig {
 }
 
 fn default_max_inconclusive() -> f64 {
-    super::settings::DEFAULT_MAX_INCONCLUSIVE
+    crate::probe::checks::settings::DEFAULT_MAX_INCONCLUSIVE
 }
 
 /// Lease lengths per phase, in the TOML `[targets.leases]` table.
@@ -181,8 +181,12 @@ fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 9464))
 }
 fn default_max_concurrent_cycles() -> usize {
-    super::runtime::DEFAULT_MAX_CONCURRENT_CYCLES
+    DEFAULT_MAX_CONCURRENT_CYCLES
 }
+/// The default of `max_concurrent_cycles`: a thousand targets' cycles at once
+/// (BENCHMARKS.md, "Probe engine at scale") fit, and a configuration that would start far
+/// more at once than a process can time is held back, counted and alerted on.
+pub const DEFAULT_MAX_CONCURRENT_CYCLES: usize = 1000;
 /// The most `max_concurrent_cycles` may be: far past what one process can time (about
 /// 1,000 at once on two cores, BENCHMARKS.md), so a larger value is a typo.
 pub const MAX_CONCURRENT_CYCLES_LIMIT: usize = 100_000;
@@ -349,7 +353,7 @@ impl TargetConfig {
         if let Err(e) = parse_schedule(&self.schedule) {
             return Err(ConfigError::invalid(field("schedule"), e));
         }
-        super::settings::check_max_inconclusive(self.max_inconclusive)
+        crate::probe::checks::settings::check_max_inconclusive(self.max_inconclusive)
             .map_err(|why| ConfigError::invalid(field("max_inconclusive"), why))?;
         if self.concurrent_pre_locks < 2 {
             return Err(ConfigError::invalid(field("concurrent_pre_locks"), "must be at least 2"));
@@ -606,7 +610,7 @@ short_write = "30s"
     #[test]
     fn max_concurrent_cycles_defaults_and_a_bad_value_is_refused_naming_it() {
         let c: Config = GOOD.parse().unwrap();
-        assert_eq!(c.max_concurrent_cycles, crate::probe::runtime::DEFAULT_MAX_CONCURRENT_CYCLES);
+        assert_eq!(c.max_concurrent_cycles, DEFAULT_MAX_CONCURRENT_CYCLES);
         let with = |v: &str| format!("max_concurrent_cycles = {v}\n{GOOD}");
         assert_eq!(with("64").parse::<Config>().unwrap().max_concurrent_cycles, 64);
         for bad in ["0", "100001"] {

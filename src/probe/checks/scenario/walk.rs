@@ -8,10 +8,10 @@ use serde_json::Value;
 
 use super::check::{classify, granted, seconds_between, Check, LockTimes, ServiceInstant};
 use super::{lock, Abort, Item};
-use crate::probe::report::InstanceConvergence;
-use crate::probe::settings::{CONVERGENCE_TOLERANCE_CONSTANT, PRIMING_LIMIT};
-use crate::probe::target::{CallKey, Reply};
-use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
+use crate::probe::checks::report::InstanceConvergence;
+use crate::probe::checks::settings::{CONVERGENCE_TOLERANCE_CONSTANT, PRIMING_LIMIT};
+use crate::probe::checks::target::{CallKey, Reply};
+use crate::probe::checks::vocabulary::{Op, Outcome, Phase, UserOp};
 
 impl Check<'_> {
     /// The main migration walk on the cycle's resource: each step stands on the one

@@ -12,10 +12,10 @@ use axum::{Json, Router};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::Metrics;
 use super::reload::{Reload, ReloadError, TYPE_PREFIX};
-use super::status::{ProbeStatus, StatusDocument};
 use crate::exposition;
+use crate::probe::outputs::metrics::Metrics;
+use crate::probe::outputs::status::{ProbeStatus, StatusDocument};
 
 /// What the handlers read.
 #[derive(Clone, Debug)]
@@ -96,7 +96,7 @@ async fn status(State(s): State<AppState>) -> Json<StatusDocument> {
 }
 
 async fn page(State(s): State<AppState>) -> Html<String> {
-    Html(super::status_page::render(&s.status.document(&s.metrics)))
+    Html(crate::probe::outputs::status_page::render(&s.status.document(&s.metrics)))
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 use super::check::classify;
 use super::negative::Negative;
 use super::walk::route_summary;
-use crate::probe::target::Reply;
-use crate::probe::vocabulary::{Outcome, UserOp};
+use crate::probe::checks::target::Reply;
+use crate::probe::checks::vocabulary::{Outcome, UserOp};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -55,7 +55,7 @@ fn route_summary_distinguishes_outcomes() {
 
 #[test]
 fn a_cycle_has_one_resource_per_negative_check_plus_the_main_one() {
-    assert_eq!(crate::probe::settings::RESOURCES_PER_CYCLE, 1 + Negative::ALL.len());
+    assert_eq!(crate::probe::checks::settings::RESOURCES_PER_CYCLE, 1 + Negative::ALL.len());
 }
 
 #[test]
@@ -87,7 +87,7 @@ fn lock_view_timestamps_must_be_in_the_contracts_order() {
 
 #[test]
 fn the_worst_case_cycle_adds_the_main_walk_and_the_lapse_check() {
-    use crate::probe::settings::CycleWaits;
+    use crate::probe::checks::settings::CycleWaits;
     let s = Duration::from_secs_f64;
     // Declared 1.5s, buffer 500ms: 2s before escalating.
     let w = CycleWaits::new(s(1.5), s(0.5), s(0.5), s(0.2), s(1.0));

@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 use super::check::{granted, Check, Hold};
 use super::window::{signed_secs, Held, Lease, Window};
 use super::{lock, Abort, Item};
-use crate::probe::target::{CallKey, Reply};
-use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
+use crate::probe::checks::target::{CallKey, Reply};
+use crate::probe::checks::vocabulary::{Op, Outcome, Phase, UserOp};
 
 /// How long before the write lease ends the eager renewal is sent.
 const RENEW_LEAD: Duration = Duration::from_millis(300);

@@ -22,7 +22,6 @@ use super::observer::Observer;
 use super::report::{
     Assertion, CheckDecisions, CycleReport, CycleResult, InstanceConvergence, StepStart, WalkTimeline,
 };
-use super::scheduler::Claim;
 use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use super::state::{HeldLock, PreLockIntent, StateFile};
 use super::target::{CallKey, HttpClients, TargetClient, TargetError};
@@ -48,6 +47,33 @@ enum Abort {
     Transport(String),
     /// Timeout or shutdown.
     Cancelled,
+}
+
+/// What claiming a group of resources for one cycle gave. `Debug` never shows the token.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This replica holds the group until it gives the claim back.
+    Held {
+        /// The lock's resource.
+        resource: String,
+        /// Its token.
+        token: String,
+    },
+    /// Another replica holds it: try another group.
+    Busy,
+    /// The claim could not be asked for (the target is down): the cycle runs anyway and
+    /// reports what it finds, rather than hiding an outage behind a skipped cycle.
+    Unavailable,
+}
+
+impl std::fmt::Debug for Claim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Claim::Held { resource, .. } => f.debug_struct("Held").field("resource", resource).finish_non_exhaustive(),
+            Claim::Busy => f.write_str("Busy"),
+            Claim::Unavailable => f.write_str("Unavailable"),
+        }
+    }
 }
 
 /// Runs cycles against one target.

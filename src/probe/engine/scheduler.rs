@@ -29,37 +29,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::report::CycleReport;
-use super::settings::RESOURCES_PER_CYCLE;
+use crate::probe::checks::report::CycleReport;
+pub use crate::probe::checks::scenario::Claim;
+use crate::probe::checks::settings::RESOURCES_PER_CYCLE;
 
-/// What claiming a group of resources for one cycle gave. `Debug` never shows the token.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Claim {
-    /// This replica holds the group until it gives the claim back.
-    Held {
-        /// The lock's resource.
-        resource: String,
-        /// Its token.
-        token: String,
-    },
-    /// Another replica holds it: try another group.
-    Busy,
-    /// The claim could not be asked for (the target is down): the cycle runs anyway and
-    /// reports what it finds, rather than hiding an outage behind a skipped cycle.
-    Unavailable,
-}
-
-impl std::fmt::Debug for Claim {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Claim::Held { resource, .. } => f.debug_struct("Held").field("resource", resource).finish_non_exhaustive(),
-            Claim::Busy => f.write_str("Busy"),
-            Claim::Unavailable => f.write_str("Unavailable"),
-        }
-    }
-}
-
-/// Runs one cycle on the given resources (implemented by [`super::scenario::Scenario`]).
+/// Runs one cycle on the given resources (implemented by [`crate::probe::checks::scenario::Scenario`]).
 #[async_trait]
 pub trait CycleRunner: Send + Sync + 'static {
     /// Runs a cycle; must stop and release its locks when `cancel` fires.
@@ -82,7 +56,7 @@ pub trait CycleRunner: Send + Sync + 'static {
 }
 
 #[async_trait]
-impl CycleRunner for super::scenario::Scenario {
+impl CycleRunner for crate::probe::checks::scenario::Scenario {
     async fn run(&self, resources: Vec<String>, cancel: CancellationToken) -> CycleReport {
         self.run_cycle(&resources, cancel).await
     }
@@ -579,7 +553,7 @@ fn skipped_fires(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::report::CycleResult;
+    use crate::probe::checks::report::CycleResult;
     use chrono::TimeZone;
     use std::str::FromStr;
 

@@ -13,11 +13,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::window::{Held, Lease, Stamp, Tally, Window};
 use super::{lock, Abort, Item, Recorder, Scenario, MAIN_CHECK};
-use crate::probe::report::Assertion;
-use crate::probe::settings::{escalation_wait, SKEW_MARGIN_WAIT};
-use crate::probe::state::PreLockIntent;
-use crate::probe::target::{CallKey, Reply, TargetError};
-use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
+use crate::probe::checks::report::Assertion;
+use crate::probe::checks::settings::{escalation_wait, SKEW_MARGIN_WAIT};
+use crate::probe::checks::state::PreLockIntent;
+use crate::probe::checks::target::{CallKey, Reply, TargetError};
+use crate::probe::checks::vocabulary::{Op, Outcome, Phase, UserOp};
 
 /// One check on one resource, with the lock it holds (if any).
 pub(super) struct Check<'a> {

@@ -7,9 +7,9 @@ use chrono::TimeDelta;
 use super::check::{granted, in_force, Check, Hold, LockTimes};
 use super::window::{Held, Lease, Stamp, Window};
 use super::{lock, Abort};
-use crate::probe::settings::{lapse_wait, SKEW_MARGIN_WAIT};
-use crate::probe::target::{CallKey, Reply};
-use crate::probe::vocabulary::{Op, Outcome, Phase, UserOp};
+use crate::probe::checks::settings::{lapse_wait, SKEW_MARGIN_WAIT};
+use crate::probe::checks::target::{CallKey, Reply};
+use crate::probe::checks::vocabulary::{Op, Outcome, Phase, UserOp};
 
 /// How many times `negative/escalate-early` asks before it leaves its question undecided.
 const EARLY_ATTEMPTS: u32 = 3;

@@ -1,7 +1,7 @@
 //! The release gate's JUnit report: one `<testsuite>` per fault profile, one
 //! `<testcase>` per assertion of the probe's run under that profile.
 //!
-//! Test cases are named as `validate`'s are ([`super::report::junit_case_names`]), with
+//! Test cases are named as `validate`'s are ([`crate::probe::checks::report::junit_case_names`]), with
 //! the profile in the class: `lockprobe.gate.<profile>.<check>[.instance<N>]` and
 //! `phase/op expects <outcome>`, a repeat under one name numbered ` #2`, ` #3`, ... So
 //! names stay the same across runs and machines (never a URL, which changes with every
@@ -12,7 +12,8 @@
 use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, Event};
 use quick_xml::Writer;
 
-use super::report::{junit_case_names, Assertion, CycleReport, CycleResult};
+use super::junit::junit_case_names;
+use crate::probe::checks::report::{Assertion, CycleReport, CycleResult};
 
 /// The probe's run under one fault profile, as the gate reports it.
 pub struct ProfileRun<'a> {

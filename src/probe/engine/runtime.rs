@@ -17,19 +17,19 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::metrics::Metrics;
-use super::observer::Observer;
 use super::reload::Reload;
-use super::report::{CycleReport, CycleResult};
-use super::scenario::Scenario;
 use super::scheduler::{
     run_target_plans, Claim, CycleCap, CycleRoom, CycleSink, Stops, TargetPlan, TargetSchedule, WallClock,
 };
 use super::server::{self, AppState};
-use super::settings::ProbeSettings;
-use super::state::StateFile;
-use super::status::ProbeStatus;
-use super::target::{HttpClients, TargetError};
+use crate::probe::checks::observer::Observer;
+use crate::probe::checks::report::{CycleReport, CycleResult};
+use crate::probe::checks::scenario::Scenario;
+use crate::probe::checks::settings::ProbeSettings;
+use crate::probe::checks::state::StateFile;
+use crate::probe::checks::target::{HttpClients, TargetError};
+use crate::probe::outputs::metrics::Metrics;
+use crate::probe::outputs::status::ProbeStatus;
 
 /// Why the probe could not run.
 #[derive(Debug, thiserror::Error)]
@@ -182,14 +182,11 @@ pub struct Probe {
     clients: Arc<HttpClients>,
 }
 
-/// The default of [`Probe::max_concurrent_cycles`]: a thousand targets' cycles at once
-/// (BENCHMARKS.md, "Probe engine at scale") fit, and a configuration that would start far
-/// more at once than a process can time is held back, counted and alerted on.
-pub const DEFAULT_MAX_CONCURRENT_CYCLES: usize = 1000;
+pub use super::config::DEFAULT_MAX_CONCURRENT_CYCLES;
 
 impl Probe {
     /// Fresh metrics and status.
-    pub fn new() -> Result<Self, super::metrics::MetricsError> {
+    pub fn new() -> Result<Self, crate::probe::outputs::metrics::MetricsError> {
         Ok(Self {
             metrics: Arc::new(Metrics::new()?),
             status: Arc::new(ProbeStatus::new()),
@@ -556,8 +553,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::probe::observer::TracingObserver;
-    use crate::probe::settings::{Leases, RESOURCES_PER_CYCLE};
+    use crate::probe::checks::observer::TracingObserver;
+    use crate::probe::checks::settings::{Leases, RESOURCES_PER_CYCLE};
 
     /// A target that never fires (year 2099) and so never sends a request.
     fn idle(name: &str) -> (ProbeSettings, TargetSchedule) {
@@ -576,7 +573,7 @@ mod tests {
             concurrent_pre_locks: 2,
             owner: format!("lockprobe/{name}"),
             eager: false,
-            max_inconclusive: crate::probe::settings::DEFAULT_MAX_INCONCLUSIVE,
+            max_inconclusive: crate::probe::checks::settings::DEFAULT_MAX_INCONCLUSIVE,
             clock: std::sync::Arc::new(crate::clock::SystemClock),
             tls: Default::default(),
         };

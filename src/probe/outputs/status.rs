@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::metrics::{Metrics, PercentilesDocument};
-use super::report::{CheckDecisions, CycleReport, CycleResult, WalkTimeline};
-use super::vocabulary::{Op, Outcome, Phase};
+use crate::probe::checks::report::{CheckDecisions, CycleReport, CycleResult, WalkTimeline};
+use crate::probe::checks::vocabulary::{Op, Outcome, Phase};
 
 /// The body of `GET /api/v1/status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -405,8 +405,8 @@ impl ProbeStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::report::Assertion;
-    use crate::probe::vocabulary::{Op, Outcome, Phase};
+    use crate::probe::checks::report::Assertion;
+    use crate::probe::checks::vocabulary::{Op, Outcome, Phase};
     use std::time::Duration;
 
     fn report(result: CycleResult) -> CycleReport {

@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::credentials::TargetTls;
-use super::observer::Observer;
-use super::report::CycleReport;
-use super::report::CycleResult;
-use super::scenario::Scenario;
-use super::settings::{check_max_inconclusive, Leases, ProbeSettings, DEFAULT_MAX_INCONCLUSIVE};
-use super::state::{StateError, StateFile};
-use super::target::{check_instance_url, TargetError};
 use crate::clock::{Clock, SystemClock};
+use crate::probe::checks::credentials::TargetTls;
+use crate::probe::checks::observer::Observer;
+use crate::probe::checks::report::CycleReport;
+use crate::probe::checks::report::CycleResult;
+use crate::probe::checks::scenario::Scenario;
+use crate::probe::checks::settings::{check_max_inconclusive, Leases, ProbeSettings, DEFAULT_MAX_INCONCLUSIVE};
+use crate::probe::checks::state::{StateError, StateFile};
+use crate::probe::checks::target::{check_instance_url, TargetError};
 
 /// Target name used for `validate` in reports, metrics and the state file.
 pub const VALIDATE_TARGET: &str = "validate";

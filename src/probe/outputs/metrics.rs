@@ -13,9 +13,9 @@ use prometheus::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::report::{CycleReport, CycleResult};
-use super::vocabulary::Phase;
 use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
+use crate::probe::checks::report::{CycleReport, CycleResult};
+use crate::probe::checks::vocabulary::Phase;
 
 /// Metric registration failed (a programming error: duplicate or invalid names).
 #[derive(Debug, thiserror::Error)]
@@ -349,7 +349,7 @@ impl Metrics {
         }
         self.convergence_violations.with_label_values(&[target]);
         self.consecutive_failures.with_label_values(&[target]);
-        for check in super::scenario::checks() {
+        for check in crate::probe::checks::scenario::checks() {
             self.inconclusive.with_label_values(&[target, check]);
         }
         self.store_region_changes.with_label_values(&[target]);
@@ -554,10 +554,10 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
-    use super::super::report::{Assertion, InstanceConvergence};
-    use super::super::vocabulary::{Op, Outcome};
     use super::*;
-    use crate::probe::report::CheckDecisions;
+    use crate::probe::checks::report::CheckDecisions;
+    use crate::probe::checks::report::{Assertion, InstanceConvergence};
+    use crate::probe::checks::vocabulary::{Op, Outcome};
     use chrono::Utc;
     use std::time::Duration;
 
@@ -645,7 +645,7 @@ mod tests {
         let text = m.render();
         // Every check's series exists before the first cycle, so the first
         // inconclusive operation is an increase a dashboard shows.
-        for check in crate::probe::scenario::checks() {
+        for check in crate::probe::checks::scenario::checks() {
             let series = format!(r#"lockprobe_probe_inconclusive_total{{check="{check}",target="demo"}} 0"#);
             assert!(text.contains(&series), "missing {series} in\n{text}");
         }

@@ -23,11 +23,11 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 
 use super::metrics::PercentilesDocument;
-use super::report::CycleResult;
 use super::status::{AssertionDocument, ConvergenceDocument, CycleDocument, StatusDocument, TargetDocument};
-use super::vocabulary::Phase;
 use crate::html::{self, ago, anchor, esc, num, seconds, time};
 use crate::percentiles::Summary;
+use crate::probe::checks::report::CycleResult;
+use crate::probe::checks::vocabulary::Phase;
 
 /// How many of the newest cycles of a target are drawn as a timeline.
 pub const TIMELINES: usize = 5;
@@ -679,7 +679,7 @@ fn failure_text(a: &AssertionDocument, instances: &[String]) -> String {
 /// the other checks from their first assertion to their last. `None` when it did not run.
 fn step_span(
     step: Step,
-    walk: &super::report::WalkTimeline,
+    walk: &crate::probe::checks::report::WalkTimeline,
     walk_end: f64,
     duration: f64,
     cycle: &CycleDocument,

@@ -13,7 +13,7 @@ use prometheus::{Gauge, Opts, Registry};
 use serde::Serialize;
 
 use super::config::ConfigError;
-use super::metrics::MetricsError;
+use crate::probe::outputs::metrics::MetricsError;
 
 /// Prefix of every problem `type` (the contract's, so one table covers them).
 pub const TYPE_PREFIX: &str = "urn:lockprobe:error:";

@@ -1,0 +1,23 @@
+//! What one probe cycle checks, and with what: the bottom room of the probe.
+//!
+//! - [`scenario`]: one cycle: the main migration walk, the negative checks and the eager
+//!   checks, each on its own test resource, every held operation judged over its
+//!   decision window.
+//! - [`target`]: the contract client for a target's instances (and, in
+//!   `tls_refusal`, why an `https` instance refused a connection).
+//! - [`vocabulary`] and [`report`]: phases, operations and outcomes; assertions and
+//!   the cycle report.
+//! - [`settings`] and [`credentials`]: what a cycle needs to know about its target.
+//! - [`state`]: the journal of locks held, so a restarted probe releases what a killed
+//!   one left.
+//! - [`observer`]: the progress a running cycle reports.
+
+pub mod credentials;
+pub mod observer;
+pub mod report;
+pub mod scenario;
+pub mod settings;
+pub mod state;
+pub mod target;
+mod tls_refusal;
+pub mod vocabulary;

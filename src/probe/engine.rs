@@ -1,0 +1,17 @@
+//! What runs the probe's cycles; uses the [`super::checks`] and [`super::outputs`] rooms.
+//!
+//! - [`config`]: `serve`'s configuration file, checked as a whole.
+//! - [`runtime`] and [`scheduler`]: every target on its schedule, with a cap on the
+//!   cycles running at once, claims on test resources against other replicas, and
+//!   recovery at start.
+//! - [`server`]: the probe's own HTTP surface (`/metrics`, health, status, reload).
+//! - [`reload`]: what a reload is and how it answers.
+//! - [`validate`]: one cycle against given instances, as `validate` and the release gate
+//!   run it.
+
+pub mod config;
+pub mod reload;
+pub mod runtime;
+pub mod scheduler;
+pub mod server;
+pub mod validate;

@@ -1,0 +1,12 @@
+//! What the probe's cycles become for the people and systems that watch them; uses the
+//! [`super::checks`] room, never the engine.
+//!
+//! - [`metrics`]: the Prometheus metrics, with exact percentiles beside them.
+//! - [`status`] and [`status_page`]: the status document (`/api/v1/status`) and its page.
+//! - [`junit`] and [`gate_junit`]: a cycle's JUnit report and the release gate's.
+
+pub mod gate_junit;
+pub mod junit;
+pub mod metrics;
+pub mod status;
+pub mod status_page;
