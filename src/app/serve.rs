@@ -20,17 +20,16 @@
 //! monitor_declared_delay = "2h"
 //! ```
 //!
-//! SIGHUP and `POST /-/reload` re-read the file ([`ConfigReloader`]): targets are
+//! SIGHUP and `POST /-/reload` re-read the file
+//! ([`crate::probe::engine::reloader::ConfigReloader`]): targets are
 //! compared by name and by every field (and the key their variable holds); `listen`
 //! (unless `--listen` overrides it), `state_file`, `max_concurrent_cycles` and the
 //! `[monitor]` table need a restart, and a reload that changes them is refused, as is a file that does not load.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::monitor::MonitorSection;
@@ -40,12 +39,11 @@ use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor};
 use crate::probe::checks::observer::TracingObserver;
-use crate::probe::checks::settings::ProbeSettings;
 use crate::probe::checks::state::StateFile;
 use crate::probe::engine::config::{Config, ConfigError};
-use crate::probe::engine::reload::{Reload, ReloadError, ReloadMetrics, ReloadReport};
-use crate::probe::engine::runtime::{target_control, ControlError, Probe, TargetChanges, TargetControl};
-use crate::probe::engine::scheduler::TargetSchedule;
+use crate::probe::engine::reload::{Reload, ReloadMetrics};
+use crate::probe::engine::reloader::ConfigReloader;
+use crate::probe::engine::runtime::{target_control, Probe};
 
 /// Flags of `lockprobe serve`.
 #[derive(Debug, Clone, clap::Args)]
@@ -127,14 +125,16 @@ async fn serve_config(
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     tracing::info!(addr = %listener.local_addr()?, targets = targets.len(), "probe http server listening");
     let (control, inbox) = target_control();
-    let reloader = Arc::new(ConfigReloader {
-        path: args.config.clone(),
-        listen_flag: args.listen.is_some(),
-        applied: tokio::sync::Mutex::new(Applied::new(config, &targets)),
+    let metrics = ReloadMetrics::new(probe.metrics.registry())?;
+    let reloader: Arc<dyn Reload> = Arc::new(ConfigReloader::new(
+        args.config.clone(),
+        args.listen.is_some(),
+        config,
+        &targets,
         control,
-        shutdown: shutdown.clone(),
-        metrics: ReloadMetrics::new(probe.metrics.registry())?,
-    });
+        shutdown.clone(),
+        metrics,
+    ));
     probe.reload = Some(reloader.clone());
     let on_hangup = tokio::spawn(hangups.reload_each(reloader, shutdown.clone()));
     let run =
@@ -162,7 +162,7 @@ impl Hangups {
     }
 
     /// Reloads on every SIGHUP until `shutdown`; the reloader logs the outcome.
-    async fn reload_each(self, reloader: Arc<ConfigReloader>, shutdown: CancellationToken) {
+    async fn reload_each(self, reloader: Arc<dyn Reload>, shutdown: CancellationToken) {
         #[cfg(unix)]
         {
             let mut signal = self.0;
@@ -184,234 +184,5 @@ impl Hangups {
             let _ = (self, reloader);
             shutdown.cancelled().await;
         }
-    }
-}
-
-/// The configuration in force, with the key each target's variable held when it was
-/// applied (the same fields with another key is a changed target).
-#[derive(Debug)]
-struct Applied {
-    config: Config,
-    keys: HashMap<String, String>,
-}
-
-impl Applied {
-    fn new(config: Config, targets: &[(ProbeSettings, TargetSchedule)]) -> Self {
-        let keys = targets.iter().map(|(s, _)| (s.name.clone(), s.api_key.clone())).collect();
-        Self { config, keys }
-    }
-}
-
-/// Re-reads `serve`'s configuration file and applies what changed; one reload at a time.
-#[derive(Debug)]
-struct ConfigReloader {
-    path: PathBuf,
-    /// `--listen` was given: the file's `listen` is not used, so it may change.
-    listen_flag: bool,
-    applied: tokio::sync::Mutex<Applied>,
-    control: TargetControl,
-    shutdown: CancellationToken,
-    metrics: ReloadMetrics,
-}
-
-#[async_trait]
-impl Reload for ConfigReloader {
-    async fn reload(&self) -> Result<ReloadReport, ReloadError> {
-        if self.shutdown.is_cancelled() {
-            return Err(ReloadError::ShuttingDown);
-        }
-        // Serializes reloads: each one compares with what the previous one applied.
-        let mut applied = self.applied.lock().await;
-        if self.shutdown.is_cancelled() {
-            return Err(ReloadError::ShuttingDown);
-        }
-        let result = self.reload_from(&mut applied).await;
-        match &result {
-            Ok(r) => {
-                self.metrics.record(true);
-                tracing::info!(
-                    added = ?r.added, changed = ?r.changed, removed = ?r.removed, unchanged = r.unchanged.len(),
-                    "configuration reloaded"
-                );
-            }
-            Err(ReloadError::ShuttingDown) => {}
-            Err(e) => {
-                self.metrics.record(false);
-                tracing::error!(config = %self.path.display(), error = %e, "configuration not reloaded; the running one is kept");
-            }
-        }
-        result
-    }
-}
-
-impl ConfigReloader {
-    async fn reload_from(&self, applied: &mut Applied) -> Result<ReloadReport, ReloadError> {
-        let new = Config::load(&self.path)?;
-        let old = &applied.config;
-        if !self.listen_flag && new.listen != old.listen {
-            return Err(ReloadError::RequiresRestart { field: "listen".into() });
-        }
-        if new.state_file != old.state_file {
-            return Err(ReloadError::RequiresRestart { field: "state_file".into() });
-        }
-        if new.monitor != old.monitor {
-            return Err(ReloadError::RequiresRestart { field: "monitor".into() });
-        }
-        if new.max_concurrent_cycles != old.max_concurrent_cycles {
-            return Err(ReloadError::RequiresRestart { field: "max_concurrent_cycles".into() });
-        }
-        // Every key variable is read now: one unset refuses the whole reload.
-        let targets = new.probe_targets()?;
-        let (changes, report) = plan(old, &applied.keys, &new, &targets);
-        let positions: HashMap<&str, usize> =
-            new.targets.iter().enumerate().map(|(i, t)| (t.name.as_str(), i)).collect();
-        self.control.apply(changes).await.map_err(|e| match e {
-            ControlError::Stopped => ReloadError::ShuttingDown,
-            ControlError::Target { name, source } => ReloadError::Invalid {
-                field: format!("targets[{}]", positions.get(name.as_str()).copied().unwrap_or_default()),
-                message: source.to_string(),
-            },
-        })?;
-        *applied = Applied::new(new, &targets);
-        Ok(report)
-    }
-}
-
-/// What to change to go from `old` (whose targets held `old_keys`) to `new`, whose
-/// settings are `targets` (in `new.targets`' order).
-fn plan(
-    old: &Config,
-    old_keys: &HashMap<String, String>,
-    new: &Config,
-    targets: &[(ProbeSettings, TargetSchedule)],
-) -> (TargetChanges, ReloadReport) {
-    let mut changes = TargetChanges::default();
-    let mut report = ReloadReport::default();
-    for (config, (settings, schedule)) in new.targets.iter().zip(targets) {
-        let name = config.name.clone();
-        match old.targets.iter().find(|t| t.name == name) {
-            Some(before) if before == config && old_keys.get(&name) == Some(&settings.api_key) => {
-                report.unchanged.push(name)
-            }
-            Some(_) => {
-                changes.start_or_update.push((settings.clone(), schedule.clone()));
-                report.changed.push(name);
-            }
-            None => {
-                changes.start_or_update.push((settings.clone(), schedule.clone()));
-                report.added.push(name);
-            }
-        }
-    }
-    for before in &old.targets {
-        if !new.targets.iter().any(|t| t.name == before.name) {
-            changes.remove.push(before.name.clone());
-            report.removed.push(before.name.clone());
-        }
-    }
-    (changes, report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const ONE: &str = r#"
-state_file = "/tmp/lockprobe-serve-reload-unit.json"
-
-[[targets]]
-name = "NAME"
-instances = ["http://127.0.0.1:9"]
-api_key_env = "PATH"
-test_prefix = "probe-"
-cache_ttl = "1s"
-replication_bound = "500ms"
-buffer = "BUFFER"
-schedule = "0 0 0 1 1 * 2099"
-timeout = "5m"
-"#;
-
-    fn config(targets: &[(&str, &str)]) -> Config {
-        let mut text = ONE.split("[[targets]]").next().unwrap().to_owned();
-        for (name, buffer) in targets {
-            let target = ONE.split("[[targets]]").nth(1).unwrap();
-            text.push_str(&format!("[[targets]]{}", target.replace("NAME", name).replace("BUFFER", buffer)));
-        }
-        text.parse().unwrap()
-    }
-
-    /// Every target's settings, with `key` as its key (the file names `PATH`, a variable
-    /// every test process has, so nothing needs setting).
-    fn settings(config: &Config, key: &str) -> Vec<(ProbeSettings, TargetSchedule)> {
-        let mut targets = config.probe_targets().unwrap();
-        for (settings, _) in &mut targets {
-            settings.api_key = key.to_owned();
-        }
-        targets
-    }
-
-    #[test]
-    fn a_plan_tells_added_changed_removed_and_unchanged_targets_apart() {
-        let old = config(&[("a", "1s"), ("b", "1s"), ("c", "1s")]);
-        let keys = settings(&old, "k").iter().map(|(s, _)| (s.name.clone(), s.api_key.clone())).collect();
-        let new = config(&[("a", "1s"), ("c", "2s"), ("d", "1s")]);
-        let (changes, report) = plan(&old, &keys, &new, &settings(&new, "k"));
-        assert_eq!(report.unchanged, ["a"]);
-        assert_eq!(report.changed, ["c"]);
-        assert_eq!(report.added, ["d"]);
-        assert_eq!(report.removed, ["b"]);
-        let started: Vec<&str> = changes.start_or_update.iter().map(|(s, _)| s.name.as_str()).collect();
-        assert_eq!(started, ["c", "d"]);
-        assert_eq!(changes.remove, ["b"]);
-        // The same fields with another key (a rotated key file) is a change.
-        let (_, report) = plan(&old, &keys, &old, &settings(&old, "rotated"));
-        assert_eq!(report.changed, ["a", "b", "c"]);
-    }
-
-    #[tokio::test]
-    async fn a_changed_cycle_cap_needs_a_restart_and_a_bad_one_is_invalid_naming_it() {
-        let old = config(&[("a", "1s")]);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("lockprobe.toml");
-        let (control, _inbox) = target_control();
-        let reloader = ConfigReloader {
-            path: path.clone(),
-            listen_flag: false,
-            applied: tokio::sync::Mutex::new(Applied::new(old.clone(), &settings(&old, "k"))),
-            control,
-            shutdown: CancellationToken::new(),
-            metrics: ReloadMetrics::new(&prometheus::Registry::new()).unwrap(),
-        };
-        let text = ONE.replace("NAME", "a").replace("BUFFER", "1s");
-        std::fs::write(&path, format!("max_concurrent_cycles = 10\n{text}")).unwrap();
-        let e = reloader.reload().await.unwrap_err();
-        assert_eq!(e, ReloadError::RequiresRestart { field: "max_concurrent_cycles".into() });
-        std::fs::write(&path, format!("max_concurrent_cycles = 0\n{text}")).unwrap();
-        let e = reloader.reload().await.unwrap_err();
-        assert_eq!(e.kind(), "config-invalid");
-        assert_eq!(e.field(), Some("max_concurrent_cycles"), "{e}");
-    }
-
-    #[tokio::test]
-    async fn a_reload_during_shutdown_is_refused_and_does_not_count_as_a_failure() {
-        let old = config(&[("a", "1s")]);
-        let (control, _inbox) = target_control();
-        let shutdown = CancellationToken::new();
-        let registry = prometheus::Registry::new();
-        let reloader = ConfigReloader {
-            path: PathBuf::from("/nonexistent/lockprobe.toml"),
-            listen_flag: false,
-            applied: tokio::sync::Mutex::new(Applied::new(old.clone(), &settings(&old, "k"))),
-            control,
-            shutdown: shutdown.clone(),
-            metrics: ReloadMetrics::new(&registry).unwrap(),
-        };
-        // Before shutdown the missing file is a refusal, counted.
-        assert!(matches!(reloader.reload().await, Err(ReloadError::Unreadable(_))));
-        assert!(crate::exposition::render(&registry).contains("lockprobe_config_last_reload_successful 0"));
-        reloader.metrics.record(true);
-        shutdown.cancel();
-        assert_eq!(reloader.reload().await, Err(ReloadError::ShuttingDown));
-        assert!(crate::exposition::render(&registry).contains("lockprobe_config_last_reload_successful 1"));
     }
 }

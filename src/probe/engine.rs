@@ -5,12 +5,14 @@
 //!   cycles running at once, claims on test resources against other replicas, and
 //!   recovery at start.
 //! - [`server`]: the probe's own HTTP surface (`/metrics`, health, status, reload).
-//! - [`reload`]: what a reload is and how it answers.
+//! - [`reload`] and [`reloader`]: what a reload is and how it answers, and the reload
+//!   of `serve`'s configuration file.
 //! - [`validate`]: one cycle against given instances, as `validate` and the release gate
 //!   run it.
 
 pub mod config;
 pub mod reload;
+pub mod reloader;
 pub mod runtime;
 pub mod scheduler;
 pub mod server;
