@@ -1,5 +1,5 @@
 //! The probe engine at scale: 1,000 targets' cycles at once in one probe process
-//! against in-process reference services (`app::probe_scale`).
+//! against in-process reference services (`harness::probe_scale`).
 //!
 //! ```text
 //! cargo run --release --example probe_scale -- --targets 1000
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use lockprobe::app::probe_scale::{self, ScaleConfig};
+use lockprobe::harness::probe_scale::{self, ScaleConfig};
 
 /// Runs many probe targets at once.
 #[derive(Debug, Parser)]

@@ -1,5 +1,5 @@
 //! A paper-scale day: 10 million migrations through the routing library and the
-//! convergence monitor on the memory store, in compressed time (`app::replay`).
+//! convergence monitor on the memory store, in compressed time (`harness::replay`).
 //!
 //! ```text
 //! cargo run --release --example replay -- --migrations 10000000
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use lockprobe::app::replay::{self, ReplayConfig};
+use lockprobe::harness::replay::{self, ReplayConfig};
 
 /// The replay allocates and frees a few dozen small strings and maps per lock call
 /// (documents cloned, settled, written, read back); mimalloc's thread-local free lists
@@ -43,12 +43,6 @@ struct Args {
     /// Most changes the monitor may fall behind before the drivers wait for it.
     #[arg(long, default_value_t = ReplayConfig::default().max_monitor_lag)]
     max_monitor_lag: usize,
-}
-
-fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn main() -> std::process::ExitCode {
@@ -106,7 +100,7 @@ fn main() -> std::process::ExitCode {
         r.peak_monitor_bytes as f64 / 1048576.0
     );
     println!("store peak          {} documents", r.peak_documents);
-    if let Some(kib) = peak_rss_kib() {
+    if let Some(kib) = lockprobe::harness::measure::peak_rss_bytes().map(|b| b / 1024) {
         println!("peak RSS            {:.1} MiB (whole process)", kib as f64 / 1024.0);
     }
     println!("failures            {}", r.failures);

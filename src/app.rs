@@ -14,18 +14,13 @@
 //! - [`monitor`]: `lockprobe monitor`: the convergence monitor alone.
 //! - [`store`]: `--store memory|cosmos` and the `--cosmos-*` flags, and opening the store
 //!   they name.
-//! - [`probe_scale`]: many probe targets' cycles at once in one process against
-//!   in-process reference services (`examples/probe_scale.rs`; no command of its own).
-//! - [`replay`]: a paper-scale day of migrations through the routing library and the
-//!   monitor in compressed time (`examples/replay.rs`; no command of its own).
+//! - [`usage`]: usage errors (exit 64).
 //! - [`tasks`]: how `serve` and `demo` run their background parts and stop them.
 
 pub mod bench;
 pub mod demo;
 pub mod gate;
 pub mod monitor;
-pub mod probe_scale;
-pub mod replay;
 pub mod serve;
 pub mod service;
 pub mod store;

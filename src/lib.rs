@@ -53,6 +53,7 @@ pub mod clock;
 pub mod document;
 pub mod duration;
 pub mod exposition;
+pub mod harness;
 pub mod html;
 pub mod monitor;
 pub mod percentiles;

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockprobe::app::bench::load::{self, LoadResult, LoadSpec};
 use lockprobe::clock::SystemClock;
+use lockprobe::harness::load::{self, LoadResult, LoadSpec};
 use lockprobe::service::LockDesign;
 use lockprobe::store::latency::{LatencyModel, LatencyStore};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};

@@ -15,6 +15,7 @@
 //!   paths share bugs); inside it, three rooms, bottom up: `checks` (what a cycle
 //!   checks), `outputs` (what its results become) and `engine` (what runs cycles), each
 //!   using only itself and the rooms before it;
+//! - **harness** (runs at scale) uses every layer below the wiring, never the wiring;
 //! - **app** (the wiring) may use everything; `main.rs` uses `app`.
 //!
 //! Service, probe and monitor never import each other or the wiring. The layers that a
@@ -38,6 +39,8 @@ enum Layer {
     Service,
     Monitor,
     Probe,
+    /// Runs at scale: every layer below the wiring, none of it.
+    Harness,
     App,
     /// `lib.rs` itself (module declarations only).
     Root,
@@ -57,6 +60,7 @@ fn layer_of(module: &[String]) -> Option<Layer> {
         Some("service") => Layer::Service,
         Some("monitor") => Layer::Monitor,
         Some("probe") => Layer::Probe,
+        Some("harness") => Layer::Harness,
         Some("app") => Layer::App,
         Some(_) => return None,
     })
@@ -82,6 +86,7 @@ fn refusal(from: &[String], to: &[String]) -> Option<String> {
         Monitor => matches!(lt, Bottom | Store | Routing | Monitor),
         Probe if lt == Probe => return probe_room_refusal(from, to),
         Probe => lt == Bottom && bottom_unit(to) != Some(&["document"][..]),
+        Harness => !matches!(lt, App | Root),
         App | Root => true,
     };
     (!allowed).then(|| format!("{lf:?} may not use {lt:?}"))
@@ -594,6 +599,8 @@ fn the_rules_refuse_what_runs_up() {
         ("probe::checks", "probe::engine"),
         ("probe::checks", "probe::outputs"),
         ("probe::outputs", "probe::engine"),
+        ("harness::replay", "app::store"),
+        ("service", "harness::load"),
     ] {
         assert!(refusal(&m(from), &m(to)).is_some(), "{from} -> {to} must be refused");
     }

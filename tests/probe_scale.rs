@@ -1,11 +1,11 @@
-//! A small run of the probe engine at scale (`app::probe_scale`): 50 targets' cycles at
+//! A small run of the probe engine at scale (`harness::probe_scale`): 50 targets' cycles at
 //! once in one probe process against in-process reference services. Every target runs,
 //! every judged cycle passes, and the scheduler reports every wake-up. Counts, not
 //! timings (the figures at 1,000 targets are in BENCHMARKS.md).
 
 use std::time::Duration;
 
-use lockprobe::app::probe_scale::{self, ScaleConfig};
+use lockprobe::harness::probe_scale::{self, ScaleConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_targets_run_their_cycles_side_by_side_and_pass() {

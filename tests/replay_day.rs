@@ -1,10 +1,10 @@
-//! A small day of the paper-scale replay (`app::replay`): every migration goes through
+//! A small day of the paper-scale replay (`harness::replay`): every migration goes through
 //! the routing client's full lifecycle and the monitor, reading the memory store's own
 //! change stream, sees each one end as it did, with no anomaly. Counts, not timings.
 
 use std::time::Duration;
 
-use lockprobe::app::replay::{self, ReplayConfig};
+use lockprobe::harness::replay::{self, ReplayConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_migration_of_a_day_is_seen_ending_as_it_did() {

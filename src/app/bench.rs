@@ -16,8 +16,6 @@
 //! lock records). Routing reads are the replica reads of cache misses, the same cache
 //! tiers in both designs.
 
-pub mod load;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,11 +27,11 @@ use super::store::{OpenStoreError, StoreArgs, StoreKind};
 use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::duration::parse_bounded_duration;
+use crate::harness::load::{self, LoadResult, LoadSpec};
 use crate::service::LockDesign;
 use crate::store::latency::{LatencyModel, LatencyStore};
 use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 use crate::store::LocationStore;
-use load::{LoadResult, LoadSpec};
 
 /// Flags of `lockprobe bench`.
 #[derive(Debug, Clone, clap::Args)]

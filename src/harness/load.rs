@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use super::measure;
 use crate::clock::{Clock, SystemClock};
 use crate::document::LocationDocument;
 use crate::service::items::ItemStores;
@@ -111,17 +112,6 @@ struct Tally {
     errors: AtomicU64,
     migrations: AtomicU64,
     migrations_failed: AtomicU64,
-}
-
-/// CPU time used by this process so far.
-pub fn process_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } == 0;
-    if !ok {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
 }
 
 /// Runs `spec` over `store` (shared by every instance; a fresh one per run, or ids
@@ -255,11 +245,11 @@ pub async fn run(spec: &LoadSpec, store: Arc<dyn LocationStore>) -> anyhow::Resu
 
     tokio::time::sleep_until(measure_from).await;
     let (user_before, orchestration_before) = (user_store.counts(), orchestration_store.counts());
-    let cpu_before = process_cpu_time();
+    let cpu_before = measure::process_cpu_time();
     let started = Instant::now();
     tokio::time::sleep_until(end).await;
     let (user_after, orchestration_after) = (user_store.counts(), orchestration_store.counts());
-    let cpu = process_cpu_time().saturating_sub(cpu_before);
+    let cpu = measure::process_cpu_time().saturating_sub(cpu_before);
     let wall = started.elapsed();
     stop.cancel();
     for task in tasks {

@@ -20,6 +20,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
+use super::measure;
 use crate::clock::{Clock, SystemClock};
 use crate::percentiles::Summary;
 use crate::probe::checks::observer::Observer;
@@ -158,26 +159,6 @@ impl Observer for Collect {
     }
 }
 
-/// Process CPU time (user + system) from `/proc/self/stat`, where there is one.
-fn cpu_time() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return Duration::ZERO };
-    // Fields after the command name (which may hold spaces) start after the last ')';
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Duration::from_millis((ticks(11) + ticks(12)) * 1000 / hz)
-}
-
-/// Resident set size now, in bytes.
-fn rss_bytes() -> u64 {
-    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else { return 0 };
-    let pages = statm.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64
-}
-
 /// The most spans that overlap at one instant.
 fn peak_overlap(spans: &[(DateTime<Utc>, DateTime<Utc>)]) -> usize {
     let mut edges: Vec<(DateTime<Utc>, i32)> = spans.iter().flat_map(|(s, e)| [(*s, 1), (*e, -1)]).collect();
@@ -277,15 +258,15 @@ pub async fn run(config: ScaleConfig) -> anyhow::Result<ScaleReport> {
         let (rss_peak, sampling) = (rss_peak.clone(), sampling.clone());
         async move {
             while !sampling.is_cancelled() {
-                rss_peak.fetch_max(rss_bytes(), Ordering::Relaxed);
+                rss_peak.fetch_max(measure::rss_bytes(), Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     });
-    let (rss_before, cpu_before, started) = (rss_bytes(), cpu_time(), Instant::now());
+    let (rss_before, cpu_before, started) = (measure::rss_bytes(), measure::process_cpu_time(), Instant::now());
     let targets = targets(&config, &schedule, &services, &api_key);
     let summary = probe.run(targets, Arc::new(StateFile::in_memory()), collect.clone(), listener, None, stop).await?;
-    let (wall, cpu) = (started.elapsed(), cpu_time().saturating_sub(cpu_before));
+    let (wall, cpu) = (started.elapsed(), measure::process_cpu_time().saturating_sub(cpu_before));
     sampling.cancel();
     sampler.await.ok();
     shutdown.cancel();

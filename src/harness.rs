@@ -1,0 +1,16 @@
+//! Runs that measure the package at scale, for `BENCHMARKS.md` and the suite's smoke
+//! runs of them; none is a command of its own (`lockprobe bench` and `examples/` drive
+//! them). They use every layer below the wiring and nothing of it.
+//!
+//! - [`load`]: one head-to-head load run of a lock design through the service's real
+//!   handlers over one store (`lockprobe bench`).
+//! - [`probe_scale`]: a thousand probe targets in one process against in-process
+//!   services (`examples/probe_scale.rs`).
+//! - [`replay`]: a paper-scale day of migrations on a manual clock, the monitor
+//!   following it (`examples/replay.rs`).
+//! - [`measure`]: the CPU time and memory every run reports, read one way.
+
+pub mod load;
+pub mod measure;
+pub mod probe_scale;
+pub mod replay;
