@@ -1,6 +1,7 @@
-//! `lockprobe gate`: the release gate. Runs a candidate service once per store-fault
-//! profile, probes each with the full cycle plus the eager checks, and writes one JUnit
-//! report with a testsuite per profile. Exit 1 when a profile within the scheme's
+//! `lockprobe gate`: the release gate's flags, reports and verdict. The runs themselves
+//! (the profiles, the candidate, the probe, the sweep for locks left behind) are
+//! [`crate::probe::engine::gate`]. It writes one JUnit report with a testsuite per
+//! profile. Exit 1 when a profile within the scheme's
 //! assumptions shows any failure (an enforcement violation, a lost write, a resurrected
 //! tombstone, a lock left behind, a cycle that could not finish); a profile beyond them
 //! is reported, not failed.
@@ -10,119 +11,13 @@
 //! the candidate library (or anything that takes `lockprobe service`'s flags).
 
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 use crate::app::usage::UsageError;
-use crate::probe::checks::credentials::TargetTls;
-use crate::probe::checks::observer::TracingObserver;
-use crate::probe::checks::report::{CycleReport, CycleResult};
-use crate::probe::checks::target::TargetClient;
-use crate::probe::checks::vocabulary::Op;
-use crate::probe::engine::validate::{self, ValidateError, ValidateOptions};
+use crate::probe::engine::gate::{run_until_decided, GateOptions, Profile, ProfileOutcome};
 use crate::probe::outputs::gate_junit::{self, ProfileRun};
-
-/// The fault profiles, in the order they run by default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Profile {
-    /// No fault: the baseline every other profile is read against.
-    Baseline,
-    /// Pre-locks commit 3 s late, renewals 1.5 s late (past the end of a lease renewed
-    /// just before it).
-    SlowCommit,
-    /// Lock writes land at once, their answers come 1-2 s later.
-    LateAck,
-    /// Half the lock writes time out at 250 ms and commit at 600 ms anyway
-    /// (`outcome-unknown`); the probe repeats them under their keys. The commit stays
-    /// inside the shortest lease the probe asks for (1 s): a write lease that ends before
-    /// its escalation commits is honestly answered 410, which would be the profile's
-    /// doing, not the candidate's.
-    Ambiguous,
-    /// Replicas lag by a 2 s declared replication bound (twice the others').
-    ReplicaLag,
-    /// Instance 1's clock runs 2 s ahead, within a 2.5 s skew margin.
-    ClockAhead,
-    /// Instance 1's clock runs 2 s behind, within a 2.5 s skew margin.
-    ClockBehind,
-    /// Instance 1's clock runs 2 s ahead, beyond a 500 ms skew margin: breaks an
-    /// assumption, so what breaks is reported, not failed.
-    ClockBeyondMargin,
-}
-
-impl Profile {
-    /// Every profile, in run order.
-    pub const ALL: [Profile; 8] = [
-        Profile::Baseline,
-        Profile::SlowCommit,
-        Profile::LateAck,
-        Profile::Ambiguous,
-        Profile::ReplicaLag,
-        Profile::ClockAhead,
-        Profile::ClockBehind,
-        Profile::ClockBeyondMargin,
-    ];
-
-    /// The profile's name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Profile::Baseline => "baseline",
-            Profile::SlowCommit => "slow-commit",
-            Profile::LateAck => "late-ack",
-            Profile::Ambiguous => "ambiguous",
-            Profile::ReplicaLag => "replica-lag",
-            Profile::ClockAhead => "clock-ahead",
-            Profile::ClockBehind => "clock-behind",
-            Profile::ClockBeyondMargin => "clock-beyond-margin",
-        }
-    }
-
-    /// Whether the profile breaks one of the scheme's assumptions.
-    pub fn beyond_assumptions(self) -> bool {
-        self == Profile::ClockBeyondMargin
-    }
-
-    /// The `lockprobe service` flags that make the fault (replacing the gate's defaults
-    /// where they name the same setting).
-    pub fn service_args(self) -> Vec<String> {
-        let args: &[&str] = match self {
-            Profile::Baseline => &[],
-            Profile::SlowCommit => {
-                &["--store-fault", "replace:delay=3s step=preLock", "--store-fault", "replace:delay=1500ms step=renew"]
-            }
-            Profile::LateAck => &[
-                "--store-fault",
-                "replace:late-ack=2s step=preLock",
-                "--store-fault",
-                "replace:late-ack=1500ms step=renew",
-                "--store-fault",
-                "replace:late-ack=1s step=swap",
-            ],
-            Profile::Ambiguous => {
-                &["--store-fault", "replace:late-commit=600ms,timeout=250ms@0.5", "--store-fault-seed", "7"]
-            }
-            Profile::ReplicaLag => &["--replication-bound", "2s"],
-            Profile::ClockAhead => &["--clock-skew", "1=+2s", "--skew-margin", "2500ms"],
-            Profile::ClockBehind => &["--clock-skew", "1=-2s", "--skew-margin", "2500ms"],
-            Profile::ClockBeyondMargin => &["--clock-skew", "1=+2s", "--skew-margin", "500ms"],
-        };
-        args.iter().map(|s| s.to_string()).collect()
-    }
-
-    /// What the profile does, for the report.
-    pub fn description(self) -> String {
-        let args = self.service_args();
-        if args.is_empty() {
-            "no fault".to_owned()
-        } else {
-            args.join(" ")
-        }
-    }
-}
 
 /// Flags of `lockprobe gate`.
 #[derive(Debug, Clone, clap::Args)]
@@ -172,19 +67,22 @@ pub struct GateArgs {
     pub service_args: Vec<String>,
 }
 
-/// The test prefix of the candidate and of every resource the gate's probe locks.
-const TEST_PREFIX: &str = "gate-";
-
-/// How long a candidate has to print where its instances listen.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// `lockprobe gate`: returns the exit code (0 every profile within the assumptions
 /// passed, 1 otherwise).
 pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
-    let candidate = candidate(&args)?;
+    let options = GateOptions {
+        candidate: candidate(&args)?,
+        instances: args.instances,
+        cache_ttl: args.cache_ttl,
+        buffer: args.buffer,
+        profile_timeout: args.profile_timeout,
+        max_inconclusive: args.max_inconclusive,
+        inconclusive_retries: args.inconclusive_retries,
+        tls: args.tls.load()?,
+        service_args: args.service_args.clone(),
+    };
     crate::probe::checks::settings::check_max_inconclusive(args.max_inconclusive)
         .map_err(|why| UsageError::new(format!("--max-inconclusive: {why}")))?;
-    let tls = args.tls.load()?;
     let profiles = if args.profiles.is_empty() { Profile::ALL.to_vec() } else { args.profiles.clone() };
     if let Some(dir) = &args.json_dir {
         std::fs::create_dir_all(dir).map_err(|e| UsageError::new(format!("--json-dir {}: {e}", dir.display())))?;
@@ -196,7 +94,7 @@ pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<
             break;
         }
         println!("gate: profile {} ({})", profile.name(), profile.description());
-        let outcome = run_until_decided(&args, &candidate, &tls, profile, shutdown.clone()).await;
+        let outcome = run_until_decided(&options, profile, shutdown.clone()).await;
         if let (Some(dir), Ok(report)) = (&args.json_dir, &outcome.report) {
             let path = dir.join(format!("{}.json", profile.name()));
             let text = serde_json::to_string_pretty(&report.to_json()).unwrap_or_default();
@@ -292,283 +190,9 @@ fn summarize(runs: &[ProfileRun<'_>]) -> usize {
     failed
 }
 
-/// What one profile's run gave.
-struct ProfileOutcome {
-    /// The instances' base URLs.
-    instances: Vec<String>,
-    /// The cycle's report, or why there is none.
-    report: Result<CycleReport, String>,
-    /// Live locks left on the run's resources.
-    left_behind: Vec<String>,
-    /// Why each earlier attempt at this profile was run again: it decided too little.
-    undecided: Vec<String>,
-}
-
-impl ProfileOutcome {
-    fn failed(why: String) -> Self {
-        Self { instances: Vec::new(), report: Err(why), left_behind: Vec::new(), undecided: Vec::new() }
-    }
-
-    /// Why this run decided too little to count, when that is its only failure: a
-    /// check over its cap of inconclusive operations, and nothing else wrong.
-    fn only_undecided(&self) -> Option<String> {
-        let report = self.report.as_ref().ok()?;
-        let failed: Vec<_> = report.assertions.iter().filter(|a| a.failed()).collect();
-        let undecided = !failed.is_empty()
-            && failed.iter().all(|a| a.op == Op::Decided)
-            && report.error.is_none()
-            && self.left_behind.is_empty();
-        undecided.then(|| {
-            let why: Vec<String> =
-                failed.iter().map(|a| format!("{}: {}", a.check, a.detail.as_deref().unwrap_or_default())).collect();
-            why.join("; ")
-        })
-    }
-}
-
-/// Runs `profile` until it decides: again (up to `--inconclusive-retries` more times)
-/// while its only failure is a check that left too many operations inconclusive, each
-/// earlier attempt's reason kept for the report.
-async fn run_until_decided(
-    args: &GateArgs,
-    candidate: &PathBuf,
-    tls: &TargetTls,
-    profile: Profile,
-    shutdown: CancellationToken,
-) -> ProfileOutcome {
-    let mut undecided = Vec::new();
-    loop {
-        let mut outcome = run_profile(args, candidate, tls, profile, shutdown.clone()).await;
-        match outcome.only_undecided() {
-            Some(why) if undecided.len() < usize::from(args.inconclusive_retries) && !shutdown.is_cancelled() => {
-                println!(
-                    "gate: profile {} decided too little (attempt {}): {why}; running it again",
-                    profile.name(),
-                    undecided.len() + 1
-                );
-                undecided.push(why);
-            }
-            _ => {
-                outcome.undecided = undecided;
-                return outcome;
-            }
-        }
-    }
-}
-
-/// Starts the candidate under `profile`, probes it, looks for locks left behind, stops it.
-async fn run_profile(
-    args: &GateArgs,
-    candidate: &PathBuf,
-    tls: &TargetTls,
-    profile: Profile,
-    shutdown: CancellationToken,
-) -> ProfileOutcome {
-    let key = hex::encode(rand::random::<[u8; 16]>());
-    let mut child = match start_candidate(args, candidate, profile, &key) {
-        Ok(c) => c,
-        Err(e) => return ProfileOutcome::failed(e),
-    };
-    let instances = match listening_urls(&mut child, usize::from(args.instances)).await {
-        Ok(urls) => urls,
-        Err(e) => {
-            let _ = child.kill().await;
-            return ProfileOutcome::failed(e);
-        }
-    };
-    let run_id = hex::encode(rand::random::<[u8; 4]>());
-    let opts = ValidateOptions {
-        endpoints: instances.clone(),
-        buffer: args.buffer,
-        test_prefix: TEST_PREFIX.to_owned(),
-        api_key: key,
-        tls: tls.clone(),
-        eager: true,
-        run_id: Some(run_id.clone()),
-        max_inconclusive: args.max_inconclusive,
-        ..ValidateOptions::default()
-    };
-    let cancel = shutdown.child_token();
-    let deadline = {
-        let cancel = cancel.clone();
-        let timeout = args.profile_timeout;
-        tokio::spawn(async move {
-            tokio::time::sleep(timeout).await;
-            cancel.cancel();
-        })
-    };
-    let report = match validate::run(&opts, Arc::new(TracingObserver), cancel).await {
-        Ok(r) => Ok(r),
-        Err(ValidateError::Usage(m)) => Err(format!("the gate's probe settings were refused: {m}")),
-        Err(e) => Err(e.to_string()),
-    };
-    deadline.abort();
-    let left_behind = match &report {
-        Ok(r) if !shutdown.is_cancelled() => left_behind(&opts, &run_id, r).await,
-        _ => Vec::new(),
-    };
-    let _ = child.kill().await;
-    if let Ok(r) = &report {
-        if r.result == CycleResult::Error && r.error.as_deref().is_some_and(|e| e.contains("cancelled")) {
-            tracing::warn!(profile = profile.name(), "the profile ran out of --profile-timeout");
-        }
-    }
-    ProfileOutcome { instances, report, left_behind, undecided: Vec::new() }
-}
-
-/// Live locks on the run's resources once the probe is done: the probe releases every
-/// lock it holds on the way out (the lease-lapse check's lock has lapsed), so after the
-/// declared convergence delay every instance must route each resource lock-free. A lock
-/// still live is one nobody will release before its lease ends: an orphan.
-async fn left_behind(opts: &ValidateOptions, run_id: &str, report: &CycleReport) -> Vec<String> {
-    let declared = report.declared_convergence_seconds.and_then(|s| Duration::try_from_secs_f64(s).ok());
-    tokio::time::sleep(declared.unwrap_or(Duration::from_secs(2)) + Duration::from_millis(500)).await;
-    let client = match TargetClient::with_tls(
-        &opts.endpoints,
-        &opts.api_key,
-        &opts.test_prefix,
-        Duration::from_secs(10),
-        &opts.tls,
-    ) {
-        Ok(c) => c,
-        Err(e) => return vec![format!("cannot look: {e}")],
-    };
-    let mut found = Vec::new();
-    for resource in opts.resources(run_id) {
-        for (i, _) in opts.endpoints.iter().enumerate() {
-            match client.route(i, &resource).await {
-                Ok(r) if r.status == 200 && r.body.get("lock").is_some_and(|l| !l.is_null()) => {
-                    let phase = r.body["lock"].get("phase").and_then(|p| p.as_str()).unwrap_or("?").to_owned();
-                    found.push(format!("{resource} ({phase}) on instance {i}"));
-                }
-                // 404: a resource the run never created; anything else is for the cycle's
-                // own assertions to have caught.
-                _ => {}
-            }
-        }
-    }
-    found
-}
-
-/// `CANDIDATE service` with the gate's settings, the profile's faults and the extra
-/// flags, on free ports, its key in the environment (never in argv).
-fn start_candidate(args: &GateArgs, candidate: &PathBuf, profile: Profile, key: &str) -> Result<Child, String> {
-    let ttl = humantime::format_duration(args.cache_ttl).to_string();
-    let mut command = Command::new(candidate);
-    command
-        .arg("service")
-        .args(["--listen", "127.0.0.1:0", "--test-prefix", TEST_PREFIX, "--cache-ttl", &ttl])
-        .args(["--instances", &args.instances.to_string()])
-        .args(profile.service_args())
-        .args(&args.service_args)
-        .env(crate::app::service::API_KEY_ENV, key)
-        .env("RUST_LOG", "error")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    command.spawn().map_err(|e| format!("cannot start {} service: {e}", candidate.display()))
-}
-
-/// Reads the candidate's `instance i listening on http://...` lines until all
-/// `instances` are up.
-async fn listening_urls(child: &mut Child, instances: usize) -> Result<Vec<String>, String> {
-    let stdout = child.stdout.take().ok_or("the candidate's output is not readable")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let mut urls = vec![String::new(); instances];
-    let mut found = 0;
-    let read = async {
-        while found < instances {
-            let Some(line) = lines.next_line().await.map_err(|e| e.to_string())? else {
-                return Err("the candidate exited before all its instances listened".to_owned());
-            };
-            let Some((index, url)) = parse_listening(&line) else { continue };
-            if index < instances && urls[index].is_empty() {
-                urls[index] = url;
-                found += 1;
-            }
-        }
-        Ok(())
-    };
-    match tokio::time::timeout(START_TIMEOUT, read).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(e),
-        Err(_) => return Err(format!("the candidate did not listen within {}s", START_TIMEOUT.as_secs())),
-    }
-    // Keep draining its output so it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(urls)
-}
-
-/// `lockprobe service: instance 1 listening on http://127.0.0.1:4321` → `(1, url)`.
-fn parse_listening(line: &str) -> Option<(usize, String)> {
-    let rest = line.split_once("instance ")?.1;
-    let (index, rest) = rest.split_once(" listening on ")?;
-    Some((index.trim().parse().ok()?, rest.trim().to_owned()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_service_announces_where_each_instance_listens() {
-        assert_eq!(
-            parse_listening("lockprobe service: instance 1 listening on http://127.0.0.1:4321"),
-            Some((1, "http://127.0.0.1:4321".to_owned()))
-        );
-        assert_eq!(parse_listening("lockprobe service: declared convergence delay 2s"), None);
-    }
-
-    /// A report of one failed assertion of `op` (and a passed one).
-    fn outcome(op: Op, left_behind: Vec<String>, error: Option<String>) -> ProfileOutcome {
-        use crate::probe::checks::report::{Assertion, CycleResult};
-        use crate::probe::checks::vocabulary::{Outcome, Phase};
-        let a = |op: Op, passed: bool| Assertion {
-            check: "eager/renewal".into(),
-            phase: Phase::Write,
-            op,
-            instance: None,
-            expected: Outcome::Decided,
-            observed: if passed { Outcome::Decided } else { Outcome::Inconclusive },
-            passed,
-            at: chrono::Utc::now(),
-            duration: Duration::ZERO,
-            detail: Some("3 of 3 operations held to the lock were inconclusive".into()),
-            inconclusive: None,
-        };
-        let report = CycleReport {
-            target: "validate".into(),
-            resource: "gate-v1-0".into(),
-            started_at: chrono::Utc::now(),
-            finished_at: chrono::Utc::now(),
-            result: CycleResult::Failed,
-            error,
-            assertions: vec![a(Op::Write, true), a(op, false)],
-            phase_durations: Vec::new(),
-            read_through_seconds: Vec::new(),
-            read_through_client_seconds: Vec::new(),
-            declared_convergence_seconds: None,
-            expected_convergence_seconds: None,
-            observed_convergence: Vec::new(),
-            notes: Vec::new(),
-            store_region_changes: Vec::new(),
-            walk: Default::default(),
-            decisions: Vec::new(),
-        };
-        ProfileOutcome { instances: Vec::new(), report: Ok(report), left_behind, undecided: Vec::new() }
-    }
-
-    #[test]
-    fn only_a_run_whose_sole_failure_is_deciding_too_little_is_run_again() {
-        let why = outcome(Op::Decided, Vec::new(), None).only_undecided();
-        assert_eq!(why.as_deref(), Some("eager/renewal: 3 of 3 operations held to the lock were inconclusive"));
-        // A real failure, an error or a lock left behind is a verdict, never retried away.
-        assert_eq!(outcome(Op::Write, Vec::new(), None).only_undecided(), None);
-        assert_eq!(outcome(Op::Decided, vec!["gate-v1-0 (write)".into()], None).only_undecided(), None);
-        assert_eq!(outcome(Op::Decided, Vec::new(), Some("target unreachable".into())).only_undecided(), None);
-        assert_eq!(ProfileOutcome::failed("did not start".into()).only_undecided(), None);
-    }
 
     #[test]
     fn every_profile_parses_as_service_flags_and_only_one_is_beyond_the_assumptions() {
@@ -585,5 +209,11 @@ mod tests {
             }
         }
         assert_eq!(Profile::ALL.iter().filter(|p| p.beyond_assumptions()).count(), 1);
+    }
+
+    #[test]
+    fn the_candidate_is_given_its_key_where_the_service_reads_it() {
+        // The engine names the variable itself (the probe imports no service).
+        assert_eq!(crate::probe::engine::gate::CANDIDATE_KEY_ENV, crate::app::service::API_KEY_ENV);
     }
 }

@@ -8,9 +8,10 @@
 //! - [`reload`] and [`reloader`]: what a reload is and how it answers, and the reload
 //!   of `serve`'s configuration file.
 //! - [`validate`]: one cycle against given instances, as `validate` and the release gate
-//!   run it.
+//!   run it; [`gate`]: the release gate's runs of a candidate under every profile.
 
 pub mod config;
+pub mod gate;
 pub mod reload;
 pub mod reloader;
 pub mod runtime;
