@@ -5,6 +5,9 @@
 //! what it expects with a generous deadline instead of sleeping a fixed time that a
 //! loaded machine may overrun.
 
+#[path = "support/stores.rs"]
+mod stores;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +17,9 @@ use lockprobe::routing::cache::TieredCache;
 use lockprobe::routing::{
     ClientOptions, LocationDocument, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient,
 };
-use lockprobe::store::memory::{Fault, MemoryStore, MemoryStoreConfig, OpKind};
+use lockprobe::store::faults::FaultAction;
+use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
+use lockprobe::store::OpKind;
 use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use prometheus::{Encoder, TextEncoder};
 use tokio_util::sync::CancellationToken;
@@ -39,9 +44,9 @@ async fn eventually(what: &str, done: impl Fn() -> bool) {
 #[tokio::test]
 async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
     let clock = Arc::new(ManualClock::at_epoch());
-    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    let store = stores::Instrumented::new(clock.clone(), MemoryStoreConfig::default());
     let client = RoutingClient::new(
-        store.clone(),
+        store.store(),
         clock.clone(),
         TieredCache::try_new(&[S]).unwrap(),
         // No skew margin: escalations come exactly at the declared delay.
@@ -58,7 +63,7 @@ async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
         escalation_buffer: S,
         ..MonitorConfig::default()
     };
-    let dyn_store: Arc<dyn LocationStore> = store.clone();
+    let dyn_store: Arc<dyn LocationStore> = store.store();
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let monitor = Arc::new(Monitor::new(dyn_store, dyn_clock, config, &registry).unwrap());
     let shutdown = CancellationToken::new();
@@ -68,7 +73,7 @@ async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
     let req = PreLockRequest { owner: "t".into(), duration: 5 * S, target_location: None };
     client.pre_lock("r1", &req).await.unwrap();
     // A failing poll is counted and retried on the next tick.
-    store.inject(OpKind::ReadChanges, Fault::Fail(StoreError::Unavailable("injected".into())), 1);
+    store.inject(OpKind::ReadChanges, FaultAction::Fail, 1);
     let failed_poll = "lockprobe_monitor_store_errors_total{op=\"read_changes\"} 1";
     eventually("the failed poll is counted", || metrics_text(&registry).contains(failed_poll)).await;
     eventually("the pre-lock is seen", || monitor.in_flight() == 1).await;

@@ -3,6 +3,9 @@
 //! asks for. All but the last were fixed on main in f82d69d; the last
 //! (`a_lease_revived_by_a_clock_step_is_not_served_stale_from_cache`) in 4373345.
 
+#[path = "support/stores.rs"]
+mod stores;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,21 +15,22 @@ use lockprobe::routing::{
     enforce, ClientOptions, Decision, LocationDocument, LockPolicy, Operation, Phase, PreLockRequest, RoutingClient,
     Source,
 };
-use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig, OpCounts};
+use lockprobe::store::counting::OpCounts;
+use lockprobe::store::memory::MemoryStoreConfig;
 use lockprobe::store::{LocationStore, ReadFrom};
 
 const TTL: Duration = Duration::from_secs(4);
 const LAG: Duration = Duration::from_secs(3);
 
-fn setup() -> (Arc<ManualClock>, Arc<MemoryStore>) {
+fn setup() -> (Arc<ManualClock>, stores::Instrumented) {
     let clock = Arc::new(ManualClock::at_epoch());
-    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: LAG, ..Default::default() }));
+    let store = stores::Instrumented::new(clock.clone(), MemoryStoreConfig { replica_lag: LAG, ..Default::default() });
     (clock, store)
 }
 
-fn client(clock: &Arc<ManualClock>, store: &Arc<MemoryStore>) -> RoutingClient {
+fn client(clock: &Arc<ManualClock>, store: &stores::Instrumented) -> RoutingClient {
     RoutingClient::new(
-        store.clone(),
+        store.store(),
         clock.clone(),
         TieredCache::try_new(&[TTL]).unwrap(),
         LockPolicy::declared(TTL, LAG, Duration::from_secs(7200)),
@@ -52,7 +56,7 @@ fn request(secs: u64, target: Option<&str>) -> PreLockRequest {
 #[tokio::test]
 async fn a_swap_guard_survives_a_new_pre_lock_that_declares_a_target() {
     let (clock, store) = setup();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    store.memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let (a, b) = (client(&clock, &store), client(&clock, &store));
     let grant = a.pre_lock("r", &request(600, Some("northeurope"))).await.unwrap();
     clock.advance(TTL + LAG + lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN);
@@ -63,7 +67,7 @@ async fn a_swap_guard_survives_a_new_pre_lock_that_declares_a_target() {
 
     clock.advance(Duration::from_secs(1));
     let new = b.pre_lock("r", &request(600, Some("eastus"))).await;
-    let doc = store.read("r", ReadFrom::WriteRegion).await.unwrap().doc;
+    let doc = store.memory.read("r", ReadFrom::WriteRegion).await.unwrap().doc;
     let still_guarded = doc.secondary.as_ref().is_some_and(|s| {
         s.location == "westeurope"
             && s.lock.as_ref().is_some_and(|l| l.phase == Phase::Write && l.expires_at >= guard_until)
@@ -83,13 +87,13 @@ async fn a_swap_guard_survives_a_new_pre_lock_that_declares_a_target() {
 #[tokio::test]
 async fn the_declared_target_stays_locked_as_long_as_the_migration() {
     let (clock, store) = setup();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    store.memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let a = client(&clock, &store);
     let grant = a.pre_lock("r", &request(100, Some("northeurope"))).await.unwrap();
     clock.advance(Duration::from_secs(50));
     a.renew("r", &grant.token, Duration::from_secs(1000)).await.unwrap();
     clock.advance(Duration::from_secs(200));
-    let doc = store.read("r", ReadFrom::WriteRegion).await.unwrap().doc;
+    let doc = store.memory.read("r", ReadFrom::WriteRegion).await.unwrap().doc;
     let now = clock.now();
     assert!(doc.live_lock(now).is_some(), "the migration's own lock is live");
     let target_lock = doc.secondary.as_ref().and_then(|s| s.lock.as_ref()).unwrap();
@@ -112,7 +116,7 @@ async fn the_declared_target_stays_locked_as_long_as_the_migration() {
 #[tokio::test]
 async fn a_long_expired_lock_costs_no_write_region_read_on_a_miss() {
     let (clock, store) = setup();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    store.memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let (orchestrator, service) = (client(&clock, &store), client(&clock, &store));
     let grant = orchestrator.pre_lock("r", &request(60, None)).await.unwrap();
     let lock = grant.record.doc.primary.lock.clone().unwrap();
@@ -132,7 +136,7 @@ async fn a_long_expired_lock_costs_no_write_region_read_on_a_miss() {
 #[tokio::test]
 async fn a_recently_lapsed_lock_is_still_read_through() {
     let (clock, store) = setup();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    store.memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let (orchestrator, service) = (client(&clock, &store), client(&clock, &store));
     let grant = orchestrator.pre_lock("r", &request(60, None)).await.unwrap();
     let lock = grant.record.doc.primary.lock.clone().unwrap();
@@ -140,7 +144,7 @@ async fn a_recently_lapsed_lock_is_still_read_through() {
     orchestrator.renew("r", &grant.token, Duration::from_secs(600)).await.unwrap();
     clock.advance(Duration::from_secs(2));
     // The replica still shows the old lease, lapsed a second ago.
-    let replica = store.read("r", ReadFrom::Replica).await.unwrap();
+    let replica = store.memory.read("r", ReadFrom::Replica).await.unwrap();
     assert!(!replica.doc.primary.lock.as_ref().unwrap().is_live(clock.now()));
     let r = service.resolve("r").await.unwrap();
     assert_eq!(r.source, Source::ReadThrough);
@@ -156,15 +160,15 @@ async fn a_recently_lapsed_lock_is_still_read_through() {
 #[tokio::test]
 async fn a_replica_never_unsees_a_document_after_a_clock_step_back() {
     let (clock, store) = setup();
-    let first = store.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
+    let first = store.memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap().etag;
     clock.advance(Duration::from_secs(50));
     let mut moved = LocationDocument::new("r", "northeurope");
     moved.extra.insert("note".into(), "second version".into());
-    store.replace(&moved, &first).await.unwrap();
+    store.memory.replace(&moved, &first).await.unwrap();
     clock.advance(Duration::from_secs(10));
-    assert_eq!(store.read("r", ReadFrom::Replica).await.unwrap().doc.primary.location, "northeurope");
+    assert_eq!(store.memory.read("r", ReadFrom::Replica).await.unwrap().doc.primary.location, "northeurope");
     clock.set(clock.now() - to_chrono(Duration::from_secs(8)));
-    let after_step = store.read("r", ReadFrom::Replica).await;
+    let after_step = store.memory.read("r", ReadFrom::Replica).await;
     assert!(after_step.is_ok(), "replica read after a clock step back: {after_step:?}");
 }
 
@@ -180,7 +184,7 @@ async fn a_replica_never_unsees_a_document_after_a_clock_step_back() {
 #[tokio::test]
 async fn a_lease_revived_by_a_clock_step_is_not_served_stale_from_cache() {
     let (clock, store) = setup();
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    store.memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     let (orchestrator, service) = (client(&clock, &store), client(&clock, &store));
     let skew = lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN;
     let grant = orchestrator.pre_lock("r", &request(600, None)).await.unwrap();

@@ -7,6 +7,9 @@
 //! the store holds every racer's write until all of them have arrived at it, so each has
 //! read the document before any write lands, however loaded the machine.
 
+#[path = "support/stores.rs"]
+mod stores;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,7 +20,9 @@ use lockprobe::routing::lifecycle;
 use lockprobe::routing::{
     ClientOptions, Grant, LocationDocument, LockError, LockPolicy, PreLockRequest, RoutingClient, RoutingError,
 };
-use lockprobe::store::memory::{Fault, MemoryStore, MemoryStoreConfig, OpKind};
+use lockprobe::store::faults::FaultAction;
+use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
+use lockprobe::store::OpKind;
 use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 use tokio::sync::Barrier;
 
@@ -32,7 +37,7 @@ const RACE_DEADLINE: Duration = Duration::from_secs(120);
 /// given number of them have arrived, then let them all go at once.
 #[derive(Debug)]
 struct GatedStore {
-    memory: MemoryStore,
+    inner: stores::Instrumented,
     gate: Mutex<Option<Gate>>,
 }
 
@@ -73,33 +78,36 @@ impl LocationStore for GatedStore {
             ReadFrom::Replica => OpKind::ReadReplica,
         };
         self.pass(kind).await;
-        self.memory.read(id, from).await
+        self.inner.store().read(id, from).await
     }
 
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
         self.pass(OpKind::Create).await;
-        self.memory.create(doc).await
+        self.inner.store().create(doc).await
     }
 
     async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
         self.pass(OpKind::Replace).await;
-        self.memory.replace(doc, if_match).await
+        self.inner.store().replace(doc, if_match).await
     }
 
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
         self.pass(OpKind::ReadChanges).await;
-        self.memory.read_changes(cursor, limit).await
+        self.inner.store().read_changes(cursor, limit).await
     }
 
     async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
         self.pass(OpKind::Scan).await;
-        self.memory.scan(after, limit).await
+        self.inner.store().scan(after, limit).await
     }
 }
 
 fn store() -> Arc<GatedStore> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    Arc::new(GatedStore { memory: MemoryStore::new(clock, MemoryStoreConfig::default()), gate: Mutex::new(None) })
+    Arc::new(GatedStore {
+        inner: stores::Instrumented::new(clock, MemoryStoreConfig::default()),
+        gate: Mutex::new(None),
+    })
 }
 
 /// One orchestrator: its own client and cache over the shared store.
@@ -180,8 +188,8 @@ async fn fifty_orchestrators_race_and_exactly_one_wins_every_time() {
     let store = store();
     for round in 0..ROUNDS {
         let id = format!("race-{round:02}");
-        store.memory.create(&LocationDocument::new(&id, "westeurope")).await.unwrap();
-        let before = store.memory.counts();
+        store.inner.memory.create(&LocationDocument::new(&id, "westeurope")).await.unwrap();
+        let before = store.inner.counts();
         // Every other round, hold each writer at its replace until all 50 are there, so
         // all have read the unlocked document: the race is then certain, not a matter of
         // thread scheduling, and every loser has to go through a 412.
@@ -190,8 +198,8 @@ async fn fifty_orchestrators_race_and_exactly_one_wins_every_time() {
             store.hold_until_all_arrive(OpKind::Replace, TASKS);
         }
         let results = race(&store, &id, 16).await;
-        let calls = store.memory.counts().since(&before);
-        check_one_winner(&store.memory, &id, &results).await;
+        let calls = store.inner.counts().since(&before);
+        check_one_winner(&store.inner.memory, &id, &results).await;
         if staged {
             assert_eq!(calls.replace, TASKS as u64, "{id}: one replace each, 49 of them refused with 412");
             assert_eq!(calls.read_write_region, 2 * TASKS as u64 - 1, "{id}: losers re-read once after their 412");
@@ -206,20 +214,21 @@ async fn fifty_orchestrators_race_and_exactly_one_wins_every_time() {
 #[tokio::test]
 async fn a_412_with_a_budget_of_one_is_retry_exhausted() {
     let store = store();
-    let memory = &store.memory;
+    let instrumented = &store.inner;
+    let memory = &instrumented.memory;
     memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
-    let before = memory.counts();
-    memory.inject(OpKind::Replace, Fault::Fail(StoreError::PreconditionFailed), 1);
+    let before = instrumented.counts();
+    instrumented.inject(OpKind::Replace, FaultAction::LostRace, 1);
     let r = orchestrator(&store, 1).pre_lock("r", &request(0)).await;
     assert_eq!(r.err(), Some(RoutingError::RetryExhausted { attempts: 1 }));
     assert_eq!(memory.read("r", ReadFrom::WriteRegion).await.unwrap().doc, LocationDocument::new("r", "westeurope"));
-    assert_eq!(memory.counts().since(&before).replace, 1);
+    assert_eq!(instrumented.counts().since(&before).replace, 1);
 
     // The same 412 with a budget of two: re-read, re-decide, one write.
-    memory.inject(OpKind::Replace, Fault::Fail(StoreError::PreconditionFailed), 1);
-    let before = memory.counts();
+    instrumented.inject(OpKind::Replace, FaultAction::LostRace, 1);
+    let before = instrumented.counts();
     let grant = orchestrator(&store, 2).pre_lock("r", &request(0)).await.unwrap();
-    let calls = memory.counts().since(&before);
+    let calls = instrumented.counts().since(&before);
     assert_eq!((calls.read_write_region, calls.replace), (2, 2));
     assert_eq!(settled(memory, "r").await, *grant.record);
 }
@@ -240,7 +249,7 @@ fn margin() -> chrono::TimeDelta {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_budget_of_one_turns_lost_races_into_retry_exhausted() {
     let store = store();
-    store.memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    store.inner.memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     // Every racer reads the unlocked document before any replace lands.
     store.hold_until_all_arrive(OpKind::Replace, TASKS);
     let results = race(&store, "r", 1).await;
@@ -258,7 +267,7 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
     let store = store();
     for round in 0..ROUNDS / 4 {
         let id = format!("fresh-{round:02}");
-        let before = store.memory.counts();
+        let before = store.inner.counts();
         // Hold every create until all 50 are there, so all have read "no document".
         store.hold_until_all_arrive(OpKind::Create, TASKS);
         let results = race_with(&store, 4, |client, i| {
@@ -266,7 +275,7 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
             async move { client.pre_lock_or_create(&id, "westeurope", &request(i)).await }
         })
         .await;
-        let calls = store.memory.counts().since(&before);
+        let calls = store.inner.counts().since(&before);
         let winners: Vec<&Grant> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
         assert_eq!(winners.len(), 1, "{id}: {} winners", winners.len());
         let lease = winners[0].record.doc.primary.lock.as_ref().unwrap().expires_at;
@@ -278,8 +287,8 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
             );
         }
         assert_eq!((calls.create, calls.replace), (TASKS as u64, 0), "{id}: one create each, no replace");
-        assert_eq!(settled(&store.memory, &id).await, *winners[0].record);
-        let changes = store.memory.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
+        assert_eq!(settled(&store.inner.memory, &id).await, *winners[0].record);
+        let changes = store.inner.memory.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
         assert_eq!(changes.iter().filter(|c| c.doc.doc.id == id).count(), 1, "{id}: the pre-lock is the only write");
     }
 }

@@ -23,6 +23,9 @@
 //! client read and which ETag each of its writes presented, so the history can be
 //! judged without trusting the client's own account of it.
 
+#[path = "support/stores.rs"]
+mod stores;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,7 +44,9 @@ use lockprobe::routing::{
     ClientOptions, LocationDocument, LockError, LockInfo, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient,
     RoutingError, Source,
 };
-use lockprobe::store::memory::{Fault, MemoryStore, MemoryStoreConfig, OpKind};
+use lockprobe::store::faults::FaultAction;
+use lockprobe::store::memory::MemoryStoreConfig;
+use lockprobe::store::OpKind;
 use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
 
 const ID: &str = "res-1";
@@ -70,7 +75,7 @@ type Log = Arc<Mutex<Vec<Event>>>;
 /// One orchestrator's view of the shared store: forwards every call and records it.
 #[derive(Debug)]
 struct Observed {
-    inner: Arc<MemoryStore>,
+    inner: Arc<dyn LocationStore>,
     who: usize,
     log: Log,
     /// Replaces still to be preceded by a concurrent writer's change.
@@ -216,7 +221,7 @@ struct Orch {
 
 struct World {
     clock: Arc<ManualClock>,
-    store: Arc<MemoryStore>,
+    store: stores::Instrumented,
     log: Log,
     orchs: Vec<Orch>,
     policy: LockPolicy,
@@ -253,11 +258,11 @@ fn settled(v: &Versioned) -> Versioned {
 impl World {
     async fn new(n: usize) -> Self {
         let clock = Arc::new(ManualClock::at_epoch());
-        let store = Arc::new(MemoryStore::new(
+        let store = stores::Instrumented::new(
             clock.clone(),
             MemoryStoreConfig { replica_lag: LAG, change_log_capacity: 100_000 },
-        ));
-        store.create(&LocationDocument::new(ID, REGIONS[0])).await.unwrap();
+        );
+        store.memory.create(&LocationDocument::new(ID, REGIONS[0])).await.unwrap();
         // Well past the replica lag, so small backward clock steps cannot make the
         // document's creation itself invisible to replicas.
         clock.advance(Duration::from_secs(60));
@@ -265,7 +270,7 @@ impl World {
         let orchs = (0..n)
             .map(|who| {
                 let observed =
-                    Arc::new(Observed { inner: store.clone(), who, log: log.clone(), interfere: AtomicU32::new(0) });
+                    Arc::new(Observed { inner: store.store(), who, log: log.clone(), interfere: AtomicU32::new(0) });
                 let client = RoutingClient::new(
                     observed.clone(),
                     clock.clone(),
@@ -291,7 +296,7 @@ impl World {
 
     /// The write-region document as every reader takes it (settled by its commit time).
     async fn current(&self) -> Versioned {
-        settled(&self.store.read(ID, ReadFrom::WriteRegion).await.unwrap())
+        settled(&self.store.memory.read(ID, ReadFrom::WriteRegion).await.unwrap())
     }
 
     fn log_len(&self) -> usize {
@@ -600,7 +605,7 @@ fn check_transition(
 
 /// The invariants over the whole history and the write-region document.
 async fn check_world(w: &World) -> Result<(), TestCaseError> {
-    let batch = w.store.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap();
+    let batch = w.store.memory.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap();
     let changes = batch.changes;
     let current = w.current().await;
     let last = changes.last().unwrap();
@@ -722,7 +727,7 @@ async fn race(w: &mut World, a: Act, b: Act) -> Result<(), TestCaseError> {
     let now = w.clock.now();
     let from = w.log_len();
     // Whoever writes first is held at its replace while the other reads, decides and writes.
-    w.store.inject(OpKind::Replace, Fault::Delay(Duration::from_millis(1)), 1);
+    w.store.inject(OpKind::Replace, FaultAction::Delay(Duration::from_millis(1)), 1);
     let (oa, ob) = (&w.orchs[a.who], &w.orchs[b.who]);
     let (ta, tb) = (oa.token.clone(), ob.token.clone());
     let (ra, rb) = futures::join!(perform(oa, a.kind, &doc0.doc), perform(ob, b.kind, &doc0.doc));
@@ -774,7 +779,7 @@ async fn run(n: usize, steps: Vec<Step>) -> Result<World, TestCaseError> {
                 w.clock.set(w.clock.now() - to_chrono(Duration::from_millis(ms)));
                 w.stepped_back += Duration::from_millis(ms);
             }
-            Step::Inject412(k) => w.store.inject(OpKind::Replace, Fault::Fail(StoreError::PreconditionFailed), k),
+            Step::Inject412(k) => w.store.inject(OpKind::Replace, FaultAction::LostRace, k as u32),
             Step::Interfere { who, n } => {
                 w.orchs[who].observed.interfere.fetch_add(n, Ordering::SeqCst);
             }
@@ -837,7 +842,7 @@ fn a_full_migration_passes_the_same_checks() {
     runtime().block_on(async {
         let w = run(2, steps).await.unwrap();
         // The script really went through: pre-lock, two escalations, a renewal, a swap.
-        let history = w.store.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
+        let history = w.store.memory.read_changes(&ChangeCursor::beginning(), usize::MAX).await.unwrap().changes;
         let phases: Vec<_> = history.iter().filter_map(|c| c.doc.doc.primary.lock.as_ref().map(|l| l.phase)).collect();
         assert!(phases.contains(&Phase::Write), "never reached the write phase: {phases:?}");
         assert_eq!(w.current().await.doc.primary.location, REGIONS[1]);
@@ -849,7 +854,7 @@ fn a_full_migration_passes_the_same_checks() {
 /// `doc` over it, bypassing the library, and returns what the checks say.
 async fn forged(w: &World, doc: &LocationDocument) -> Result<(), TestCaseError> {
     let current = w.current().await;
-    let etag = w.store.put_raw(ID, doc.to_json());
+    let etag = w.store.memory.put_raw(ID, doc.to_json());
     {
         let mut log = w.log.lock().unwrap();
         log.push(Event::Read { who: 0, etag: current.etag.clone() });
@@ -917,7 +922,7 @@ fn the_checks_catch_a_blind_write() {
     runtime().block_on(async {
         let w = write_locked_world().await;
         let doc = w.current().await.doc;
-        w.store.put_raw(ID, doc.to_json());
+        w.store.memory.put_raw(ID, doc.to_json());
         assert!(failure(check_world(&w).await).contains("outside every client"));
     });
 }

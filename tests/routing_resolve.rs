@@ -4,6 +4,9 @@
 //! instance that cached the unlocked document sees a new lock within max TTL +
 //! replication bound, and never before the store could have shown it.
 
+#[path = "support/stores.rs"]
+mod stores;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +15,8 @@ use chrono::{DateTime, Utc};
 use lockprobe::clock::{to_chrono, Clock, ManualClock};
 use lockprobe::routing::cache::TieredCache;
 use lockprobe::routing::{ClientOptions, LocationDocument, LockPolicy, Phase, PreLockRequest, RoutingClient, Source};
-use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig, OpCounts};
+use lockprobe::store::counting::OpCounts;
+use lockprobe::store::memory::MemoryStoreConfig;
 use lockprobe::store::{LocationStore, ReadFrom};
 
 const FAST: Duration = Duration::from_secs(1);
@@ -22,16 +26,16 @@ const SKEW: Duration = lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN;
 
 struct Env {
     clock: Arc<ManualClock>,
-    store: Arc<MemoryStore>,
+    store: stores::Instrumented,
     /// The service instance whose reads are counted.
     service: RoutingClient,
     /// The orchestrator: its own client and cache over the same store.
     orchestrator: RoutingClient,
 }
 
-fn client(clock: &Arc<ManualClock>, store: &Arc<MemoryStore>) -> RoutingClient {
+fn client(clock: &Arc<ManualClock>, store: &stores::Instrumented) -> RoutingClient {
     RoutingClient::new(
-        store.clone(),
+        store.store(),
         clock.clone(),
         TieredCache::try_new(&[FAST, SLOW]).unwrap(),
         LockPolicy::declared(SLOW, LAG, Duration::from_secs(3600)),
@@ -42,8 +46,8 @@ fn client(clock: &Arc<ManualClock>, store: &Arc<MemoryStore>) -> RoutingClient {
 /// One resource `r`, created long enough ago that every replica has it.
 async fn env() -> Env {
     let clock = Arc::new(ManualClock::at_epoch());
-    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: LAG, ..Default::default() }));
-    store.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
+    let store = stores::Instrumented::new(clock.clone(), MemoryStoreConfig { replica_lag: LAG, ..Default::default() });
+    store.memory.create(&LocationDocument::new("r", "westeurope")).await.unwrap();
     clock.advance(Duration::from_secs(60));
     Env { service: client(&clock, &store), orchestrator: client(&clock, &store), clock, store }
 }
@@ -76,7 +80,7 @@ async fn a_cache_miss_reads_one_replica_and_nothing_else() {
     assert_eq!(e.counts().since(&before), OpCounts { read_replica: 1, ..Default::default() });
 
     // A second resource is a miss of its own.
-    e.store.create(&LocationDocument::new("s", "northeurope")).await.unwrap();
+    e.store.memory.create(&LocationDocument::new("s", "northeurope")).await.unwrap();
     e.clock.advance(LAG);
     let before = e.counts();
     assert_eq!(e.service.resolve("s").await.unwrap().source, Source::Store);
@@ -157,7 +161,7 @@ async fn a_started_lock_costs_one_write_region_read_per_resolve_and_no_replica_r
     let r = e.service.resolve("r").await.unwrap();
     assert_eq!(r.source, Source::ReadThrough);
     assert_eq!(r.lock().unwrap().phase, Phase::HardDelete);
-    assert_eq!(r.record.etag, e.store.read("r", ReadFrom::WriteRegion).await.unwrap().etag);
+    assert_eq!(r.record.etag, e.store.memory.read("r", ReadFrom::WriteRegion).await.unwrap().etag);
 }
 
 #[tokio::test]
@@ -258,7 +262,7 @@ async fn resolve_with_answers_as_resolve_and_a_hit_lends_the_cached_document() {
     let (source, etag, _) = e.service.resolve_with("r", seen).await.unwrap();
     assert_eq!(source, Source::ReadThrough);
     assert_eq!(e.counts().since(&before), OpCounts { read_write_region: 1, ..Default::default() });
-    assert_eq!(etag, e.store.read("r", ReadFrom::WriteRegion).await.unwrap().etag);
+    assert_eq!(etag, e.store.memory.read("r", ReadFrom::WriteRegion).await.unwrap().etag);
 
     // Resolving a resource with no document: the same error as `resolve`; creating it
     // answers from the store, then from the cache.
@@ -282,7 +286,7 @@ async fn a_version_this_instance_wrote_is_read_back_as_cached_and_as_any_reader_
     let escalated =
         e.orchestrator.escalate("r", &grant.token, Phase::HardDelete, Duration::from_secs(60)).await.unwrap();
     assert!(escalated.doc.primary.lock.as_ref().unwrap().phase_since.is_some(), "settled: the phase has begun");
-    let stored = e.store.read("r", ReadFrom::WriteRegion).await.unwrap();
+    let stored = e.store.memory.read("r", ReadFrom::WriteRegion).await.unwrap();
     assert!(stored.doc.pending.is_some(), "the stored version still carries its pending record");
 
     let before = e.counts();

@@ -7,6 +7,9 @@
 //! Time is a manual clock shared by the store and every instance, so leases lapse and
 //! caches expire when a test says so, without sleeping.
 
+#[path = "support/stores.rs"]
+mod stores;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +18,10 @@ use lockprobe::clock::ManualClock;
 use lockprobe::document::lock_record_id;
 use lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN;
 use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
-use lockprobe::store::memory::{Fault as StoreFault, MemoryStore, MemoryStoreConfig, OpKind};
-use lockprobe::store::{LocationStore, ReadFrom, StoreError};
+use lockprobe::store::faults::FaultAction;
+use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
+use lockprobe::store::OpKind;
+use lockprobe::store::{LocationStore, ReadFrom};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -31,7 +36,7 @@ const CONVERGED: Duration =
 struct Harness {
     design: LockDesign,
     clock: Arc<ManualClock>,
-    store: Arc<MemoryStore>,
+    store: stores::Instrumented,
     urls: Vec<String>,
     http: reqwest::Client,
     shutdown: CancellationToken,
@@ -46,7 +51,7 @@ impl Drop for Harness {
 async fn harness_with(design: LockDesign, faults: Vec<Fault>, instances: usize) -> Harness {
     let clock = Arc::new(ManualClock::at_epoch());
     let store =
-        Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig { replica_lag: BOUND, ..Default::default() }));
+        stores::Instrumented::new(clock.clone(), MemoryStoreConfig { replica_lag: BOUND, ..Default::default() });
     let config = ServiceConfig {
         cache_ttls: vec![Duration::from_millis(500), TTL],
         replication_bound: BOUND,
@@ -59,8 +64,7 @@ async fn harness_with(design: LockDesign, faults: Vec<Fault>, instances: usize) 
     };
     let shutdown = CancellationToken::new();
     let listen = vec!["127.0.0.1:0".parse::<SocketAddr>().unwrap(); instances];
-    let dyn_store: Arc<dyn LocationStore> = store.clone();
-    let running = start(config, dyn_store, clock.clone(), listen, shutdown.clone()).await.unwrap();
+    let running = start(config, store.store(), clock.clone(), listen, shutdown.clone()).await.unwrap();
     let urls = running.addrs.iter().map(|a| format!("http://{a}")).collect();
     Harness { design, clock, store, urls, http: reqwest::Client::new(), shutdown }
 }
@@ -178,7 +182,7 @@ impl Harness {
         }
         let mut etags = Vec::new();
         for doc in ids {
-            if let Ok(v) = self.store.read(&doc, ReadFrom::WriteRegion).await {
+            if let Ok(v) = self.store.memory.read(&doc, ReadFrom::WriteRegion).await {
                 etags.push(v.etag.0);
             }
         }
@@ -279,7 +283,7 @@ async fn store_failures_are_503_and_change_nothing(design: LockDesign) {
     h.clock.advance(CONVERGED);
     let before = h.etag("probe-a").await;
 
-    h.store.inject(OpKind::Replace, StoreFault::Fail(StoreError::PreconditionFailed), 100);
+    h.store.inject(OpKind::Replace, FaultAction::LostRace, 100);
     let raced = h.escalate("probe-a", &token, "hardDelete", 10.0).await;
     assert_eq!(
         (raced.status, raced.problem_type()),
@@ -287,7 +291,7 @@ async fn store_failures_are_503_and_change_nothing(design: LockDesign) {
     );
     h.store.clear_faults();
 
-    h.store.inject(OpKind::ReadWriteRegion, StoreFault::Fail(StoreError::Unavailable("injected".into())), 1);
+    h.store.inject(OpKind::ReadWriteRegion, FaultAction::Fail, 1);
     let down = h.escalate("probe-a", &token, "hardDelete", 10.0).await;
     assert_eq!(
         (down.status, down.problem_type()),
@@ -296,7 +300,7 @@ async fn store_failures_are_503_and_change_nothing(design: LockDesign) {
     assert!(!down.body.to_string().contains("injected"), "5xx bodies stay generic");
     assert_eq!(h.etag("probe-a").await, before);
 
-    h.store.inject(OpKind::Replace, StoreFault::Fail(StoreError::Unavailable("injected".into())), 1);
+    h.store.inject(OpKind::Replace, FaultAction::Fail, 1);
     assert_eq!(h.escalate("probe-a", &token, "hardDelete", 10.0).await.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(h.etag("probe-a").await, before);
     assert_eq!(h.escalate("probe-a", &token, "hardDelete", 10.0).await.status, StatusCode::OK);
@@ -840,10 +844,8 @@ async fn unknown_routes_are_404_and_wrong_methods_405_problems(design: LockDesig
 async fn settings_and_leases_at_the_ten_year_bound_do_not_panic(design: LockDesign) {
     use lockprobe::duration::MAX_DURATION;
     let clock = Arc::new(ManualClock::at_epoch());
-    let store = Arc::new(MemoryStore::new(
-        clock.clone(),
-        MemoryStoreConfig { replica_lag: MAX_DURATION, ..Default::default() },
-    ));
+    let store =
+        stores::Instrumented::new(clock.clone(), MemoryStoreConfig { replica_lag: MAX_DURATION, ..Default::default() });
     let config = ServiceConfig {
         cache_ttls: vec![MAX_DURATION],
         replication_bound: MAX_DURATION,
@@ -854,7 +856,7 @@ async fn settings_and_leases_at_the_ten_year_bound_do_not_panic(design: LockDesi
         ..ServiceConfig::new(KEY)
     };
     let shutdown = CancellationToken::new();
-    let dyn_store: Arc<dyn LocationStore> = store.clone();
+    let dyn_store: Arc<dyn LocationStore> = store.store();
     let listen = vec!["127.0.0.1:0".parse::<SocketAddr>().unwrap()];
     let over = ServiceConfig { max_pre_lock: MAX_DURATION * 2, ..config.clone() };
     let refused = start(over, dyn_store.clone(), clock.clone(), listen.clone(), shutdown.clone()).await.unwrap_err();

@@ -34,7 +34,8 @@ use crate::clock::{Clock, ManualClock};
 use crate::monitor::{Monitor, MonitorConfig, MonitorError, Outcome};
 use crate::routing::cache::TieredCache;
 use crate::routing::{ClientOptions, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient, RoutingError};
-use crate::store::memory::{MemoryStore, MemoryStoreConfig, OpCounts};
+use crate::store::counting::{CountingStore, OpCounts};
+use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 
 /// The shape of the replayed day. Durations are virtual (the manual clock's).
 #[derive(Debug, Clone)]
@@ -164,11 +165,14 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
         ..MonitorConfig::default()
     };
     let registry = prometheus::Registry::new();
-    let monitor = Arc::new(Monitor::new(store.clone(), dyn_clock.clone(), monitor_config, &registry)?);
+    // The calls the day makes, counted by the one counting wrapper (the memory store
+    // itself only stores).
+    let counted = Arc::new(CountingStore::new(store.clone()));
+    let monitor = Arc::new(Monitor::new(counted.clone(), dyn_clock.clone(), monitor_config, &registry)?);
     let clients: Vec<RoutingClient> = (0..config.instances.max(1))
         .map(|_| {
             RoutingClient::new(
-                store.clone(),
+                counted.clone(),
                 dyn_clock.clone(),
                 TieredCache::try_new(&[config.cache_ttl]).expect("one tier"),
                 policy.clone(),
@@ -189,7 +193,7 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     monitor.sweep();
     report.wall = started.elapsed();
     report.virtual_span = crate::clock::span(ManualClock::at_epoch().now(), clock.now());
-    report.store = store.counts();
+    report.store = counted.calls();
     report.changes = followed.applied + rest as u64;
     report.swapped = monitor.outcomes(Outcome::Swapped);
     report.released = monitor.outcomes(Outcome::Released);

@@ -5,9 +5,10 @@
 //! (by [`OpKind`], optionally only for one document id), a [`FaultAction`], and a
 //! [`Trigger`]: a probability drawn from an RNG seeded once per wrapper, in call order
 //! (the same seed and call order give the same faults), or the next N matching calls.
-//! The first rule that matches a call and fires decides its one fault. Every call and
-//! every fault injected is counted ([`FaultyStore::stats`]); rules can be added and
-//! cleared while the store is in use, to switch a fault on for one step of a test.
+//! The first rule that matches a call and fires decides its one fault. Every fault
+//! injected is counted ([`FaultyStore::stats`]; calls are counted by the one counting
+//! wrapper, [`super::counting`]); rules can be added and cleared while the store is in
+//! use, to switch a fault on for one step of a test.
 //!
 //! What each action models, against the failure classes the scheme must survive (the
 //! paper's Table 2: message loss and partition, database failure, stale caches and
@@ -27,6 +28,10 @@
 //!   `OutcomeUnknown` and a read `Unavailable`, whatever the store said.
 //! - `fail`, a clean failure (database failure, partition): `Unavailable`, nothing
 //!   forwarded, nothing applied.
+//! - `lost-race`, **a concurrent writer won**: a replace answers 412
+//!   [`StoreError::PreconditionFailed`] and a create 409 [`StoreError::Conflict`], as if
+//!   another writer had just written; nothing forwarded. It drives a caller's
+//!   re-read-and-decide loop without a second writer.
 //! - `replica-lag=D`, **replica lag beyond the bound**: a replica read answers an older
 //!   version (below); the store breaking its staleness guarantee, outside the paper's
 //!   model, which the probe and monitor must detect.
@@ -53,7 +58,8 @@
 //! calls   = call {"," call}
 //! call    = read_write_region | read_replica | create | replace | read_changes | scan
 //!         | "*" (every call) | writes (create, replace) | reads (both point reads)
-//! action  = delay=D | late-ack=D | late-commit=D,timeout=D | ambiguous | fail | replica-lag=D
+//! action  = delay=D | late-ack=D | late-commit=D,timeout=D | ambiguous | fail | lost-race
+//!         | replica-lag=D
 //! option  = xN        the next N matching calls (N >= 1), instead of "@P"
 //!         | id=ID     only calls on this document id (no whitespace in ID)
 //!         | step=S    only calls made inside lifecycle step S (see below)
@@ -61,9 +67,10 @@
 //!
 //! `P` is a probability in 0..=1; with neither `@P` nor `xN` every matching call is hit.
 //! `D` is a humantime duration (`500ms`, `3s`, `2m`), at most ten years. `replica-lag`
-//! acts on `read_replica` only and needs it among the calls; `id=` needs a call that has
-//! a document id (not `read_changes` or `scan` alone). `step=` names the caller's step as
-//! [`in_step`] marks it: the reference service marks each lock call's store calls with
+//! acts on `read_replica` only and needs it among the calls; `lost-race` acts on writes
+//! only and needs one among them; `id=` needs a call that has a document id (not
+//! `read_changes` or `scan` alone). `step=` names the caller's step as [`in_step`] marks
+//! it: the reference service marks each lock call's store calls with
 //! [`LOCK_STEPS`] (`preLock`, `escalate`, `renew`, `swap`, `release`), so
 //! `replace:delay=2s step=renew` slows the commit of renewals and nothing else. Examples:
 //!
@@ -114,6 +121,9 @@ pub enum FaultAction {
     },
     /// Answer `Unavailable`; nothing is forwarded.
     Fail,
+    /// Answer as if another writer had just won: `PreconditionFailed` to a replace,
+    /// `Conflict` to a create; nothing is forwarded (a read it hits: `Unavailable`).
+    LostRace,
     /// A replica read answers the version current this much further back.
     ReplicaLag(Duration),
 }
@@ -127,6 +137,7 @@ impl FaultAction {
             FaultAction::Ambiguous => FaultKind::Ambiguous,
             FaultAction::LateCommit { .. } => FaultKind::LateCommit,
             FaultAction::Fail => FaultKind::Fail,
+            FaultAction::LostRace => FaultKind::LostRace,
             FaultAction::ReplicaLag(_) => FaultKind::ReplicaLag,
         }
     }
@@ -142,7 +153,7 @@ impl fmt::Display for FaultAction {
             FaultAction::LateCommit { commit_after, timeout } => {
                 write!(f, "{name}={},timeout={}", Compact(*commit_after), Compact(*timeout))
             }
-            FaultAction::Ambiguous | FaultAction::Fail => f.write_str(name),
+            FaultAction::Ambiguous | FaultAction::Fail | FaultAction::LostRace => f.write_str(name),
         }
     }
 }
@@ -169,18 +180,21 @@ pub enum FaultKind {
     LateCommit,
     /// [`FaultAction::Fail`].
     Fail,
+    /// [`FaultAction::LostRace`].
+    LostRace,
     /// [`FaultAction::ReplicaLag`].
     ReplicaLag,
 }
 
 impl FaultKind {
     /// Every kind, in declaration order.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::Delay,
         FaultKind::LateAck,
         FaultKind::Ambiguous,
         FaultKind::LateCommit,
         FaultKind::Fail,
+        FaultKind::LostRace,
         FaultKind::ReplicaLag,
     ];
 
@@ -192,6 +206,7 @@ impl FaultKind {
             FaultKind::Ambiguous => "ambiguous",
             FaultKind::LateCommit => "late-commit",
             FaultKind::Fail => "fail",
+            FaultKind::LostRace => "lost-race",
             FaultKind::ReplicaLag => "replica-lag",
         }
     }
@@ -330,6 +345,7 @@ impl FaultRule {
     pub fn matches(&self, kind: OpKind, id: Option<&str>) -> bool {
         self.ops.contains(kind)
             && (kind == OpKind::ReadReplica || !matches!(self.action, FaultAction::ReplicaLag(_)))
+            && (kind.is_write() || self.action != FaultAction::LostRace)
             && self.id.as_deref().is_none_or(|want| id == Some(want))
             && self.step.as_deref().is_none_or(|want| current_step() == want)
     }
@@ -394,11 +410,11 @@ pub struct Injection {
 /// How many injections [`FaultyStore::injections`] keeps (the newest).
 pub const INJECTION_LOG: usize = 65_536;
 
-/// What the wrapper has counted: calls by kind, faults injected by call kind and fault,
-/// and faults injected by the step of the caller they hit (see [`in_step`]).
+/// What the wrapper has counted: faults injected by call kind and fault, and faults
+/// injected by the step of the caller they hit (see [`in_step`]). Calls are counted by
+/// [`super::counting`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FaultStats {
-    calls: [u64; OpKind::ALL.len()],
     injected: [[u64; FaultKind::ALL.len()]; OpKind::ALL.len()],
     by_step: std::collections::BTreeMap<(&'static str, FaultKind), u64>,
 }
@@ -424,11 +440,6 @@ fn current_step() -> &'static str {
 }
 
 impl FaultStats {
-    /// Calls of `kind` made through the wrapper, faulted or not.
-    pub fn calls(&self, kind: OpKind) -> u64 {
-        self.calls[op_index(kind)]
-    }
-
     /// Faults of kind `fault` injected into calls of `kind`.
     pub fn injected(&self, kind: OpKind, fault: FaultKind) -> u64 {
         self.injected[op_index(kind)][fault.index()]
@@ -453,9 +464,6 @@ impl FaultStats {
 
     /// Adds `other`'s counts to these (to total a campaign of many stores).
     pub fn add(&mut self, other: &FaultStats) {
-        for (mine, theirs) in self.calls.iter_mut().zip(other.calls) {
-            *mine += theirs;
-        }
         for (mine, theirs) in self.injected.iter_mut().flatten().zip(other.injected.iter().flatten()) {
             *mine += theirs;
         }
@@ -538,7 +546,6 @@ impl FaultyStore {
     fn draw(&self, kind: OpKind, id: Option<&str>) -> Option<FaultAction> {
         let mut guard = lock(&self.rules);
         let Rules { rules, rng, stats, log } = &mut *guard;
-        stats.calls[op_index(kind)] += 1;
         let hit = rules.iter_mut().position(|rule| rule.matches(kind, id) && fires(&mut rule.trigger, rng))?;
         let action = rules[hit].action.clone();
         if rules[hit].trigger == Trigger::Next(0) {
@@ -588,6 +595,11 @@ impl FaultyStore {
                 })
             }
             FaultAction::Fail => Err(StoreError::Unavailable("injected fault: fail (nothing forwarded)".into())),
+            FaultAction::LostRace => Err(match kind {
+                OpKind::Replace => StoreError::PreconditionFailed,
+                OpKind::Create => StoreError::Conflict,
+                _ => StoreError::Unavailable("injected fault: lost-race on a read (nothing forwarded)".into()),
+            }),
             FaultAction::LateCommit { commit_after, timeout } if timeout < commit_after => {
                 sleep(timeout).await;
                 Err(StoreError::Unavailable(format!(
@@ -823,7 +835,7 @@ impl FromStr for FaultRule {
 }
 
 const CALLS: &str = "read_write_region, read_replica, create, replace, read_changes, scan, *, writes or reads";
-const ACTIONS: &str = "delay=D, late-ack=D, late-commit=D,timeout=D, ambiguous, fail or replica-lag=D";
+const ACTIONS: &str = "delay=D, late-ack=D, late-commit=D,timeout=D, ambiguous, fail, lost-race or replica-lag=D";
 
 fn parse_rule(spec: &str) -> Result<FaultRule, String> {
     let mut words = spec.split_whitespace();
@@ -873,6 +885,9 @@ fn parse_rule(spec: &str) -> Result<FaultRule, String> {
     if matches!(action, FaultAction::ReplicaLag(_)) && !ops.contains(OpKind::ReadReplica) {
         return Err(format!("replica-lag acts on read_replica only, and {calls:?} does not include it"));
     }
+    if action == FaultAction::LostRace && !ops.iter().any(OpKind::is_write) {
+        return Err(format!("lost-race acts on writes only (create, replace), and {calls:?} has none"));
+    }
     if id.is_some() && ops.iter().all(|k| matches!(k, OpKind::ReadChanges | OpKind::Scan)) {
         return Err(format!("id= never matches {calls:?}: those calls have no document id"));
     }
@@ -920,6 +935,7 @@ fn parse_action(text: &str) -> Result<FaultAction, String> {
         "replica-lag" => Ok(FaultAction::ReplicaLag(parse_duration(name, needs_value()?)?)),
         "ambiguous" => no_value(FaultAction::Ambiguous),
         "fail" => no_value(FaultAction::Fail),
+        "lost-race" => no_value(FaultAction::LostRace),
         "late-commit" => {
             let value = needs_value()?;
             let (commit, rest) = value

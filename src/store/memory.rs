@@ -3,10 +3,10 @@
 //! It behaves like the production store where the lock protocol cares: a new ETag on
 //! every write, 412 on a stale ETag, 409 on creating an existing id, and replicas that
 //! lag the write region by a configured bound (bounded staleness), so stale reads can be
-//! shown. It also injects faults and counts calls by kind, for tests.
+//! shown. It is only a store: faults come from [`super::faults`] and counts from
+//! [`super::counting`] wrapped around it, as around any store.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,71 +35,12 @@ impl Default for MemoryStoreConfig {
     }
 }
 
-/// Kinds of store call, for fault injection and counters.
-pub use super::OpKind;
-
-/// What an injected fault does to a call.
-#[derive(Debug, Clone)]
-pub enum Fault {
-    /// The call fails with this error and has no effect.
-    Fail(StoreError),
-    /// The call waits this long (on tokio's clock), then proceeds.
-    Delay(Duration),
-}
-
-/// A snapshot of how many calls of each kind the store has served (faulted calls
-/// included).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OpCounts {
-    /// Point reads from the write region.
-    pub read_write_region: u64,
-    /// Point reads from a replica.
-    pub read_replica: u64,
-    /// Creates.
-    pub create: u64,
-    /// Replaces.
-    pub replace: u64,
-    /// Change-stream reads.
-    pub read_changes: u64,
-    /// Scans.
-    pub scan: u64,
-}
-
-impl OpCounts {
-    /// Point reads of either kind.
-    pub fn reads(&self) -> u64 {
-        self.read_write_region + self.read_replica
-    }
-
-    /// Writes of either kind.
-    pub fn writes(&self) -> u64 {
-        self.create + self.replace
-    }
-
-    /// Calls since `earlier`, kind by kind.
-    pub fn since(&self, earlier: &OpCounts) -> OpCounts {
-        OpCounts {
-            read_write_region: self.read_write_region - earlier.read_write_region,
-            read_replica: self.read_replica - earlier.read_replica,
-            create: self.create - earlier.create,
-            replace: self.replace - earlier.replace,
-            read_changes: self.read_changes - earlier.read_changes,
-            scan: self.scan - earlier.scan,
-        }
-    }
-}
-
 /// The in-memory [`LocationStore`].
 #[derive(Debug)]
 pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     config: MemoryStoreConfig,
     state: Mutex<State>,
-    faults: Mutex<HashMap<OpKind, VecDeque<Fault>>>,
-    /// Set once a fault was ever injected: until then a call does not take the faults'
-    /// lock, which threads serving calls side by side would otherwise take in turn.
-    faults_armed: AtomicBool,
-    counters: [AtomicU64; 6],
 }
 
 #[derive(Debug, Default)]
@@ -134,39 +75,7 @@ struct StoredVersion {
 impl MemoryStore {
     /// An empty store reading time from `clock`.
     pub fn new(clock: Arc<dyn Clock>, config: MemoryStoreConfig) -> Self {
-        Self {
-            clock,
-            config,
-            state: Mutex::new(State::default()),
-            faults: Mutex::new(HashMap::new()),
-            faults_armed: AtomicBool::new(false),
-            counters: Default::default(),
-        }
-    }
-
-    /// Makes the next `times` calls of `kind` suffer `fault`.
-    pub fn inject(&self, kind: OpKind, fault: Fault, times: usize) {
-        let mut faults = self.lock_faults();
-        faults.entry(kind).or_default().extend(std::iter::repeat_n(fault, times));
-        self.faults_armed.store(true, Ordering::Release);
-    }
-
-    /// Drops every pending injected fault.
-    pub fn clear_faults(&self) {
-        self.lock_faults().clear();
-    }
-
-    /// Calls served so far, by kind.
-    pub fn counts(&self) -> OpCounts {
-        let c = |k: OpKind| self.counters[kind_index(k)].load(Ordering::Relaxed);
-        OpCounts {
-            read_write_region: c(OpKind::ReadWriteRegion),
-            read_replica: c(OpKind::ReadReplica),
-            create: c(OpKind::Create),
-            replace: c(OpKind::Replace),
-            read_changes: c(OpKind::ReadChanges),
-            scan: c(OpKind::Scan),
-        }
+        Self { clock, config, state: Mutex::new(State::default()) }
     }
 
     /// Writes raw JSON as the newest version of a document, bypassing every check: for
@@ -214,35 +123,10 @@ impl MemoryStore {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn lock_faults(&self) -> std::sync::MutexGuard<'_, HashMap<OpKind, VecDeque<Fault>>> {
-        self.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Counts the call and applies the next injected fault of its kind, if any.
-    async fn enter(&self, kind: OpKind) -> Result<(), StoreError> {
-        self.counters[kind_index(kind)].fetch_add(1, Ordering::Relaxed);
-        if !self.faults_armed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let fault = self.lock_faults().get_mut(&kind).and_then(VecDeque::pop_front);
-        match fault {
-            None => Ok(()),
-            Some(Fault::Fail(e)) => Err(e),
-            Some(Fault::Delay(d)) => {
-                tokio::time::sleep(d).await;
-                Ok(())
-            }
-        }
-    }
-
     fn replica_horizon(&self, now: DateTime<Utc>) -> DateTime<Utc> {
         // Saturating: a lag beyond chrono's range means replicas never catch up.
         now.checked_sub_signed(to_chrono(self.config.replica_lag)).unwrap_or(DateTime::<Utc>::MIN_UTC)
     }
-}
-
-fn kind_index(kind: OpKind) -> usize {
-    OpKind::ALL.iter().position(|k| *k == kind).expect("every kind is listed")
 }
 
 impl State {
@@ -311,8 +195,6 @@ impl LocationStore for MemoryStore {
     }
 
     async fn read_shared(&self, id: &str, from: ReadFrom) -> Result<Arc<Versioned>, StoreError> {
-        let kind = OpKind::read_from(from);
-        self.enter(kind).await?;
         let now = self.clock.now();
         let mut released = Vec::new();
         let mut state = self.lock_state();
@@ -330,7 +212,6 @@ impl LocationStore for MemoryStore {
     }
 
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
-        self.enter(OpKind::Create).await?;
         // Kept as written: a document this library made reads back from its JSON as
         // itself, so the round trip through JSON (the replay's largest cost) adds nothing.
         let decoded = Ok(doc.clone());
@@ -348,7 +229,6 @@ impl LocationStore for MemoryStore {
     }
 
     async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
-        self.enter(OpKind::Replace).await?;
         let decoded = Ok(doc.clone());
         let mut released = Vec::new();
         let mut state = self.lock_state();
@@ -364,7 +244,6 @@ impl LocationStore for MemoryStore {
     }
 
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
-        self.enter(OpKind::ReadChanges).await?;
         let after: u64 = if cursor.0.is_empty() {
             0
         } else {
@@ -387,7 +266,6 @@ impl LocationStore for MemoryStore {
     }
 
     async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
-        self.enter(OpKind::Scan).await?;
         let state = self.lock_state();
         let range = match after {
             Some(a) => state.docs.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
@@ -486,18 +364,6 @@ mod tests {
         assert_eq!(store.read("r1", ReadFrom::Replica).await.unwrap().doc.primary.location, "westeurope");
         clock.advance(Duration::from_secs(5));
         assert_eq!(store.read("r1", ReadFrom::Replica).await.unwrap().etag, second);
-    }
-
-    #[tokio::test]
-    async fn injected_faults_fail_exactly_n_calls_and_change_nothing() {
-        let (_clock, store) = store(Duration::ZERO);
-        store.inject(OpKind::Create, Fault::Fail(StoreError::Unavailable("injected".into())), 2);
-        let doc = LocationDocument::new("r1", "westeurope");
-        assert!(matches!(store.create(&doc).await, Err(StoreError::Unavailable(_))));
-        assert!(matches!(store.create(&doc).await, Err(StoreError::Unavailable(_))));
-        assert_eq!(store.read("r1", ReadFrom::WriteRegion).await, Err(StoreError::NotFound));
-        store.create(&doc).await.unwrap();
-        assert_eq!(store.counts().create, 3);
     }
 
     #[tokio::test]
