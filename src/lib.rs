@@ -20,11 +20,12 @@
 //!      frame with its refresh, sparklines.
 //! 2. [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
 //!    [`store::cosmos`] the Azure Cosmos DB backend (which discovers the account's write
-//!    region and follows a failover), [`store::faults`] a wrapper around
-//!    either that injects slow, late, ambiguous and failed calls, [`store::counting`] a
-//!    wrapper counting point calls by document kind (routing document or lock record),
-//!    and [`store::latency`] one that gives the memory store Cosmos DB's latencies for
-//!    load runs. It knows documents, not lock rules, and no command line.
+//!    region and follows a failover), [`store::faults`] a wrapper around either and the
+//!    only fault injector (slow, late, ambiguous, failed and lost-race calls),
+//!    [`store::counting`] the only counter (point calls by document kind, routing
+//!    document or lock record, and every call by kind), and [`store::latency`] one that
+//!    gives the memory store Cosmos DB's latencies for load runs. It knows documents,
+//!    not lock rules, and no command line.
 //! 3. [`routing`]: the lock lifecycle (pure, with the commit-time rules and idempotency
 //!    records), enforcement, cache freshness, the tiered cache and the `RoutingClient` a
 //!    service links.
@@ -36,17 +37,21 @@
 //!      separate lock records ([`service::design`]).
 //!    - [`monitor`]: the convergence monitor; reads the store's change stream and settles
 //!      what it reads with the routing lifecycle's rules.
-//!    - [`probe`]: the black-box probe (contract client, cycles with eager checks,
-//!      scheduler, reports and the release gate's JUnit, its
-//!      `serve` configuration, its reload and credentials (key files, CA files, client
-//!      certificates), metrics, HTTP server and status page). It speaks HTTP to
-//!      the service it judges and uses only [`clock`], [`duration`], [`percentiles`],
-//!      [`exposition`] and [`html`].
-//! 5. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,
-//!    `service`, `monitor`, `bench`), the store selection they share and their shutdown,
-//!    and the two scale runs behind `examples/` (`replay`: a paper-scale day of
-//!    migrations; `probe_scale`: a thousand probe targets in one process); `main.rs` only
-//!    parses the command line and calls into it.
+//!    - [`probe`]: the black-box probe, in three rooms: [`probe::checks`] (the contract
+//!      client, one cycle's walk, negative and eager checks judged over their decision
+//!      windows, the report, credentials and the journal of held locks),
+//!      [`probe::outputs`] (metrics, the status document and page, JUnit) and
+//!      [`probe::engine`] (`serve`'s configuration and its reload, the runtime and its
+//!      scheduler, the HTTP server, one-shot runs and the release gate's runs). It
+//!      speaks HTTP to the service it judges and uses only [`clock`], [`duration`],
+//!      [`percentiles`], [`exposition`] and [`html`].
+//! 5. [`harness`]: the runs that measure the package at scale, for `BENCHMARKS.md`
+//!    (`lockprobe bench`'s head-to-head load, a paper-scale day of migrations replayed
+//!    on a manual clock, a thousand probe targets in one process) and the one way they
+//!    read CPU time and memory; `examples/` and `app` drive them.
+//! 6. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,
+//!    `service`, `monitor`, `bench`), the store selection they share, usage errors and
+//!    their shutdown; `main.rs` only parses the command line and calls into it.
 
 pub mod app;
 pub mod clock;

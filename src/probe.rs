@@ -17,9 +17,3 @@
 pub mod checks;
 pub mod engine;
 pub mod outputs;
-
-// The modules at their paths before the rooms, for callers not yet moved to the rooms'
-// paths (removed with the curated API).
-pub use checks::{credentials, observer, report, scenario, settings, state, target, vocabulary};
-pub use engine::{config, reload, runtime, scheduler, server, validate};
-pub use outputs::{gate_junit, metrics, status, status_page};

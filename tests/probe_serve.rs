@@ -8,12 +8,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockprobe::probe::observer::TracingObserver;
-use lockprobe::probe::report::CycleResult;
-use lockprobe::probe::runtime::{Probe, RunSummary};
-use lockprobe::probe::scheduler::TargetSchedule;
-use lockprobe::probe::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
-use lockprobe::probe::state::StateFile;
+use lockprobe::probe::checks::observer::TracingObserver;
+use lockprobe::probe::checks::report::CycleResult;
+use lockprobe::probe::checks::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
+use lockprobe::probe::checks::state::StateFile;
+use lockprobe::probe::engine::runtime::{Probe, RunSummary};
+use lockprobe::probe::engine::scheduler::TargetSchedule;
 use lockprobe::service::Fault;
 use support::{start_service, TestService};
 use tokio_util::sync::CancellationToken;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::{Clock, SystemClock};
-use lockprobe::probe::settings::{Leases, ProbeSettings};
+use lockprobe::probe::checks::settings::{Leases, ProbeSettings};
 use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
@@ -53,7 +53,7 @@ impl TestService {
             concurrent_pre_locks: 3,
             owner: owner.into(),
             eager: false,
-            max_inconclusive: lockprobe::probe::settings::DEFAULT_MAX_INCONCLUSIVE,
+            max_inconclusive: lockprobe::probe::checks::settings::DEFAULT_MAX_INCONCLUSIVE,
             clock: std::sync::Arc::new(lockprobe::clock::SystemClock),
         }
     }
