@@ -4,7 +4,7 @@
 //!
 //! - [`serve`]: `lockprobe serve` and `check-config`: the probe on its schedules and,
 //!   with a `[monitor]` table, the convergence monitor, in one process.
-//! - [`bench`]: `lockprobe bench`: the embedded and lock-record designs head to head
+//! - [`mod@bench`]: `lockprobe bench`: the embedded and lock-record designs head to head
 //!   under one load, store reads per operation counted by the store.
 //! - [`demo`]: `lockprobe demo`: store, reference service, probe and monitor in one process.
 //! - [`validate`]: `lockprobe validate`: one probe cycle as a pre-release gate.

@@ -53,6 +53,8 @@
 //!    `service`, `monitor`, `bench`), the store selection they share, usage errors and
 //!    their shutdown; `main.rs` only parses the command line and calls into it.
 
+#![warn(missing_docs)]
+
 pub mod app;
 pub mod clock;
 pub mod document;

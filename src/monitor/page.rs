@@ -21,10 +21,10 @@ use super::status::{AnomalyDocument, MigrationCounts, MonitorStatus, PhaseCounts
 use crate::html::{self, ago, esc, num, reference, seconds, time};
 use crate::percentiles::Summary;
 
-/// Renders the monitor's status document as a complete HTML page.
 /// Where the page is served.
 pub const PAGE_PATH: &str = "/monitor";
 
+/// Renders the monitor's status document as a complete HTML page.
 pub fn render(status: &MonitorStatus) -> String {
     let mut page = String::with_capacity(16 * 1024);
     let now = status.generated_at;

@@ -241,6 +241,35 @@ impl RoutingClient {
     /// Resolves the routing document of `id`. A servable cache hit completes without
     /// an await point or allocation; misses and read-throughs go to the store. The
     /// answer holds a reference on the document; [`Self::resolve_with`] lends it.
+    ///
+    /// What a service does on every request: resolve, then act at the location the
+    /// document names (and [`crate::routing::enforce()`] its lock).
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use lockprobe::clock::SystemClock;
+    /// use lockprobe::routing::{cache::TieredCache, ClientOptions, LockPolicy, RoutingClient, Source};
+    /// use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let clock = Arc::new(SystemClock);
+    /// let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    /// let ttl = Duration::from_secs(5);
+    /// let client = RoutingClient::new(
+    ///     store,
+    ///     clock,
+    ///     TieredCache::try_new(&[ttl])?,
+    ///     LockPolicy::declared(ttl, Duration::from_secs(1), Duration::from_secs(48 * 3600)),
+    ///     ClientOptions::default(),
+    /// );
+    /// client.resolve_or_create("user-42", "westeurope").await?;
+    ///
+    /// let route = client.resolve("user-42").await?;
+    /// assert_eq!(route.location(), "westeurope");
+    /// assert_eq!(route.source, Source::Cache, "the second resolve is served by the cache");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
     pub fn resolve<'a>(&'a self, id: &'a str) -> impl Future<Output = Result<Resolved, RoutingError>> + Send + 'a {
         self.resolve_with(id, |lent| lent.to_resolved())
     }
@@ -358,6 +387,43 @@ impl RoutingClient {
     }
 
     /// Takes a pre-lock; the new token is in the grant and nowhere else.
+    ///
+    /// The lock restricts nothing before its `effectiveAt` (the grant + the declared
+    /// convergence delay): every cache has seen it by then. Each later call presents
+    /// the token and is one compare-and-set write.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use lockprobe::clock::ManualClock;
+    /// use lockprobe::routing::{cache::TieredCache, ClientOptions, LockError, LockPolicy};
+    /// use lockprobe::routing::{Phase, PreLockRequest, RoutingClient, RoutingError};
+    /// use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let clock = Arc::new(ManualClock::at_epoch());
+    /// let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    /// let ttl = Duration::from_secs(5);
+    /// let policy = LockPolicy::declared(ttl, Duration::from_secs(1), Duration::from_secs(48 * 3600));
+    /// let converged = policy.convergence_delay + policy.skew_margin;
+    /// let client =
+    ///     RoutingClient::new(store, clock.clone(), TieredCache::try_new(&[ttl])?, policy, ClientOptions::default());
+    ///
+    /// let request = PreLockRequest {
+    ///     owner: "migration-7".into(),
+    ///     duration: Duration::from_secs(3600),
+    ///     target_location: Some("northeurope".into()),
+    /// };
+    /// let grant = client.pre_lock_or_create("user-42", "westeurope", &request).await?;
+    ///
+    /// // Too early: some cache may not show the lock yet.
+    /// let early = client.escalate("user-42", &grant.token, Phase::HardDelete, Duration::from_secs(600)).await;
+    /// assert!(matches!(early, Err(RoutingError::Lock(LockError::InvalidTransition(_)))), "{early:?}");
+    ///
+    /// clock.advance(converged);
+    /// client.escalate("user-42", &grant.token, Phase::HardDelete, Duration::from_secs(600)).await?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
     pub async fn pre_lock(&self, id: &str, req: &PreLockRequest) -> Result<Grant, RoutingError> {
         self.grant(id, None, req, None).await
     }

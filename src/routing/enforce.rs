@@ -45,6 +45,43 @@ pub enum Decision {
 
 /// Decides `op` under `lock` (the primary lock as resolved on the routing path) at `now`,
 /// with `skew` the skew margin of the deciding service.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use lockprobe::clock::{Clock, ManualClock};
+/// use lockprobe::routing::{cache::TieredCache, enforce, ClientOptions, Decision, LockPolicy, Operation};
+/// use lockprobe::routing::{Phase, PreLockRequest, RoutingClient};
+/// use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let clock = Arc::new(ManualClock::at_epoch());
+/// let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+/// let ttl = Duration::from_secs(5);
+/// let policy = LockPolicy::declared(ttl, Duration::from_secs(1), Duration::from_secs(48 * 3600));
+/// let (converged, skew) = (policy.convergence_delay + policy.skew_margin, policy.skew_margin);
+/// let client =
+///     RoutingClient::new(store, clock.clone(), TieredCache::try_new(&[ttl])?, policy, ClientOptions::default());
+/// let lock_of = |route: &lockprobe::routing::Resolved| route.record.doc.primary.lock.clone();
+///
+/// // No lock: everything proceeds.
+/// let route = client.resolve_or_create("user-42", "westeurope").await?;
+/// assert_eq!(enforce(Operation::Write, lock_of(&route).as_ref(), clock.now(), skew), Decision::Allow);
+///
+/// // The final sync: the orchestrator holds the write phase; writes wait, reads go on.
+/// let request = PreLockRequest { owner: "migration-7".into(), duration: Duration::from_secs(3600), target_location: None };
+/// let grant = client.pre_lock("user-42", &request).await?;
+/// clock.advance(converged);
+/// client.escalate("user-42", &grant.token, Phase::HardDelete, Duration::from_secs(600)).await?;
+/// client.escalate("user-42", &grant.token, Phase::Write, Duration::from_secs(60)).await?;
+/// clock.advance(converged);
+///
+/// let route = client.resolve("user-42").await?;
+/// let lock = lock_of(&route);
+/// assert!(matches!(enforce(Operation::Write, lock.as_ref(), clock.now(), skew), Decision::Block { .. }));
+/// assert_eq!(enforce(Operation::Read, lock.as_ref(), clock.now(), skew), Decision::Allow);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 pub fn enforce(op: Operation, lock: Option<&LockInfo>, now: DateTime<Utc>, skew: Duration) -> Decision {
     let Some(lock) = lock else { return Decision::Allow };
     let ends = lock.expires_at.checked_add_signed(to_chrono(skew)).unwrap_or(DateTime::<Utc>::MAX_UTC);

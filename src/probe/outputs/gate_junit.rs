@@ -1,8 +1,8 @@
 //! The release gate's JUnit report: one `<testsuite>` per fault profile, one
 //! `<testcase>` per assertion of the probe's run under that profile.
 //!
-//! Test cases are named as `validate`'s are ([`crate::probe::checks::report::junit_case_names`]), with
-//! the profile in the class: `lockprobe.gate.<profile>.<check>[.instance<N>]` and
+//! Test cases are named as `validate`'s are ([`super::junit`]), with the profile in the
+//! class: `lockprobe.gate.<profile>.<check>[.instance<N>]` and
 //! `phase/op expects <outcome>`, a repeat under one name numbered ` #2`, ` #3`, ... So
 //! names stay the same across runs and machines (never a URL, which changes with every
 //! port) and CI keeps their history.
