@@ -22,7 +22,12 @@ use crate::monitor::{http, Monitor, MonitorConfig, MonitorConfigError};
 /// the `[monitor]` table of a `serve` configuration, whose keys are the same flags
 /// without their dashes, `_` for `-` (`store`, `cosmos_endpoint`,
 /// `monitor_escalation_buffer`, a list for a repeated flag).
-#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+///
+/// As a table it is read by [`MonitorSection::from_table`] (its environment variables,
+/// deprecated spellings and checks included), so a configuration file that holds one
+/// parses into a typed, checked section in one pass ([`super::serve::ServeConfig`]).
+#[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
+#[serde(try_from = "toml::Table")]
 pub struct MonitorSection {
     /// The store to watch (`--store memory|cosmos` and the `--cosmos-*` flags).
     #[command(flatten)]
@@ -124,6 +129,14 @@ fn overlay<T: Serialize + serde::de::DeserializeOwned>(base: &T, file: &toml::Ta
     merged.extend(file.iter().map(|(k, v)| (k.clone(), v.clone())));
     let text = toml::to_string(&merged).map_err(|e| e.to_string())?;
     toml::from_str(&text).map_err(|e| e.to_string().trim().to_owned())
+}
+
+impl TryFrom<toml::Table> for MonitorSection {
+    type Error = UsageError;
+
+    fn try_from(table: toml::Table) -> Result<Self, UsageError> {
+        Self::from_table(&table)
+    }
 }
 
 impl MonitorSection {

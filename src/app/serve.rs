@@ -58,9 +58,13 @@ pub struct ServeArgs {
     pub listen: Option<std::net::SocketAddr>,
 }
 
-/// Loads and validates the configuration; problems are usage errors naming the field.
-pub fn load(path: &Path) -> anyhow::Result<Config> {
-    Config::load(path).map_err(|e| match e {
+/// `serve`'s configuration file: the probe's targets and, typed, the monitor's table.
+pub type ServeConfig = Config<MonitorSection>;
+
+/// Loads and validates the configuration, the `[monitor]` table included; problems are
+/// usage errors naming the field.
+pub fn load(path: &Path) -> anyhow::Result<ServeConfig> {
+    ServeConfig::load(path).map_err(|e| match e {
         ConfigError::Read { .. } => anyhow::Error::new(UsageError::new(e.to_string())),
         other => anyhow::Error::new(UsageError::new(format!("{}: {other}", path.display()))),
     })
@@ -69,9 +73,6 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
 /// `lockprobe check-config FILE`: the probe targets and the `[monitor]` table.
 pub fn check_config(path: &Path) -> anyhow::Result<()> {
     let config = load(path)?;
-    if let Some(table) = &config.monitor {
-        MonitorSection::from_table(table).map_err(|e| UsageError::new(format!("{}: {e}", path.display())))?;
-    }
     println!(
         "{}: ok ({} target{})",
         path.display(),
@@ -89,9 +90,7 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result
     let mut probe = Probe::new()?;
     // The monitor runs beside the probe, on the tracker, and stops after it.
     let background = Background::new();
-    if let Some(table) = &config.monitor {
-        let section = MonitorSection::from_table(table)
-            .map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
+    if let Some(section) = config.monitor.clone() {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let registry = probe.metrics.registry();
         let store = section
@@ -113,7 +112,7 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result
 /// process may have given `probe` more routes to serve), reloading on `hangups`.
 async fn serve_config(
     args: &ServeArgs,
-    config: Config,
+    config: ServeConfig,
     mut probe: Probe,
     hangups: Hangups,
     shutdown: CancellationToken,
@@ -183,6 +182,67 @@ impl Hangups {
         {
             let _ = (self, reloader);
             shutdown.cancelled().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::app::store::StoreKind;
+
+    const TARGET: &str = r#"
+[[targets]]
+name = "demo"
+instances = ["http://127.0.0.1:8080"]
+test_prefix = "probe-"
+cache_ttl = "1s"
+replication_bound = "1s"
+schedule = "*/10 * * * * *"
+timeout = "2h"
+"#;
+
+    fn monitor(key_env: &str, extra: &str) -> String {
+        format!(
+            "[monitor]\nstore = \"cosmos\"\ncosmos_endpoint = \"https://acct.documents.azure.com:443/\"\n\
+             cosmos_key_env = \"{key_env}\"\ncosmos_database = \"routing\"\ncosmos_container = \"locations\"\n\
+             cosmos_write_region = \"westeurope\"\n{extra}"
+        )
+    }
+
+    #[test]
+    fn the_monitor_table_is_read_typed_and_checked_with_the_file() {
+        std::env::set_var("LOCKPROBE_TEST_SERVE_CONFIG_KEY", "c2VjcmV0LWtleS1mb3ItdGVzdHM=");
+        let text =
+            format!("{TARGET}{}", monitor("LOCKPROBE_TEST_SERVE_CONFIG_KEY", "monitor_escalation_buffer = \"90s\""));
+        let config: ServeConfig = text.parse().unwrap_or_else(|e| panic!("{e}"));
+        let section = config.monitor.expect("a [monitor] table");
+        assert_eq!(section.store.kind, StoreKind::Cosmos);
+        assert_eq!(section.monitor.escalation_buffer, Duration::from_secs(90));
+
+        // The same settings spelled the old way are the same section: a reload that only
+        // respells them changes nothing.
+        let kebab = text.replace("monitor_escalation_buffer", "monitor-escalation-buffer");
+        let respelled: ServeConfig = kebab.parse().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(respelled.monitor, Some(section));
+
+        // No table, no monitor.
+        assert!(TARGET.parse::<ServeConfig>().unwrap().monitor.is_none());
+    }
+
+    #[test]
+    fn a_bad_monitor_table_fails_the_load_naming_its_line_and_key() {
+        std::env::set_var("LOCKPROBE_TEST_SERVE_CONFIG_BAD_KEY", "c2VjcmV0LWtleS1mb3ItdGVzdHM=");
+        for (extra, named) in [
+            ("monitor_scan_intervall = \"5m\"", "monitor_scan_intervall"),
+            ("monitor_sweep_interval = \"0s\"", "monitor_sweep_interval: must be positive"),
+        ] {
+            let text = format!("{TARGET}{}", monitor("LOCKPROBE_TEST_SERVE_CONFIG_BAD_KEY", extra));
+            let error = text.parse::<ServeConfig>().unwrap_err().to_string();
+            assert!(error.contains(named), "{error}");
+            assert!(error.contains("line 10"), "the table's line: {error}");
         }
     }
 }

@@ -30,7 +30,7 @@ pub enum StoreKind {
 
 /// Store selection: the `--store` and `--cosmos-*` flags, or the `store` and
 /// `cosmos_*` keys of a `[monitor]` table.
-#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
 pub struct StoreArgs {
     /// Routing store: memory (embedded) or cosmos (Azure Cosmos DB, see --cosmos-*).
     #[arg(long = "store", env = "LOCKPROBE_STORE", value_enum, default_value = "memory")]

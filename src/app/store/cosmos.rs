@@ -17,7 +17,7 @@ use crate::store::cosmos::{is_local_emulator, ChangeStreamMode, CosmosAuth, Cosm
 /// `LOCKPROBE_COSMOS_*` variable) and the `cosmos_*` keys of a `[monitor]` table are two
 /// views of this one type; [`CosmosArgs::to_config`] validates it into the store's
 /// [`CosmosConfig`].
-#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CosmosArgs {
     /// Account endpoint, e.g. `https://myaccount.documents.azure.com:443/`

@@ -48,10 +48,14 @@ impl ConfigError {
     }
 }
 
-/// The whole configuration file.
+/// The whole configuration file, with its `[monitor]` table read as `M`.
+///
+/// The probe knows nothing of the monitor (it never imports what runs beside it), so
+/// the table's type is the caller's: `serve` reads it as the monitor's settings, typed
+/// and checked in this one parse; the default keeps it as a TOML table.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Config {
+#[serde(deny_unknown_fields, bound(deserialize = "M: serde::de::DeserializeOwned"))]
+pub struct Config<M = toml::Table> {
     /// Address of the probe's own HTTP server (`/metrics`, `/api/v1/status`, `/`).
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
@@ -67,10 +71,9 @@ pub struct Config {
     pub targets: Vec<TargetConfig>,
     /// Optional: run the convergence monitor over the routing store this table names.
     /// Keys are the `lockprobe monitor` flags without their dashes, `_` for `-` (`store`,
-    /// `cosmos_endpoint`, `monitor_escalation_buffer`, …); the probe keeps the table as
-    /// it is and the `serve` wiring reads it.
-    #[serde(default)]
-    pub monitor: Option<toml::Table>,
+    /// `cosmos_endpoint`, `monitor_escalation_buffer`, …); `M` reads them (see [`Config`]).
+    #[serde(default = "Option::default")]
+    pub monitor: Option<M>,
 }
 
 /// One service to probe. Equality tells a reload which targets changed.
@@ -236,13 +239,13 @@ fn default_concurrent_pre_locks() -> usize {
     4
 }
 
-impl FromStr for Config {
+impl<M: serde::de::DeserializeOwned> FromStr for Config<M> {
     type Err = ConfigError;
 
     /// Parses and validates a configuration held in a string, and reads the credential
     /// files it names.
     fn from_str(text: &str) -> Result<Self, ConfigError> {
-        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let mut config: Config<M> = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         config.validate()?;
         for (i, t) in config.targets.iter_mut().enumerate() {
             t.loaded = Some(t.read_credentials(i)?);
@@ -251,7 +254,7 @@ impl FromStr for Config {
     }
 }
 
-impl Config {
+impl<M: serde::de::DeserializeOwned> Config<M> {
     /// Reads, parses and validates a configuration file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text =
@@ -465,7 +468,7 @@ impl TargetConfig {
     }
 }
 
-impl Config {
+impl<M> Config<M> {
     /// Settings and schedule of every target, with each lock API key from its file (read
     /// when the configuration was loaded) or its variable.
     pub fn probe_targets(&self) -> Result<Vec<(ProbeSettings, TargetSchedule)>, ConfigError> {

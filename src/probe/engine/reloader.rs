@@ -22,32 +22,37 @@ use crate::probe::checks::settings::ProbeSettings;
 /// The configuration in force, with the key each target's variable held when it was
 /// applied (the same fields with another key is a changed target).
 #[derive(Debug)]
-struct Applied {
-    config: Config,
+struct Applied<M> {
+    config: Config<M>,
     keys: HashMap<String, String>,
 }
 
-impl Applied {
-    fn new(config: Config, targets: &[(ProbeSettings, TargetSchedule)]) -> Self {
+impl<M> Applied<M> {
+    fn new(config: Config<M>, targets: &[(ProbeSettings, TargetSchedule)]) -> Self {
         let keys = targets.iter().map(|(s, _)| (s.name.clone(), s.api_key.clone())).collect();
         Self { config, keys }
     }
 }
 
 /// Re-reads `serve`'s configuration file and applies what changed; one reload at a time.
+/// `M` is what the file's `[monitor]` table is read as (see [`Config`]): a changed one,
+/// compared as read, needs a restart.
 #[derive(Debug)]
-pub struct ConfigReloader {
+pub struct ConfigReloader<M = toml::Table> {
     path: PathBuf,
     /// `--listen` was given: the file's `listen` is not used, so it may change.
     listen_flag: bool,
-    applied: tokio::sync::Mutex<Applied>,
+    applied: tokio::sync::Mutex<Applied<M>>,
     control: TargetControl,
     shutdown: CancellationToken,
     metrics: ReloadMetrics,
 }
 
 #[async_trait]
-impl Reload for ConfigReloader {
+impl<M> Reload for ConfigReloader<M>
+where
+    M: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug + Send + Sync + 'static,
+{
     async fn reload(&self) -> Result<ReloadReport, ReloadError> {
         if self.shutdown.is_cancelled() {
             return Err(ReloadError::ShuttingDown);
@@ -76,14 +81,17 @@ impl Reload for ConfigReloader {
     }
 }
 
-impl ConfigReloader {
+impl<M> ConfigReloader<M>
+where
+    M: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug + Send + Sync + 'static,
+{
     /// A reloader of the file at `path`, whose `config` (with `targets`, the settings it
     /// gave) is in force and applied through `control`; `listen_flag` when the process
     /// was given its own listen address (the file's may then change).
     pub fn new(
         path: PathBuf,
         listen_flag: bool,
-        config: Config,
+        config: Config<M>,
         targets: &[(ProbeSettings, TargetSchedule)],
         control: TargetControl,
         shutdown: CancellationToken,
@@ -93,8 +101,8 @@ impl ConfigReloader {
         Self { path, listen_flag, applied, control, shutdown, metrics }
     }
 
-    async fn reload_from(&self, applied: &mut Applied) -> Result<ReloadReport, ReloadError> {
-        let new = Config::load(&self.path)?;
+    async fn reload_from(&self, applied: &mut Applied<M>) -> Result<ReloadReport, ReloadError> {
+        let new = Config::<M>::load(&self.path)?;
         let old = &applied.config;
         if !self.listen_flag && new.listen != old.listen {
             return Err(ReloadError::RequiresRestart { field: "listen".into() });
@@ -127,10 +135,10 @@ impl ConfigReloader {
 
 /// What to change to go from `old` (whose targets held `old_keys`) to `new`, whose
 /// settings are `targets` (in `new.targets`' order).
-fn plan(
-    old: &Config,
+fn plan<M>(
+    old: &Config<M>,
     old_keys: &HashMap<String, String>,
-    new: &Config,
+    new: &Config<M>,
     targets: &[(ProbeSettings, TargetSchedule)],
 ) -> (TargetChanges, ReloadReport) {
     let mut changes = TargetChanges::default();
