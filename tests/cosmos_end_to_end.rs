@@ -5,8 +5,9 @@
 
 #[path = "support/cosmos_server.rs"]
 mod cosmos_server;
+#[path = "support/probe_config.rs"]
+mod probe_config;
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use cosmos_server::CosmosServer;
 use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::service::{start, ServiceConfig};
 use lockprobe::store::LocationStore;
+use probe_config::{table, ProbeConfig, TargetConfig};
 use prometheus::Registry;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -65,53 +67,34 @@ async fn serve_runs_the_monitor_over_the_store_the_config_names() {
     let stop = CancellationToken::new();
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
     let running = start(config, store, clock, vec![any, any], stop.clone()).await.unwrap();
-    let instances: Vec<String> = running.addrs.iter().map(|a| format!("\"http://{a}\"")).collect();
+    let instances: Vec<String> = running.addrs.iter().map(|a| format!("http://{a}")).collect();
 
     let dir = tempfile::tempdir().unwrap();
-    let listen = "127.0.0.1:0";
-    let config_path = dir.path().join("lockprobe.toml");
-    let toml = format!(
-        r#"
-listen = "{listen}"
-state_file = "{state}"
-
-[[targets]]
-name = "cosmos-backed"
-instances = [{instances}]
-api_key_env = "SERVE_MONITOR_LOCK_KEY"
-test_prefix = "probe-"
-pool_size = 7
-cache_ttl = "500ms"
-replication_bound = "200ms"
-buffer = "300ms"
-schedule = "*/2 * * * * *"
-timeout = "60s"
-concurrency = 1
-poll_interval = "50ms"
-
-[targets.leases]
-pre_lock = "10m"
-hard_delete = "5m"
-write = "2m"
-short_write = "1s"
-
-[monitor]
-store = "cosmos"
-cosmos_endpoint = "{endpoint}"
-cosmos_key_env = "SERVE_MONITOR_COSMOS_KEY"
-cosmos_database = "{database}"
-cosmos_container = "locations"
-cosmos_write_region = "South Central US"
-cosmos_preferred_region = ["South Central US"]
-cosmos_poll_interval = "100ms"
-monitor_poll_interval = "50ms"
-monitor_escalation_buffer = "300ms"
-"#,
-        state = dir.path().join("state.json").display(),
-        instances = instances.join(", "),
-        endpoint = server.endpoint(),
-    );
-    std::fs::File::create(&config_path).unwrap().write_all(toml.as_bytes()).unwrap();
+    let config_path = ProbeConfig::new(dir.path().join("state.json"))
+        .listen("127.0.0.1:0")
+        .target(
+            TargetConfig::new("cosmos-backed", &instances)
+                .api_key_env("SERVE_MONITOR_LOCK_KEY")
+                .set("cache_ttl", "500ms")
+                .set("replication_bound", "200ms")
+                .buffer("300ms")
+                .schedule("*/2 * * * * *")
+                .set("concurrency", 1)
+                .set("poll_interval", "50ms"),
+        )
+        .monitor(table([
+            ("store", "cosmos".into()),
+            ("cosmos_endpoint", server.endpoint().into()),
+            ("cosmos_key_env", "SERVE_MONITOR_COSMOS_KEY".into()),
+            ("cosmos_database", database.as_str().into()),
+            ("cosmos_container", "locations".into()),
+            ("cosmos_write_region", "South Central US".into()),
+            ("cosmos_preferred_region", vec!["South Central US"].into()),
+            ("cosmos_poll_interval", "100ms".into()),
+            ("monitor_poll_interval", "50ms".into()),
+            ("monitor_escalation_buffer", "300ms".into()),
+        ]))
+        .write_as(dir.path(), "lockprobe.toml");
 
     let check = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
         .arg("check-config")

@@ -25,12 +25,15 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use probe_config::{ProbeConfig, TargetConfig};
 use serde_json::Value;
 
 #[path = "support/browser.rs"]
 mod browser;
 #[path = "support/cosmos_server.rs"]
 mod cosmos_server;
+#[path = "support/probe_config.rs"]
+mod probe_config;
 
 // ---------------------------------------------------------------------------------------
 // Tools and child processes
@@ -960,34 +963,17 @@ impl Demo {
         assert_eq!(instances.len(), 2, "service instances in {lines:?}");
 
         let port = free_port();
-        let config = format!(
-            r#"listen = "127.0.0.1:{port}"
-state_file = {state}
-
-[[targets]]
-name = "faulty"
-instances = {instances}
-api_key_env = "LOCKPROBE_OBS_TEST_KEY"
-test_prefix = "probe-"
-pool_size = 14
-cache_ttl = "1s"
-replication_bound = "500ms"
-buffer = "500ms"
-schedule = "*/5 * * * * *"
-timeout = "60s"
-poll_interval = "100ms"
-
-[targets.leases]
-pre_lock = "10m"
-hard_delete = "5m"
-write = "2m"
-short_write = "1s"
-"#,
-            state = serde_json::to_string(&dir.path().join("state.json")).unwrap(),
-            instances = serde_json::to_string(&instances).unwrap(),
-        );
-        let config_path = dir.path().join("lockprobe.toml");
-        std::fs::write(&config_path, config).expect("write config");
+        let config_path = ProbeConfig::new(dir.path().join("state.json"))
+            .listen(format!("127.0.0.1:{port}"))
+            .target(
+                TargetConfig::new("faulty", &instances)
+                    .api_key_env("LOCKPROBE_OBS_TEST_KEY")
+                    .set("pool_size", 14)
+                    .buffer("500ms")
+                    .schedule("*/5 * * * * *")
+                    .set("poll_interval", "100ms"),
+            )
+            .write_as(dir.path(), "lockprobe.toml");
         let stderr_file = dir.path().join("demo.stderr");
         let mut child = ChildGuard::spawn(
             "lockprobe serve",

@@ -1,6 +1,8 @@
 //! A probe killed mid-cycle leaves its lock recorded in the state file; the restarted
 //! probe releases it before doing anything else, so no lock is left behind.
 
+#[path = "support/probe_config.rs"]
+mod probe_config;
 #[path = "support/service.rs"]
 mod support;
 
@@ -10,42 +12,23 @@ use std::time::{Duration, Instant};
 
 use lockprobe::store::faults::FaultKind;
 use lockprobe::store::OpKind;
+use probe_config::{ProbeConfig, TargetConfig};
 use support::{route, start_service, start_service_with_store_faults};
 
 const KEY_ENV: &str = "LOCKPROBE_TEST_KILL_RESTART_KEY";
 
 fn config(dir: &Path, urls: &[String], schedule: &str) -> std::path::PathBuf {
-    let instances: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
-    let text = format!(
-        r#"
-listen = "127.0.0.1:0"
-state_file = {state:?}
-
-[[targets]]
-name = "kill"
-instances = [{instances}]
-api_key_env = "{KEY_ENV}"
-test_prefix = "probe-"
-pool_size = 7
-cache_ttl = "1s"
-replication_bound = "500ms"
-# A long buffer keeps the cycle waiting for convergence with its lock held.
-buffer = "60s"
-schedule = "{schedule}"
-timeout = "5m"
-
-[targets.leases]
-pre_lock = "10m"
-hard_delete = "5m"
-write = "2m"
-short_write = "1s"
-"#,
-        state = dir.join("state.json").display().to_string(),
-        instances = instances.join(", "),
-    );
-    let path = dir.join(format!("probe-{}.toml", schedule.len()));
-    std::fs::write(&path, text).unwrap();
-    path
+    ProbeConfig::new(dir.join("state.json"))
+        .listen("127.0.0.1:0")
+        .target(
+            TargetConfig::new("kill", urls)
+                .api_key_env(KEY_ENV)
+                // A long buffer keeps the cycle waiting for convergence with its lock held.
+                .buffer("60s")
+                .schedule(schedule)
+                .timeout("5m"),
+        )
+        .write_as(dir, &format!("probe-{}.toml", schedule.len()))
 }
 
 /// A running `lockprobe serve`, killed when dropped so a failed assertion never leaves a

@@ -15,12 +15,15 @@
 
 #[path = "support/pki.rs"]
 mod pki;
+#[path = "support/probe_config.rs"]
+mod probe_config;
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use pki::Pki;
+use probe_config::{ProbeConfig, TargetConfig};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -265,54 +268,30 @@ async fn serve_passes_cycles_with_a_key_file_and_mutual_tls_from_its_config() {
     let svc = service(&pki, true).await;
     let key_file = pki.write("orders.key-secret", &format!("{KEY}\r\n"));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let config = format!(
-        r#"
-listen = "127.0.0.1:{port}"
-state_file = {state:?}
-
-[[targets]]
-name = "tls"
-instances = {instances:?}
-api_key_file = {key_file:?}
-ca_file = {ca:?}
-client_cert_file = {cert:?}
-client_key_file = {key:?}
-test_prefix = "probe-"
-cache_ttl = "500ms"
-replication_bound = "500ms"
-buffer = "300ms"
-schedule = "*/2 * * * * *"
-timeout = "60s"
-request_timeout = "3s"
-poll_interval = "50ms"
-
-[targets.leases]
-pre_lock = "2m"
-hard_delete = "1m"
-write = "1m"
-short_write = "1s"
-
-[[targets]]
-name = "anonymous"
-instances = {instances:?}
-api_key_file = {key_file:?}
-ca_file = {ca:?}
-test_prefix = "probe-anonymous-"
-cache_ttl = "500ms"
-replication_bound = "500ms"
-buffer = "300ms"
-schedule = "*/2 * * * * *"
-timeout = "60s"
-request_timeout = "3s"
-poll_interval = "50ms"
-"#,
-        state = pki.dir.join("state.json"),
-        instances = svc.urls,
-        ca = pki.server_ca,
-        cert = pki.client_cert,
-        key = pki.client_key,
-    );
-    let path = pki.write("probe.toml", &config);
+    // Both targets read the key file and trust the server's CA; only `tls` presents a
+    // client certificate. No pool size and (for `anonymous`) no leases: the probe's own.
+    let target = |name: &str, prefix: &str| {
+        TargetConfig::new(name, &svc.urls)
+            .api_key_file(&key_file)
+            .ca_file(&pki.server_ca)
+            .test_prefix(prefix)
+            .remove("pool_size")
+            .set("cache_ttl", "500ms")
+            .buffer("300ms")
+            .schedule("*/2 * * * * *")
+            .set("request_timeout", "3s")
+            .set("poll_interval", "50ms")
+    };
+    let path = ProbeConfig::new(pki.dir.join("state.json"))
+        .listen(format!("127.0.0.1:{port}"))
+        .target(
+            target("tls", "probe-")
+                .client_cert_file(&pki.client_cert)
+                .client_key_file(&pki.client_key)
+                .leases("2m", "1m", "1m", "1s"),
+        )
+        .target(target("anonymous", "probe-anonymous-").remove("leases"))
+        .write(&pki.dir);
     let _serve = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
         .args(["serve", "--config"])
         .arg(&path)

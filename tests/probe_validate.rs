@@ -267,48 +267,205 @@ async fn passes_against_the_lock_record_design() {
     assert_eq!(read_through, svc.urls.len(), "every write-phase read went to the write region");
 }
 
-/// A service whose caches serve a document whose lock has started: reads in the write
-/// phase come from a cache that may predate the lock.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fails_when_locked_documents_are_served_from_cache() {
-    let svc = start_service(vec![Fault::ServeLockedFromCache], TTL, BOUND).await;
-    let run = validate(&svc, &["--buffer", "500ms"]).await;
-    assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(has_failure(&run, "write", "read-through", "read-through", "via cache"), "{:#?}", failed(&run));
+/// (phase, op, expected, observed) of a failed assertion in `validate`'s report.
+type Failure = (&'static str, &'static str, &'static str, &'static str);
+
+/// A deliberately broken service, and what `validate` must report against it.
+struct Broken {
+    /// The service's faults.
+    faults: &'static [Fault],
+    /// Its cache TTL.
+    ttl: Duration,
+    /// Its store's replication bound.
+    bound: Duration,
+    /// The flags `validate` runs with.
+    flags: &'static [&'static str],
+    /// Failures that must be among the report's (others may be too).
+    failures: &'static [Failure],
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fails_when_a_renewal_does_not_extend_the_lease() {
-    let svc = start_service(vec![Fault::UnderRenew], TTL, BOUND).await;
-    let run = validate(&svc, &["--buffer", "500ms"]).await;
+/// Starts the broken service, runs `validate` against it and asserts that it fails
+/// (exit 1) with every failure the case lists; returns both for further assertions.
+async fn fails_against(case: Broken) -> (TestService, Run) {
+    let svc = start_service(case.faults.to_vec(), case.ttl, case.bound).await;
+    let run = validate(&svc, case.flags).await;
     assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(has_failure(&run, "preLock", "renew-extends", "extended", "not-extended"), "{:#?}", failed(&run));
-    assert!(has_failure(&run, "write", "renew-capped", "capped-at-parent", "short-of-parent"), "{:#?}", failed(&run));
-    assert!(
-        has_failure(&run, "preLock", "renew-capped", "capped-at-maximum", "short-of-maximum"),
-        "{:#?}",
-        failed(&run)
-    );
+    for &(phase, op, expected, observed) in case.failures {
+        assert!(
+            has_failure(&run, phase, op, expected, observed),
+            "no failure {phase}/{op}: expected {expected}, observed {observed} in {:#?}",
+            failed(&run)
+        );
+    }
+    (svc, run)
 }
+
+/// One test per row, named by it: the [`Broken`] service `validate` must fail against,
+/// with the failures it must name. Rows are separate tests, so they run in parallel.
+macro_rules! broken_services {
+    ($(
+        $(#[$meta:meta])*
+        $name:ident {
+            faults: $faults:expr,
+            ttl: $ttl:expr,
+            bound: $bound:expr,
+            flags: $flags:expr,
+            failures: $failures:expr $(,)?
+        }
+    )*) => {$(
+        $(#[$meta])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            fails_against(Broken { faults: &$faults, ttl: $ttl, bound: $bound, flags: &$flags, failures: &$failures })
+                .await;
+        }
+    )*};
+}
+
+broken_services! {
+    /// A service whose caches serve a document whose lock has started: reads in the write
+    /// phase come from a cache that may predate the lock.
+    fails_when_locked_documents_are_served_from_cache {
+        faults: [Fault::ServeLockedFromCache], ttl: TTL, bound: BOUND, flags: ["--buffer", "500ms"],
+        failures: [("write", "read-through", "read-through", "via cache")],
+    }
+
+    fails_when_a_renewal_does_not_extend_the_lease {
+        faults: [Fault::UnderRenew], ttl: TTL, bound: BOUND, flags: ["--buffer", "500ms"],
+        failures: [
+            ("preLock", "renew-extends", "extended", "not-extended"),
+            ("write", "renew-capped", "capped-at-parent", "short-of-parent"),
+            ("preLock", "renew-capped", "capped-at-maximum", "short-of-maximum"),
+        ],
+    }
+
+    fails_when_a_pre_lock_over_the_maximum_is_granted {
+        faults: [Fault::IgnoreMaxPrelock], ttl: TTL, bound: BOUND, flags: ["--buffer", "500ms"],
+        failures: [
+            ("swap", "pre-lock-over-max", "400 bad-request", "201"),
+            ("preLock", "renew-capped", "capped-at-maximum", "past-maximum"),
+        ],
+    }
+
+    /// Half a second under-declared (a 500ms cache TTL left out of the declaration) is
+    /// caught too.
+    half_a_second_under_declared_is_caught {
+        faults: [Fault::UnderDeclareConvergence], ttl: Duration::from_millis(500), bound: BOUND,
+        flags: ["--buffer", "1s"],
+        failures: [("preLock", "convergence-declared", "within-declared", "beyond-declared")],
+    }
+}
+
+// Broken services whose tests assert more than the failures: the common part through
+// the same helper, then what only they check.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_when_a_child_lease_outlives_the_pre_lock() {
-    let svc = start_service(vec![Fault::OverExtendChildLease], TTL, BOUND).await;
-    let run = validate(&svc, &["--buffer", "500ms"]).await;
-    assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(has_failure(&run, "write", "renew-capped", "capped-at-parent", "outlives-parent"), "{:#?}", failed(&run));
+    let (_svc, run) = fails_against(Broken {
+        faults: &[Fault::OverExtendChildLease],
+        ttl: TTL,
+        bound: BOUND,
+        flags: &["--buffer", "500ms"],
+        failures: &[("write", "renew-capped", "capped-at-parent", "outlives-parent")],
+    })
+    .await;
     let view = failed(&run).into_iter().find(|a| a["op"] == "lock-view").cloned().expect("an inconsistent view");
     assert_eq!(view["observed"], "inconsistent");
     assert!(view["detail"].as_str().unwrap().contains("expiresAt"), "{view}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fails_when_a_pre_lock_over_the_maximum_is_granted() {
-    let svc = start_service(vec![Fault::IgnoreMaxPrelock], TTL, BOUND).await;
-    let run = validate(&svc, &["--buffer", "500ms"]).await;
-    assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(has_failure(&run, "swap", "pre-lock-over-max", "400 bad-request", "201"), "{:#?}", failed(&run));
-    assert!(has_failure(&run, "preLock", "renew-capped", "capped-at-maximum", "past-maximum"), "{:#?}", failed(&run));
+async fn fails_when_the_write_lock_is_ignored() {
+    let (svc, run) = fails_against(Broken {
+        faults: &[Fault::IgnoreWriteLock],
+        ttl: TTL,
+        bound: BOUND,
+        flags: &["--buffer", "500ms"],
+        failures: &[("write", "write", "block", "allow")],
+    })
+    .await;
+    assert!(run.json["enforcementViolations"].as_u64().unwrap() >= 1);
+    assert!(
+        run.stdout.contains("write/write") && run.stdout.contains("expected block, observed allow"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.junit.contains("write/write: expected block, observed allow"), "{}", run.junit);
+    let junit = parse_junit(&run.junit);
+    assert!(junit.root.1 >= 1, "{junit:?}");
+    assert_stable_names(&junit, svc.urls.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_when_the_hard_delete_lock_is_ignored() {
+    let (_svc, run) = fails_against(Broken {
+        faults: &[Fault::IgnoreHardDeleteLock],
+        ttl: TTL,
+        bound: BOUND,
+        flags: &["--buffer", "500ms"],
+        failures: &[
+            ("hardDelete", "delete", "tombstone", "allow"),
+            // The tombstone read-back fails too: the item is gone, not tombstoned.
+            ("hardDelete", "read-back", "tombstone", "absent"),
+        ],
+    })
+    .await;
+    assert!(run.json["enforcementViolations"].as_u64().unwrap() >= 1);
+    assert!(run.stdout.contains("expected tombstone, observed allow"), "{}", run.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_when_convergence_is_under_declared() {
+    let (svc, run) = fails_against(Broken {
+        faults: &[Fault::UnderDeclareConvergence],
+        // A longer TTL than the other tests, so the stale cache outlives the (too short)
+        // declared delay by a wide margin on a busy machine.
+        ttl: Duration::from_secs(2),
+        bound: BOUND,
+        flags: &["--buffer", "200ms", "--expect-convergence", "2500ms"],
+        failures: &[
+            // The declaration itself differs from what the operator expects.
+            ("preLock", "declared-convergence", "as-configured", "mismatch"),
+            // And it showed the lock later than the declaration + the measurement tolerance.
+            ("preLock", "convergence-declared", "within-declared", "beyond-declared"),
+        ],
+    })
+    .await;
+    // The convergence violation names the instance that did not show the lock: instance 1
+    // (instance 0 took the lock call and knows at once).
+    let violation = failed(&run)
+        .into_iter()
+        .find(|a| a["op"] == "converge")
+        .cloned()
+        .unwrap_or_else(|| panic!("no convergence violation in {}", run.stdout));
+    assert_eq!(violation["instance"], svc.urls[1]);
+    assert_eq!(violation["observed"], "not-visible");
+    assert!(violation["detail"].as_str().unwrap().contains("convergence violation"));
+    assert!(run.stdout.contains("convergence violation") && run.stdout.contains(&svc.urls[1]), "{}", run.stdout);
+}
+
+/// The case: an under-declaration of a whole cache TTL that the buffer covers
+/// (1s declared, 2s true, 1s buffer): every instance showed the lock before the probe
+/// escalated, yet the promise was broken, and the gate must say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_under_declaration_within_the_buffer_still_fails() {
+    let (svc, run) = fails_against(Broken {
+        faults: &[Fault::UnderDeclareConvergence],
+        ttl: TTL,
+        bound: Duration::from_secs(1),
+        flags: &["--buffer", "1s"],
+        failures: &[("preLock", "convergence-declared", "within-declared", "beyond-declared")],
+    })
+    .await;
+    let late = failed(&run)
+        .into_iter()
+        .find(|a| a["op"] == "convergence-declared")
+        .cloned()
+        .unwrap_or_else(|| panic!("no convergence-declared failure in {}", run.stdout));
+    assert_eq!(late["phase"], "preLock");
+    assert_eq!(late["observed"], "beyond-declared");
+    assert_eq!(late["instance"], svc.urls[1], "instance 1 did not take the lock call");
+    assert!(late["detail"].as_str().unwrap().contains("declared 1.000s + tolerance"), "{late}");
 }
 
 /// Against a service that ignores `Idempotency-Key` (contract 1.0), the probe falls back
@@ -325,93 +482,6 @@ async fn falls_back_and_says_so_against_a_service_that_ignores_keys() {
         "no replay assertion against a 1.0 service"
     );
     assert!(run.stdout.contains("contract 1.0"), "the note is printed: {}", run.stdout);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fails_when_the_write_lock_is_ignored() {
-    let svc = start_service(vec![Fault::IgnoreWriteLock], TTL, BOUND).await;
-    let run = validate(&svc, &["--buffer", "500ms"]).await;
-    assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(has_failure(&run, "write", "write", "block", "allow"), "{:#?}", failed(&run));
-    assert!(run.json["enforcementViolations"].as_u64().unwrap() >= 1);
-    assert!(
-        run.stdout.contains("write/write") && run.stdout.contains("expected block, observed allow"),
-        "{}",
-        run.stdout
-    );
-    assert!(run.junit.contains("write/write: expected block, observed allow"), "{}", run.junit);
-    let junit = parse_junit(&run.junit);
-    assert!(junit.root.1 >= 1, "{junit:?}");
-    assert_stable_names(&junit, svc.urls.len());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fails_when_the_hard_delete_lock_is_ignored() {
-    let svc = start_service(vec![Fault::IgnoreHardDeleteLock], TTL, BOUND).await;
-    let run = validate(&svc, &["--buffer", "500ms"]).await;
-    assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(has_failure(&run, "hardDelete", "delete", "tombstone", "allow"), "{:#?}", failed(&run));
-    assert!(run.json["enforcementViolations"].as_u64().unwrap() >= 1);
-    // The tombstone read-back fails too: the item is gone, not tombstoned.
-    assert!(has_failure(&run, "hardDelete", "read-back", "tombstone", "absent"), "{:#?}", failed(&run));
-    assert!(run.stdout.contains("expected tombstone, observed allow"), "{}", run.stdout);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fails_when_convergence_is_under_declared() {
-    // A longer TTL than the other tests, so the stale cache outlives the (too short)
-    // declared delay by a wide margin on a busy machine.
-    let svc = start_service(vec![Fault::UnderDeclareConvergence], Duration::from_secs(2), BOUND).await;
-    let run = validate(&svc, &["--buffer", "200ms", "--expect-convergence", "2500ms"]).await;
-    assert_eq!(run.code, 1, "{}", run.stdout);
-    // The declaration itself differs from what the operator expects.
-    assert!(has_failure(&run, "preLock", "declared-convergence", "as-configured", "mismatch"), "{:#?}", failed(&run));
-    // The convergence violation names the instance that did not show the lock: instance 1
-    // (instance 0 took the lock call and knows at once).
-    let violation = failed(&run)
-        .into_iter()
-        .find(|a| a["op"] == "converge")
-        .cloned()
-        .unwrap_or_else(|| panic!("no convergence violation in {}", run.stdout));
-    assert_eq!(violation["instance"], svc.urls[1]);
-    assert_eq!(violation["observed"], "not-visible");
-    assert!(violation["detail"].as_str().unwrap().contains("convergence violation"));
-    // And it showed the lock later than the declaration + the measurement tolerance.
-    assert!(has_failure(&run, "preLock", "convergence-declared", "within-declared", "beyond-declared"));
-    assert!(run.stdout.contains("convergence violation") && run.stdout.contains(&svc.urls[1]), "{}", run.stdout);
-}
-
-/// The case: an under-declaration of a whole cache TTL that the buffer covers
-/// (1s declared, 2s true, 1s buffer): every instance showed the lock before the probe
-/// escalated, yet the promise was broken, and the gate must say so.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_under_declaration_within_the_buffer_still_fails() {
-    let svc = start_service(vec![Fault::UnderDeclareConvergence], TTL, Duration::from_secs(1)).await;
-    let run = validate(&svc, &["--buffer", "1s"]).await;
-    assert_eq!(run.code, 1, "{}", run.stdout);
-    let late = failed(&run)
-        .into_iter()
-        .find(|a| a["op"] == "convergence-declared")
-        .cloned()
-        .unwrap_or_else(|| panic!("no convergence-declared failure in {}", run.stdout));
-    assert_eq!(late["phase"], "preLock");
-    assert_eq!(late["observed"], "beyond-declared");
-    assert_eq!(late["instance"], svc.urls[1], "instance 1 did not take the lock call");
-    assert!(late["detail"].as_str().unwrap().contains("declared 1.000s + tolerance"), "{late}");
-}
-
-/// Half a second under-declared (a 500ms cache TTL left out of the declaration) is
-/// caught too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn half_a_second_under_declared_is_caught() {
-    let svc = start_service(vec![Fault::UnderDeclareConvergence], Duration::from_millis(500), BOUND).await;
-    let run = validate(&svc, &["--buffer", "1s"]).await;
-    assert_eq!(run.code, 1, "{}", run.stdout);
-    assert!(
-        has_failure(&run, "preLock", "convergence-declared", "within-declared", "beyond-declared"),
-        "{:#?}",
-        failed(&run)
-    );
 }
 
 /// The convergence tolerance raises no false failure against an honest service:

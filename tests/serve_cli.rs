@@ -2,35 +2,29 @@
 //! container can bind 0.0.0.0 without editing its mounted config; a bad address is a
 //! usage error (exit 64) naming the flag.
 
+#[path = "support/probe_config.rs"]
+mod probe_config;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use probe_config::{ProbeConfig, TargetConfig};
+
 const KEY_ENV: &str = "LOCKPROBE_TEST_SERVE_CLI_KEY";
 
 fn config(dir: &std::path::Path, listen: &str) -> std::path::PathBuf {
-    let text = format!(
-        r#"
-listen = "{listen}"
-state_file = {state:?}
-
-[[targets]]
-name = "cli"
-instances = ["http://127.0.0.1:9"]
-api_key_env = "{KEY_ENV}"
-test_prefix = "probe-"
-pool_size = 7
-cache_ttl = "1s"
-replication_bound = "500ms"
-# Once a year: the test only needs the server, not a cycle.
-schedule = "0 0 0 1 1 *"
-timeout = "5m"
-"#,
-        state = dir.join("state.json").display().to_string(),
-    );
-    let path = dir.join("probe.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    ProbeConfig::new(dir.join("state.json"))
+        .listen(listen)
+        .target(
+            TargetConfig::new("cli", ["http://127.0.0.1:9"])
+                .api_key_env(KEY_ENV)
+                // Once a year: the test only needs the server, not a cycle.
+                .schedule("0 0 0 1 1 *")
+                .timeout("5m")
+                .remove("leases"),
+        )
+        .write(dir)
 }
 
 fn free_port() -> u16 {

@@ -5,6 +5,8 @@
 //! the running configuration goes on passing; two replicas of one configuration keep
 //! sharing their pool when one of them is reloaded.
 
+#[path = "support/probe_config.rs"]
+mod probe_config;
 #[path = "support/service.rs"]
 mod support;
 
@@ -27,6 +29,7 @@ use lockprobe::probe::engine::scheduler::TargetSchedule;
 use lockprobe::probe::outputs::status::{CycleDocument, StatusDocument};
 use lockprobe::store::memory::MemoryStore;
 use lockprobe::store::{ChangeCursor, LocationStore};
+use probe_config::{ProbeConfig, TargetConfig};
 use support::{route, start_service_keeping_store, TestService};
 use tokio_util::sync::CancellationToken;
 
@@ -44,37 +47,21 @@ const B: Target = Target { name: "b", prefix: "probe-b-" };
 const C: Target = Target { name: "c", prefix: "probe-c-" };
 
 /// The configuration text: every target fires every second, one cycle at a time, and a
-/// cycle takes several seconds (it waits out the declared delay plus `buffer` twice).
+/// cycle takes several seconds (it waits out the declared delay plus `buffer` twice). No
+/// `listen`: the tests serve on `--listen`, and one adds a `listen` line of its own.
 fn config_text(dir: &Path, svc: &TestService, targets: &[Target], buffer: &str) -> String {
-    let instances: Vec<String> = svc.urls.iter().map(|u| format!("{u:?}")).collect();
-    let mut text = format!("state_file = {:?}\n", dir.join("state.json").display().to_string());
+    let mut config = ProbeConfig::new(dir.join("state.json"));
     for t in targets {
-        text.push_str(&format!(
-            r#"
-[[targets]]
-name = "{name}"
-instances = [{instances}]
-api_key_env = "{KEY_ENV}"
-test_prefix = "{prefix}"
-pool_size = 7
-cache_ttl = "1s"
-replication_bound = "500ms"
-buffer = "{buffer}"
-schedule = "* * * * * *"
-timeout = "2m"
-
-[targets.leases]
-pre_lock = "10m"
-hard_delete = "5m"
-write = "2m"
-short_write = "1s"
-"#,
-            name = t.name,
-            prefix = t.prefix,
-            instances = instances.join(", "),
-        ));
+        config = config.target(
+            TargetConfig::new(t.name, &svc.urls)
+                .api_key_env(KEY_ENV)
+                .test_prefix(t.prefix)
+                .buffer(buffer)
+                .schedule("* * * * * *")
+                .timeout("2m"),
+        );
     }
-    text
+    config.to_toml()
 }
 
 /// A running `lockprobe serve` whose stderr is collected; killed when dropped.
@@ -311,8 +298,11 @@ async fn a_bad_config_is_refused_naming_the_field_and_a_good_change_applies_from
     wait_mid_cycle(dir.path(), A).await;
     let reloaded_at = Utc::now();
 
-    let other_state = format!("state_file = {:?}", dir.path().join("elsewhere.json").display().to_string());
+    let elsewhere = dir.path().join("elsewhere.json");
+    let other_state = format!("state_file = {}", toml::Value::from(elsewhere.to_str().unwrap()));
+    // The file's first line: without a `listen`, its only top-level key comes first.
     let state_line = good.lines().next().unwrap().to_owned();
+    assert!(state_line.starts_with("state_file = "), "{good}");
     for (text, status, kind, field) in [
         ("state_file = = \"x\"".to_owned(), 400, "config-malformed", None),
         (good.replace("* * * * * *", "every second"), 422, "config-invalid", Some("targets[0].schedule")),
