@@ -322,6 +322,18 @@ macro_rules! broken_services {
     )*};
 }
 
+// The geometry of the two under-declaration cases: why they give the store a
+// replication bound a little longer than the cache TTL the service leaves out of its
+// declaration (which is then the bound alone). The probe primes the other instance's
+// cache just before the pre-lock commits; that copy expires one TTL later, and the read
+// that replaces it comes from a replica lagging by the bound. With the bound *longer*
+// than the TTL that read is certainly stale, so the stale copy lives a second TTL, and
+// the lock shows about two TTLs after the commit: beyond the declaration by a TTL less
+// the bound's excess, less the few milliseconds between priming and commit, whatever
+// the machine's load. With the bound *equal* to the TTL, that read lands on either side
+// of the lag by a poll interval's chance: on one side the lock shows right at the
+// declaration, and the case is caught only sometimes (under load, about two runs in
+// three).
 broken_services! {
     /// A service whose caches serve a document whose lock has started: reads in the write
     /// phase come from a cache that may predate the lock.
@@ -348,9 +360,9 @@ broken_services! {
     }
 
     /// Half a second under-declared (a 500ms cache TTL left out of the declaration) is
-    /// caught too.
+    /// caught too. The bound exceeds the TTL (the geometry note above).
     half_a_second_under_declared_is_caught {
-        faults: [Fault::UnderDeclareConvergence], ttl: Duration::from_millis(500), bound: BOUND,
+        faults: [Fault::UnderDeclareConvergence], ttl: Duration::from_millis(500), bound: Duration::from_millis(600),
         flags: ["--buffer", "1s"],
         failures: [("preLock", "convergence-declared", "within-declared", "beyond-declared")],
     }
@@ -445,14 +457,15 @@ async fn fails_when_convergence_is_under_declared() {
 }
 
 /// The case: an under-declaration of a whole cache TTL that the buffer covers
-/// (1s declared, 2s true, 1s buffer): every instance showed the lock before the probe
-/// escalated, yet the promise was broken, and the gate must say so.
+/// (1.2s declared, 2.2s true, 1s buffer): every instance showed the lock before the
+/// probe escalated, yet the promise was broken, and the gate must say so. The bound
+/// exceeds the TTL (the geometry note above the table of broken services).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_under_declaration_within_the_buffer_still_fails() {
     let (svc, run) = fails_against(Broken {
         faults: &[Fault::UnderDeclareConvergence],
         ttl: TTL,
-        bound: Duration::from_secs(1),
+        bound: Duration::from_millis(1200),
         flags: &["--buffer", "1s"],
         failures: &[("preLock", "convergence-declared", "within-declared", "beyond-declared")],
     })
@@ -465,7 +478,7 @@ async fn an_under_declaration_within_the_buffer_still_fails() {
     assert_eq!(late["phase"], "preLock");
     assert_eq!(late["observed"], "beyond-declared");
     assert_eq!(late["instance"], svc.urls[1], "instance 1 did not take the lock call");
-    assert!(late["detail"].as_str().unwrap().contains("declared 1.000s + tolerance"), "{late}");
+    assert!(late["detail"].as_str().unwrap().contains("declared 1.200s + tolerance"), "{late}");
 }
 
 /// Against a service that ignores `Idempotency-Key` (contract 1.0), the probe falls back

@@ -633,6 +633,21 @@ impl<'a> Check<'a> {
         target_location: Option<&str>,
         check_replay: bool,
     ) -> Result<(Reply, bool), Abort> {
+        self.pre_lock_primed(phase, target_location, check_replay, false).await
+    }
+
+    /// [`Self::pre_lock`]; with `prime`, the other instances' caches are primed
+    /// ([`Self::prime_caches`]) after the intent is journaled and right before the call,
+    /// so that nothing the probe does (a journal write that waits on a busy disk) comes
+    /// between the primed copy and the lock: the worst case the declared delay must cover
+    /// is then what the walk measures, on a quiet machine or a loaded one.
+    pub(super) async fn pre_lock_primed(
+        &self,
+        phase: Phase,
+        target_location: Option<&str>,
+        check_replay: bool,
+        prime: bool,
+    ) -> Result<(Reply, bool), Abort> {
         let s = &self.sc.settings;
         let key = CallKey::fresh();
         let intent = PreLockIntent {
@@ -643,6 +658,13 @@ impl<'a> Check<'a> {
         };
         if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource, Some(intent)) {
             tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
+        }
+        if prime {
+            if let Err(abort) = self.prime_caches(self.next_lock_instance()).await {
+                // Nothing was sent: the intent is not a call whose outcome is unknown.
+                let _ = self.sc.state.forget(&s.name, &self.resource);
+                return Err(abort);
+            }
         }
         let c = &self.sc.client;
         let at = self.lock_instance();

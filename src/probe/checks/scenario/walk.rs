@@ -65,8 +65,7 @@ impl Check<'_> {
     /// convergence on every instance while checking nothing is restricted yet, and waits
     /// until escalation is safe; returns when the pre-lock was granted.
     async fn pre_lock_and_converge(&self, to: &str) -> Result<ServiceInstant, Abort> {
-        self.prime_caches(self.next_lock_instance()).await?;
-        let (r, ok) = self.pre_lock(Phase::PreLock, Some(to), true).await?;
+        let (r, ok) = self.pre_lock_primed(Phase::PreLock, Some(to), true, true).await?;
         if !ok {
             return Err(Abort::Stop);
         }
@@ -109,7 +108,7 @@ impl Check<'_> {
     /// after it may lag by the replication bound). Without this an instance whose copy
     /// was about to expire anyway converges early, and an under-declaration goes
     /// unnoticed.
-    async fn prime_caches(&self, lock_call_instance: usize) -> Result<(), Abort> {
+    pub(super) async fn prime_caches(&self, lock_call_instance: usize) -> Result<(), Abort> {
         let c = &self.sc.client;
         let poll = self.sc.settings.poll_interval;
         let until = Instant::now() + PRIMING_LIMIT;
