@@ -2,8 +2,10 @@
 //!
 //! Fields this version does not know are kept in `extra` maps and written back
 //! unchanged, so services on different library versions do not drop each other's
-//! data during a rollout. `schemaVersion` is the major version: additive changes keep
-//! it, and a document with a major version this library does not support is refused.
+//! data during a rollout. `schemaVersion` names the document's *format*
+//! (docs/contract.md, "Versions"): a change that a reader of the previous format could
+//! misread takes a new format; an additive field that such a reader may ignore does
+//! not. A document in a format this library does not read is refused, never guessed at.
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,8 +14,22 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// The major schema version this library writes and understands.
-pub const SCHEMA_VERSION: u64 = 1;
+/// The formats this library reads (1: contract 1.0's documents, and those contract
+/// 1.1's builds wrote before format 2 existed; 2) and the newest it writes. A document
+/// is written in the oldest format that says what it means ([`LocationDocument::format`]),
+/// so a reader of format 1 keeps reading every document it cannot misread.
+pub use crate::versions::{FORMATS_READ, NEWEST_FORMAT};
+
+/// Format 1: the sections, their locks and the migrating flag; operation records and
+/// additive lock fields (`convergenceDelaySeconds`, `phaseSince`) may be present and
+/// ignored.
+pub const FORMAT_1: u64 = 1;
+
+/// Format 2: format 1 plus a `pending` effect, which changes what the sections mean
+/// (a pre-lock effective only from its commit, a write void if committed after its
+/// lease). A reader of format 1 would take such a write at face value: resurrect a
+/// lapsed lease, follow a void swap, or start a pre-lock early.
+pub const FORMAT_2: u64 = 2;
 
 /// The id prefix of a lock record: the lock-record design (`--lock-design record`) keeps
 /// each resource's lock in its own document, `lock:<resource id>`, beside the routing
@@ -59,8 +75,12 @@ impl DocKind {
 /// Why a stored JSON value is not a usable location document.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum DocumentError {
-    /// Written by a library whose major schema version this one does not understand.
-    #[error("location document {id:?} has schemaVersion {found}; this library supports {SCHEMA_VERSION}")]
+    /// Written in a format this library does not read (a newer library's).
+    #[error(
+        "location document {id:?} has schemaVersion {found}; this library reads formats {} to {}",
+        FORMATS_READ.start(),
+        FORMATS_READ.end()
+    )]
     UnsupportedSchema {
         /// The document id, when it could be read.
         id: String,
@@ -78,7 +98,8 @@ pub enum DocumentError {
 pub struct LocationDocument {
     /// Resource id (also the partition key).
     pub id: String,
-    /// Major schema version, see [`SCHEMA_VERSION`].
+    /// The format the document was read in (see [`FORMATS_READ`]); written as
+    /// [`Self::format`] by [`Self::to_json`], whatever it holds.
     pub schema_version: u64,
     /// The active location and its lock, if any.
     pub primary: Section,
@@ -194,6 +215,9 @@ pub struct OperationRecord {
     pub lock: Arc<str>,
     /// Kept at least until then (the lock's ceiling, so it outlives every lease).
     pub keep_until: DateTime<Utc>,
+    /// Fields written by other versions, preserved while the record is kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
 }
 
 /// A location and the lock on it.
@@ -533,7 +557,7 @@ impl LocationDocument {
     pub fn new(id: impl Into<String>, location: impl Into<String>) -> Self {
         Self {
             id: id.into(),
-            schema_version: SCHEMA_VERSION,
+            schema_version: FORMAT_1,
             primary: Section { location: location.into(), lock: None, extra: Map::new() },
             secondary: None,
             migrating: false,
@@ -587,15 +611,28 @@ impl LocationDocument {
             .ok_or_else(|| {
                 DocumentError::Malformed(format!("document {id:?}: schemaVersion is not a positive integer"))
             })?;
-        if found != SCHEMA_VERSION {
+        if !FORMATS_READ.contains(&found) {
             return Err(DocumentError::UnsupportedSchema { id, found });
         }
         serde_json::from_value(value).map_err(|e| DocumentError::Malformed(format!("document {id:?}: {e}")))
     }
 
-    /// The JSON form written to the store, unknown fields included.
+    /// The format this document must be written in: [`FORMAT_2`] while it carries a
+    /// pending effect, [`FORMAT_1`] otherwise.
+    pub fn format(&self) -> u64 {
+        if self.pending.is_some() {
+            FORMAT_2
+        } else {
+            FORMAT_1
+        }
+    }
+
+    /// The JSON form written to the store, unknown fields included, its
+    /// `schemaVersion` the [`Self::format`] of what it holds.
     pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).expect("a location document always serializes")
+        let mut json = serde_json::to_value(self).expect("a location document always serializes");
+        json["schemaVersion"] = Value::from(self.format());
+        json
     }
 
     /// The primary lock if its lease has not lapsed.
@@ -650,12 +687,45 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_major_version_is_refused() {
-        let stored = json!({"id": "r", "schemaVersion": 2, "primary": {"location": "x"}, "migrating": false});
+    fn a_format_newer_than_this_library_reads_is_refused() {
+        let stored = json!({"id": "r", "schemaVersion": 3, "primary": {"location": "x"}, "migrating": false});
         assert_eq!(
             LocationDocument::from_json(stored),
-            Err(DocumentError::UnsupportedSchema { id: "r".into(), found: 2 })
+            Err(DocumentError::UnsupportedSchema { id: "r".into(), found: 3 })
         );
+        let zero = json!({"id": "r", "schemaVersion": 0, "primary": {"location": "x"}, "migrating": false});
+        assert_eq!(
+            LocationDocument::from_json(zero),
+            Err(DocumentError::UnsupportedSchema { id: "r".into(), found: 0 })
+        );
+    }
+
+    #[test]
+    fn a_document_is_written_in_the_oldest_format_that_says_what_it_means() {
+        let mut doc = LocationDocument::new("r", "westeurope");
+        assert_eq!(doc.to_json()["schemaVersion"], json!(1));
+        doc.pending = Some(Arc::new(PendingEffect {
+            effective_after_commit_seconds: Some(7.5),
+            void_if_committed_after: None,
+            previous: None,
+            phase_starts: true,
+            key: None,
+            digest: doc.state_digest(),
+        }));
+        assert_eq!(doc.to_json()["schemaVersion"], json!(2));
+        // What contract 1.1's builds wrote before format 2: a pending effect under
+        // schemaVersion 1. Read as what it is, and written back as format 2.
+        let mut unmarked = doc.to_json();
+        unmarked["schemaVersion"] = json!(1);
+        let read = LocationDocument::from_json(unmarked).unwrap();
+        assert!(read.pending.is_some());
+        assert_eq!(read.to_json()["schemaVersion"], json!(2));
+        // Settled, it reads as format 1 again.
+        let mut settled = read;
+        settled.pending = None;
+        let written = settled.to_json();
+        assert_eq!(written["schemaVersion"], json!(1));
+        assert_eq!(written.as_object().unwrap().keys().position(|k| k == "schemaVersion"), Some(1));
     }
 
     #[test]

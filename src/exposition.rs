@@ -10,6 +10,8 @@ use axum::http::header;
 use axum::routing::{get, MethodRouter};
 use prometheus::{Encoder, Registry, TextEncoder};
 
+use crate::versions;
+
 /// Where the metrics are served.
 pub const PATH: &str = "/metrics";
 
@@ -31,15 +33,27 @@ pub const READ_THROUGH_BUCKETS: &[f64] =
     &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.04, 0.05, 0.06, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5];
 
 /// Registers what every lockprobe process exports about itself on `registry`:
-/// `lockprobe_build_info{version}` (always 1; the version from the crate, no git
-/// metadata, so a build from a tarball says the same) and, on Linux, the standard
+/// `lockprobe_build_info{version, contract, formats_read, newest_format}` (always 1;
+/// the crate's version, no git metadata, so a build from a tarball says the same; the
+/// contract version its service speaks and the document formats its library reads
+/// and writes, [`crate::versions`]) and, on Linux, the standard
 /// `process_*` metrics (CPU, resident memory, open file descriptors, start time).
 pub fn register_process_metrics(registry: &Registry) -> Result<(), prometheus::Error> {
     let info = prometheus::IntGaugeVec::new(
-        prometheus::Opts::new("lockprobe_build_info", "The running lockprobe's version; always 1."),
-        &["version"],
+        prometheus::Opts::new(
+            "lockprobe_build_info",
+            "The running lockprobe's version, contract version and document formats; always 1.",
+        ),
+        &["version", "contract", "formats_read", "newest_format"],
     )?;
-    info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+    let newest = versions::NEWEST_FORMAT.to_string();
+    info.with_label_values(&[
+        versions::LIBRARY_VERSION,
+        versions::CONTRACT_VERSION,
+        &versions::formats_read(),
+        &newest,
+    ])
+    .set(1);
     registry.register(Box::new(info))?;
     #[cfg(target_os = "linux")]
     registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;

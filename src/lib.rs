@@ -4,13 +4,15 @@
 //! Layers, bottom up; each uses only the layers above it in this list, and
 //! `tests/layering.rs` checks it (the picture is in `docs/architecture.md`):
 //!
-//! 1. The bottom, importing nothing of ours:
+//! 1. The bottom, importing nothing of ours but [`versions`]:
+//!    - [`versions`]: what this build speaks and stores, named once: the crate's
+//!      version, the contract version and the document formats it reads and writes.
 //!    - [`clock`]: the one source of time: the system clock, a manual clock, a clock
 //!      that follows tokio's (pausable) time, and a skewed clock for fault tests.
 //!    - [`duration`]: the ten-year bound on every duration and the human form they are
 //!      read in, for flags and files alike.
 //!    - [`document`]: the location document (what the store keeps and the lock lives
-//!      in), its schema versioning and the lock token.
+//!      in), its formats (`schemaVersion`) and the lock token.
 //!    - [`percentiles`]: exact percentiles over a sliding window, for status documents.
 //!    - [`exposition`]: the Prometheus text format, the one `GET /metrics` route, the
 //!      histogram buckets the probe and the monitor share, and the build and process
@@ -68,3 +70,4 @@ pub mod probe;
 pub mod routing;
 pub mod service;
 pub mod store;
+pub mod versions;

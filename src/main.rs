@@ -13,7 +13,7 @@ use lockprobe::app::{bench, demo, gate, monitor, serve, service, validate};
 #[derive(Debug, Parser)]
 #[command(
     name = "lockprobe",
-    version,
+    version = lockprobe::versions::VERSION_LINE.as_str(),
     about = "Synthetic probes and convergence monitoring for routing-embedded migration locks"
 )]
 struct Cli {

@@ -2,14 +2,15 @@
 //!
 //! Bottom up (each may use what is listed before it, and nothing after):
 //!
-//! - **bottom**: `clock`, `duration`, `percentiles`, `exposition`, `html` and `document`
-//!   import nothing of ours (each only itself);
+//! - **bottom**: `versions`, `clock`, `duration`, `percentiles`, `exposition`, `html` and
+//!   `document` import nothing of ours (each only itself) but `versions`, the leaf that
+//!   names the build's contract and document formats;
 //! - **store** uses the bottom;
 //! - **routing** uses the bottom and the store;
 //! - **service** uses the bottom, the store and routing;
 //! - **monitor** uses the bottom, the store and routing (it reads documents and settles
 //!   them with the lifecycle's rules), never the service, the probe or the wiring;
-//! - **probe** uses only `clock`, `duration`, `percentiles`, `exposition` and `html`: it is a
+//! - **probe** uses only `versions`, `clock`, `duration`, `percentiles`, `exposition` and `html`: it is a
 //!   black-box client of the HTTP contract and imports nothing of the routing library,
 //!   the document, the store, the service or the monitor it runs beside (shared code
 //!   paths share bugs); inside it, three rooms, bottom up: `checks` (what a cycle
@@ -32,7 +33,7 @@ use std::path::{Path, PathBuf};
 /// Where a module sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layer {
-    /// `clock`, `duration`, `percentiles`, `exposition`, `html`, `document`.
+    /// `versions`, `clock`, `duration`, `percentiles`, `exposition`, `html`, `document`.
     Bottom,
     Store,
     Routing,
@@ -46,7 +47,8 @@ enum Layer {
     Root,
 }
 
-const BOTTOM: [&[&str]; 6] = [&["clock"], &["duration"], &["percentiles"], &["exposition"], &["html"], &["document"]];
+const BOTTOM: [&[&str]; 7] =
+    [&["versions"], &["clock"], &["duration"], &["percentiles"], &["exposition"], &["html"], &["document"]];
 
 fn layer_of(module: &[String]) -> Option<Layer> {
     let m: Vec<&str> = module.iter().map(String::as_str).collect();
@@ -79,7 +81,7 @@ fn refusal(from: &[String], to: &[String]) -> Option<String> {
     };
     use Layer::*;
     let allowed = match lf {
-        Bottom => bottom_unit(from) == bottom_unit(to),
+        Bottom => bottom_unit(from) == bottom_unit(to) || bottom_unit(to) == Some(&["versions"][..]),
         Store => matches!(lt, Bottom | Store),
         Routing => matches!(lt, Bottom | Store | Routing),
         Service => matches!(lt, Bottom | Store | Routing | Service),

@@ -53,7 +53,16 @@ fn json_logs_build_info_and_process_metrics_from_the_monitor_alone() {
     let text = tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(async { reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap() });
-    assert!(text.contains(&format!("lockprobe_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))), "{text}");
+    assert!(
+        text.contains(&format!(
+            "lockprobe_build_info{{contract=\"{}\",formats_read=\"{}\",newest_format=\"{}\",version=\"{}\"}} 1",
+            lockprobe::versions::CONTRACT_VERSION,
+            lockprobe::versions::formats_read(),
+            lockprobe::versions::NEWEST_FORMAT,
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{text}"
+    );
     #[cfg(target_os = "linux")]
     for name in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"] {
         assert!(text.contains(&format!("\n{name} ")), "no {name} in\n{text}");
@@ -67,6 +76,22 @@ fn json_logs_build_info_and_process_metrics_from_the_monitor_alone() {
 /// `systemctl reload` (or any stray SIGHUP) must not take down the processes that have
 /// nothing to reload: `service` and `monitor` log it and keep serving, and still stop
 /// cleanly on SIGTERM. Without the handler, SIGHUP's default action ends them (exit 129).
+/// A release engineer reads off one line what a build speaks and stores.
+#[test]
+fn the_version_names_the_contract_and_the_document_formats() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lockprobe")).arg("--version").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8_lossy(&out.stdout);
+    let expected = format!(
+        "lockprobe {} (contract {}; document formats read {}, newest written {})",
+        env!("CARGO_PKG_VERSION"),
+        lockprobe::versions::CONTRACT_VERSION,
+        lockprobe::versions::formats_read(),
+        lockprobe::versions::NEWEST_FORMAT
+    );
+    assert_eq!(line.trim(), expected);
+}
+
 #[test]
 fn service_and_monitor_log_and_survive_a_sighup() {
     for (args, key) in [

@@ -399,14 +399,19 @@ pub fn swap(
         pre_lock_expires_at: guard_end,
         max_expires_at: guard_end,
         phase_since: None,
-        extra: Map::new(),
         ..lock.clone()
     };
     let lease_end = lock.expires_at;
+    // Fields other versions wrote stay with what they describe: the old location's
+    // section (now the guarded secondary), the declared target's (now the primary), the
+    // lock (now the guard, under the same token).
+    let target_extra = doc.secondary.as_ref().filter(|s| s.location == target).map(|s| s.extra.clone());
     let mut next = doc.clone();
-    next.primary.location = target.to_owned();
-    next.primary.lock = None;
-    next.secondary = Some(Section { location: old_location, lock: Some(guard), extra: Map::new() });
+    let old_primary = std::mem::replace(
+        &mut next.primary,
+        Section { location: target.to_owned(), lock: None, extra: target_extra.unwrap_or_default() },
+    );
+    next.secondary = Some(Section { location: old_location, lock: Some(guard), extra: old_primary.extra });
     next.migrating = false;
     let pending = lease_bound(doc, lease_end, false);
     seal(&mut next, pending);
@@ -747,6 +752,7 @@ pub fn decide(
         request: request.into(),
         lock: token_digest.into(),
         keep_until,
+        extra: Map::new(),
     });
     let excess = operations.len().saturating_sub(MAX_OPERATION_RECORDS);
     operations.drain(..excess);

@@ -729,7 +729,13 @@ mod tests {
             assert!(read.contains(&edge), "no {edge} s bucket in {read:?}");
         }
         assert!(
-            text.contains(&format!("lockprobe_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"))),
+            text.contains(&format!(
+                "lockprobe_build_info{{contract=\"{}\",formats_read=\"{}\",newest_format=\"{}\",version=\"{}\"}} 1",
+                crate::versions::CONTRACT_VERSION,
+                crate::versions::formats_read(),
+                crate::versions::NEWEST_FORMAT,
+                env!("CARGO_PKG_VERSION")
+            )),
             "{text}"
         );
         #[cfg(target_os = "linux")]
