@@ -12,6 +12,9 @@
 //! - [`openapi`]: the contract's OpenAPI 3.1 description, served at `GET /openapi.json`.
 //! - [`tls`]: HTTPS, optionally requiring client certificates.
 //!
+//! Every answer names the contract version and the library version that made it
+//! ([`CONTRACT_HEADER`], [`LIBRARY_HEADER`]), so a client sees a mixed fleet.
+//!
 //! Several instances share one routing store and one set of item stores, but each has
 //! its own `RoutingClient` and so its own cache tiers: that is how stale caches and
 //! convergence are observed across instances.
@@ -44,6 +47,7 @@ use crate::routing::client::DEFAULT_MAX_DECISION_AGE;
 use crate::routing::lifecycle::DEFAULT_SKEW_MARGIN;
 use crate::routing::{ClientOptions, Deviations, LockPolicy, RoutingClient};
 use crate::store::LocationStore;
+use crate::versions;
 pub use design::LockDesign;
 use items::ItemStores;
 
@@ -66,8 +70,13 @@ pub enum Fault {
     /// nobody holds its token any more (an orphan, for the release gate to find).
     AckReleaseWithoutReleasing,
     /// Contract version 1.0: the `Idempotency-Key` header is ignored, so a repeated
-    /// call is a new call (to show how a probe falls back against such a service).
+    /// call is a new call (with [`Fault::DeclareNoVersion`], to show how a probe falls
+    /// back against such a service; alone, a service that breaks the contract it
+    /// declares).
     IgnoreIdempotencyKey,
+    /// Answer without `Lockprobe-Contract` and `Lockprobe-Library`, as a service of
+    /// contract 1.1 or earlier does.
+    DeclareNoVersion,
     /// Caches serve a document whose lock has started instead of reading through to
     /// the write region (reads in the write phase come from a cache).
     ServeLockedFromCache,
@@ -291,10 +300,28 @@ pub mod paths {
     pub const ALL: [&str; 9] = [LOCK, ESCALATE, RENEW, SWAP, ROUTE, ITEM, HEALTH, OPENAPI, crate::exposition::PATH];
 }
 
+/// The header every answer names the contract version in (`docs/contract.md`, version
+/// 1.2), e.g. `1.2`.
+pub const CONTRACT_HEADER: &str = "lockprobe-contract";
+
+/// The header every answer names the version of the library that made it in, e.g.
+/// `0.1.0`.
+pub const LIBRARY_HEADER: &str = "lockprobe-library";
+
+/// Names the versions on `answer`, whatever made it (a route, a refusal, a fallback).
+async fn name_versions(mut answer: axum::response::Response) -> axum::response::Response {
+    use axum::http::HeaderValue;
+    let headers = answer.headers_mut();
+    headers.insert(CONTRACT_HEADER, HeaderValue::from_static(versions::CONTRACT_VERSION));
+    headers.insert(LIBRARY_HEADER, HeaderValue::from_static(versions::LIBRARY_VERSION));
+    answer
+}
+
 /// The contract's routes for one instance.
 pub fn router(instance: Arc<Instance>) -> Router {
     let limit = instance.config.max_body_bytes;
-    Router::new()
+    let declares = !instance.config.has_fault(Fault::DeclareNoVersion);
+    let routes = Router::new()
         .route(paths::LOCK, post(lock_api::pre_lock).delete(lock_api::release))
         .route(paths::ESCALATE, post(lock_api::escalate))
         .route(paths::RENEW, post(lock_api::renew))
@@ -311,8 +338,10 @@ pub fn router(instance: Arc<Instance>) -> Router {
             |uri: axum::http::Uri| async move { error::ApiError::not_found(format!("no route for {}", uri.path())) },
         )
         .layer(axum::Extension(input::BodyLimit(limit)))
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(instance)
+        .layer(DefaultBodyLimit::max(limit));
+    // Outermost: every answer, refusals of the layers above included.
+    let routes = if declares { routes.layer(axum::middleware::map_response(name_versions)) } else { routes };
+    routes.with_state(instance)
 }
 
 /// A started service: one listener per instance.

@@ -115,6 +115,18 @@ impl Harness {
         if status.is_client_error() || status.is_server_error() {
             assert_eq!(headers.get("content-type").unwrap(), "application/problem+json", "{status} {body}");
         }
+        // Contract 1.2: every answer, refusals and unknown routes included, names its versions.
+        let named = |h: &str| headers.get(h).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(
+            named("lockprobe-contract").as_deref(),
+            Some(lockprobe::versions::CONTRACT_VERSION),
+            "{status} {path}"
+        );
+        assert_eq!(
+            named("lockprobe-library").as_deref(),
+            Some(lockprobe::versions::LIBRARY_VERSION),
+            "{status} {path}"
+        );
         Answer { status, headers, body }
     }
 
