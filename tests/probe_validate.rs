@@ -481,20 +481,47 @@ async fn an_under_declaration_within_the_buffer_still_fails() {
     assert!(late["detail"].as_str().unwrap().contains("declared 1.200s + tolerance"), "{late}");
 }
 
-/// Against a service that ignores `Idempotency-Key` (contract 1.0), the probe falls back
-/// to what it did before keys existed: the cycle passes, and the report says so.
+/// Against a service that ignores `Idempotency-Key` and declares no contract version
+/// (contract 1.0), the probe falls back to what it did before keys existed: the cycle
+/// passes, and the report says what was not checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn falls_back_and_says_so_against_a_service_that_ignores_keys() {
-    let svc = start_service(vec![Fault::IgnoreIdempotencyKey], TTL, BOUND).await;
+    let svc = start_service(vec![Fault::IgnoreIdempotencyKey, Fault::DeclareNoVersion], TTL, BOUND).await;
     let run = validate(&svc, &["--buffer", "500ms"]).await;
     assert_eq!(run.code, 0, "{}", run.stdout);
     let notes = run.json["notes"].as_array().unwrap();
-    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("ignores Idempotency-Key (contract 1.0)")), "{notes:?}");
+    let skipped = "not checked: pre-lock-replay (the service ignores Idempotency-Key, as contract 1.0 does";
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains(skipped)), "{notes:?}");
     assert!(
         !run.json["assertions"].as_array().unwrap().iter().any(|a| a["op"] == "pre-lock-replay"),
         "no replay assertion against a 1.0 service"
     );
     assert!(run.stdout.contains("contract 1.0"), "the note is printed: {}", run.stdout);
+    for declared in run.json["declaredVersions"].as_array().unwrap() {
+        assert_eq!((&declared["contract"], &declared["library"]), (&Value::Null, &Value::Null), "{declared}");
+    }
+}
+
+/// A service that declares a contract with idempotency keys (1.2) and ignores them is
+/// not excused as a 1.0 service: the replay fails, and the report names the versions
+/// every instance declared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_declares_keys_and_ignores_them_fails_the_replay() {
+    let svc = start_service(vec![Fault::IgnoreIdempotencyKey], TTL, BOUND).await;
+    let run = validate(&svc, &["--buffer", "500ms"]).await;
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    let replay = failed(&run)
+        .into_iter()
+        .find(|a| a["op"] == "pre-lock-replay")
+        .cloned()
+        .unwrap_or_else(|| panic!("no pre-lock-replay failure in {}", run.stdout));
+    assert_eq!(replay["observed"], "423 lock-held", "{replay}");
+    let declared = run.json["declaredVersions"].as_array().unwrap();
+    assert_eq!(declared.len(), svc.urls.len(), "{declared:?}");
+    for d in declared {
+        assert_eq!(d["contract"], lockprobe::versions::CONTRACT_VERSION, "{d}");
+        assert_eq!(d["library"], lockprobe::versions::LIBRARY_VERSION, "{d}");
+    }
 }
 
 /// The convergence tolerance raises no false failure against an honest service:

@@ -181,6 +181,19 @@ pub struct InstanceConvergence {
     pub tolerance_seconds: f64,
 }
 
+/// The versions one instance named in its answers (contract 1.2; both absent from a
+/// service of contract 1.1 or earlier).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceVersions {
+    /// The instance's origin, `http://host:port`.
+    pub instance: String,
+    /// The contract version it declared, e.g. `1.2`.
+    pub contract: Option<String>,
+    /// Its routing library's version.
+    pub library: Option<String>,
+}
+
 /// Everything one cycle found.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -220,6 +233,9 @@ pub struct CycleReport {
     /// Store-region changes the instances reported during the cycle (a failover of the
     /// service's store), as `http://host:port: westeurope -> northeurope`.
     pub store_region_changes: Vec<String>,
+    /// The versions each instance named in its last answer of the cycle (contract 1.2's
+    /// `Lockprobe-Contract` and `Lockprobe-Library`), by instance.
+    pub declared_versions: Vec<InstanceVersions>,
     /// When the main walk's steps happened, for the status page's timeline.
     pub walk: WalkTimeline,
     /// Per check that held operations to a lock: how many were held and how many were
@@ -333,6 +349,7 @@ pub(crate) mod fixtures {
             observed_convergence: vec![],
             notes: Vec::new(),
             store_region_changes: Vec::new(),
+            declared_versions: Vec::new(),
             walk: WalkTimeline::default(),
             decisions: Vec::new(),
         }

@@ -20,11 +20,11 @@ use negative::Negative;
 
 use super::observer::Observer;
 use super::report::{
-    Assertion, CheckDecisions, CycleReport, CycleResult, InstanceConvergence, StepStart, WalkTimeline,
+    Assertion, CheckDecisions, CycleReport, CycleResult, InstanceConvergence, InstanceVersions, StepStart, WalkTimeline,
 };
 use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
 use super::state::{HeldLock, PreLockIntent, StateFile};
-use super::target::{CallKey, HttpClients, TargetClient, TargetError};
+use super::target::{CallKey, Declared, HttpClients, TargetClient, TargetError};
 use super::vocabulary::{Op, Outcome, Phase};
 use window::Tally;
 
@@ -406,9 +406,23 @@ impl Scenario {
             observed_convergence: std::mem::take(&mut *lock(&rec.convergence)),
             notes: std::mem::take(&mut *lock(&rec.notes)),
             store_region_changes: Vec::new(),
+            declared_versions: Vec::new(),
             walk: walk_timeline(&rec, started_at, walk_ended),
             decisions,
         };
+        let declared = self.client.declared_versions();
+        let distinct: std::collections::BTreeSet<&Declared> = declared.values().collect();
+        if distinct.len() > 1 {
+            let each: Vec<String> = declared.iter().map(|(instance, d)| format!("{instance}: {d}")).collect();
+            report.notes.push(format!(
+                "the instances answer as different versions (a mixed fleet, as in a rollout): {}",
+                each.join("; ")
+            ));
+        }
+        report.declared_versions = declared
+            .into_iter()
+            .map(|(instance, d)| InstanceVersions { instance, contract: d.contract, library: d.library })
+            .collect();
         let moves = self.client.take_store_region_changes();
         if !moves.is_empty() {
             let moves: Vec<String> = moves.iter().map(ToString::to_string).collect();

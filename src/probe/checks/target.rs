@@ -1,7 +1,7 @@
 //! HTTP client for the probe contract (see `docs/architecture.md`). The probe's only way to
 //! reach a service: it shares no code with the routing library it judges.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -100,6 +100,9 @@ pub struct Reply {
     pub timing: Option<ServerTiming>,
     /// `Server-Timing` store region, if the service reports one.
     pub store_region: Option<String>,
+    /// `Lockprobe-Contract`: the contract version the answering instance declares
+    /// (contract 1.2 and later; absent from earlier services).
+    pub contract: Option<String>,
     /// Wall time the request took.
     pub elapsed: Duration,
 }
@@ -218,6 +221,43 @@ pub struct TargetClient {
     region_changes: Arc<AtomicU64>,
     /// Changes not yet taken into a report.
     region_events: Arc<Mutex<Vec<RegionChange>>>,
+    /// What each instance (by origin) declared in its last answer.
+    declared: Arc<Mutex<BTreeMap<String, Declared>>>,
+}
+
+/// The header a service of contract 1.2 or later names its contract version in.
+pub const CONTRACT_HEADER: &str = "lockprobe-contract";
+/// The header a service of contract 1.2 or later names its library version in.
+pub const LIBRARY_HEADER: &str = "lockprobe-library";
+
+/// The versions one instance named in its last answer (contract 1.2's headers).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Declared {
+    /// `Lockprobe-Contract`, e.g. `1.2`; `None` from a service of contract 1.1 or
+    /// earlier.
+    pub contract: Option<String>,
+    /// `Lockprobe-Library`, e.g. `0.1.0`.
+    pub library: Option<String>,
+}
+
+impl Declared {
+    /// Whether the declared contract is at least `major.minor`: `None` when nothing
+    /// (or nothing readable) was declared, which means contract 1.1 or earlier.
+    pub fn at_least(&self, major: u32, minor: u32) -> Option<bool> {
+        let (ma, mi) = self.contract.as_deref()?.split_once('.')?;
+        let version: (u32, u32) = (ma.trim().parse().ok()?, mi.trim().parse().ok()?);
+        Some(version >= (major, minor))
+    }
+}
+
+impl std::fmt::Display for Declared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.contract, &self.library) {
+            (Some(c), Some(l)) => write!(f, "contract {c}, library {l}"),
+            (Some(c), None) => write!(f, "contract {c}"),
+            (None, _) => f.write_str("no contract version (1.1 or earlier)"),
+        }
+    }
 }
 
 /// An instance's store region changed between two of its answers.
@@ -284,7 +324,21 @@ impl TargetClient {
             regions: Arc::default(),
             region_changes: Arc::default(),
             region_events: Arc::default(),
+            declared: Arc::default(),
         }
+    }
+
+    /// What each instance (by origin, `http://host:port`) declared in its last answer.
+    pub fn declared_versions(&self) -> BTreeMap<String, Declared> {
+        self.declared.lock().expect("declared versions lock").clone()
+    }
+
+    /// What instance `instance` (an index into [`Self::instances`]) last declared; the
+    /// default (nothing declared) before it answered.
+    pub fn declared_by(&self, instance: usize) -> Declared {
+        let base = self.instances.get(instance).map(String::as_str).unwrap_or_default();
+        let origin = reqwest::Url::parse(base).map(|u| u.origin().ascii_serialization()).unwrap_or_default();
+        self.declared.lock().expect("declared versions lock").get(&origin).cloned().unwrap_or_default()
     }
 
     /// How many times an instance's store region changed between two of its answers
@@ -361,9 +415,13 @@ impl TargetClient {
         let server_timing = header("server-timing");
         let timing = server_timing.as_deref().and_then(parse_server_timing);
         let store_region = server_timing.as_deref().and_then(parse_store_region);
+        let origin = resp.url().origin().ascii_serialization();
         if let Some(region) = &store_region {
-            self.note_region(resp.url().origin().ascii_serialization(), region);
+            self.note_region(origin.clone(), region);
         }
+        let contract = header(CONTRACT_HEADER);
+        let declared = Declared { contract: contract.clone(), library: header(LIBRARY_HEADER) };
+        self.declared.lock().expect("declared versions lock").insert(origin, declared);
         let bytes = resp.bytes().await.map_err(|e| TargetError::Transport(error_chain(&e)))?;
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let problem = if status >= 400 {
@@ -376,7 +434,7 @@ impl TargetClient {
         } else {
             None
         };
-        Ok(Reply { status, body, problem, retry_after, timing, store_region, elapsed: started.elapsed() })
+        Ok(Reply { status, body, problem, retry_after, timing, store_region, contract, elapsed: started.elapsed() })
     }
 
     /// A transport error on an `https` instance, with why the server refused the TLS
@@ -585,6 +643,21 @@ mod tests {
         assert_eq!(parse_server_timing(header).unwrap().source, "store", "the route metric is unaffected");
         assert_eq!(parse_store_region(r#"route;desc="cache";dur=0.1"#), None, "a store without regions");
         assert_eq!(parse_store_region(r#"store;dur=1"#), None);
+    }
+
+    #[test]
+    fn a_declared_contract_is_compared_as_major_and_minor() {
+        let declared = |c: Option<&str>| Declared { contract: c.map(str::to_owned), library: None };
+        assert_eq!(declared(Some("1.2")).at_least(1, 1), Some(true));
+        assert_eq!(declared(Some("1.10")).at_least(1, 2), Some(true), "1.10 is newer than 1.2");
+        assert_eq!(declared(Some("1.0")).at_least(1, 1), Some(false));
+        assert_eq!(declared(Some("2.0")).at_least(1, 9), Some(true));
+        assert_eq!(declared(None).at_least(1, 0), None, "nothing declared: 1.1 or earlier");
+        assert_eq!(declared(Some("one.two")).at_least(1, 0), None, "unreadable is undeclared");
+        assert_eq!(declared(Some("1")).at_least(1, 0), None);
+        assert_eq!(declared(None).to_string(), "no contract version (1.1 or earlier)");
+        let full = Declared { contract: Some("1.2".into()), library: Some("0.1.0".into()) };
+        assert_eq!(full.to_string(), "contract 1.2, library 0.1.0");
     }
 
     #[test]

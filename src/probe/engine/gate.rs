@@ -402,6 +402,7 @@ mod tests {
             observed_convergence: Vec::new(),
             notes: Vec::new(),
             store_region_changes: Vec::new(),
+            declared_versions: Vec::new(),
             walk: Default::default(),
             decisions: Vec::new(),
         };

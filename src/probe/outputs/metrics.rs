@@ -607,6 +607,7 @@ mod tests {
             ],
             notes: Vec::new(),
             store_region_changes: Vec::new(),
+            declared_versions: Vec::new(),
             walk: Default::default(),
             decisions: Vec::new(),
         }

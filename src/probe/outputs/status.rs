@@ -438,6 +438,7 @@ mod tests {
             observed_convergence: vec![],
             notes: Vec::new(),
             store_region_changes: Vec::new(),
+            declared_versions: Vec::new(),
             walk: Default::default(),
             decisions: Vec::new(),
         }

@@ -701,9 +701,11 @@ impl<'a> Check<'a> {
 
     /// Repeats a granted pre-lock under its key: the same token back means the service
     /// keeps idempotency keys (contract 1.1); `423 lock-held` means it ignores them
-    /// (contract 1.0), which the report notes and the probe then lives with (a lock
-    /// whose answer is lost is left to its lease); a different token is a second lock
-    /// granted over the first, a failure, and that lock is released at once.
+    /// (contract 1.0), which the report notes as not checked and the probe then lives
+    /// with (a lock whose answer is lost is left to its lease), unless the instance
+    /// declares contract 1.1 or later (`Lockprobe-Contract`), for which it is a failure;
+    /// a different token is a second lock granted over the first, a failure, and that
+    /// lock is released at once.
     async fn replay_pre_lock(&self, phase: Phase, key: &CallKey, token: &str, target_location: Option<&str>) {
         let s = &self.sc.settings;
         let c = &self.sc.client;
@@ -714,9 +716,11 @@ impl<'a> Check<'a> {
         let observed = match granted(&r) {
             Some(again) if again == token => Outcome::SameToken,
             Some(_) => Outcome::FreshLock,
-            None if r.outcome() == Outcome::lock_held() => {
+            // Excused only where the instance does not declare a contract that keeps
+            // keys: one that declares 1.1 or later and ignores them fails its own.
+            None if r.outcome() == Outcome::lock_held() && c.declared_by(at).at_least(1, 1) != Some(true) => {
                 self.note(format!(
-                    "{}: the service ignores Idempotency-Key (contract 1.0): a lock call whose answer is lost cannot be recovered, only left to its lease",
+                    "{}: not checked: pre-lock-replay (the service ignores Idempotency-Key, as contract 1.0 does, and declares no contract version): a lock call whose answer is lost cannot be recovered, only left to its lease",
                     self.name
                 ));
                 return;
