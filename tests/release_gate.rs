@@ -29,6 +29,8 @@ struct Suite {
     cases: Vec<String>,
     failed_cases: usize,
     skipped_cases: usize,
+    /// The `message` of each `<skipped>`: why an assertion was inconclusive.
+    skipped_messages: Vec<String>,
 }
 
 fn attr(e: &quick_xml::events::BytesStart<'_>, name: &str) -> Option<String> {
@@ -63,7 +65,11 @@ fn suites(xml: &str) -> Vec<Suite> {
                     suite.cases.push(format!("{class} :: {}", attr(&e, "name").expect("a testcase has a name")));
                 }
                 b"failure" | b"error" => suites.last_mut().expect("inside a testsuite").failed_cases += 1,
-                b"skipped" => suites.last_mut().expect("inside a testsuite").skipped_cases += 1,
+                b"skipped" => {
+                    let suite = suites.last_mut().expect("inside a testsuite");
+                    suite.skipped_cases += 1;
+                    suite.skipped_messages.push(attr(&e, "message").unwrap_or_default());
+                }
                 _ => {}
             },
             Event::Eof => return suites,
@@ -111,7 +117,21 @@ fn the_shipped_library_passes_every_profile_within_the_assumptions_and_the_repor
         assert_eq!(unique.len(), s.cases.len(), "{}: test case names are unique", s.name);
         assert!(s.cases.iter().any(|c| c.ends_with(".gate :: no live lock left behind")), "{}: swept", s.name);
         if s.name != "clock-beyond-margin" {
-            assert_eq!(s.failed_cases + s.skipped_cases, 0, "{}: within the assumptions nothing fails", s.name);
+            assert_eq!(s.failed_cases, 0, "{}: within the assumptions nothing fails", s.name);
+            // An operation whose decision window straddled a lock's edge is inconclusive:
+            // neither passed nor failed, shown with why, and capped by the gate itself (a
+            // check over its share fails the profile, which the PASSED above rules out).
+            // On a loaded machine a few occur (RELIABILITY.md: 19 of 8,309 in 20 rounds).
+            for why in &s.skipped_messages {
+                assert!(why.starts_with("inconclusive: "), "{}: a skipped case says why: {why:?}", s.name);
+            }
+            assert!(
+                s.skipped_cases * 5 <= s.tests,
+                "{}: {} of {} cases inconclusive, over the default share of 20%",
+                s.name,
+                s.skipped_cases,
+                s.tests
+            );
         }
         let report = dir.path().join(format!("{}.json", s.name));
         assert!(report.is_file(), "{} has its JSON cycle report", s.name);
