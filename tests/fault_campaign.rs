@@ -286,8 +286,12 @@ async fn run_seed_with(
     tokio::time::sleep(shape.settle).await;
     let finals = read_back(&fleet).await;
 
-    let history: Vec<oracle::Committed> =
-        fleet.recording.versions().into_iter().map(|(from, version)| oracle::Committed { from, version }).collect();
+    let history: Vec<oracle::Committed> = fleet
+        .recording
+        .versions()
+        .into_iter()
+        .map(|(sent, from, version)| oracle::Committed { from, sent, version })
+        .collect();
     let log = std::mem::take(&mut *log(&shared));
     let violations = oracle::judge(&Evidence {
         history: &history,

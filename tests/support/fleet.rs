@@ -71,25 +71,28 @@ impl Default for FleetOptions {
     }
 }
 
+/// A committed version with the instants its write was sent and answered.
+pub type SentAndAnswered = (DateTime<Utc>, DateTime<Utc>, Versioned);
+
 /// Every write the store committed, as it answered it: the history an oracle judges.
 #[derive(Debug)]
 pub struct Recording {
     inner: Arc<dyn LocationStore>,
     clock: Arc<dyn Clock>,
-    log: std::sync::Mutex<Vec<(DateTime<Utc>, Versioned)>>,
+    log: std::sync::Mutex<Vec<SentAndAnswered>>,
 }
 
 impl Recording {
-    fn record(&self, doc: &LocationDocument, written: &Result<Committed, StoreError>) {
+    fn record(&self, doc: &LocationDocument, sent: DateTime<Utc>, written: &Result<Committed, StoreError>) {
         if let Ok(c) = written {
             let version = Versioned { doc: doc.clone(), etag: c.etag.clone(), committed_at: c.committed_at };
-            self.log.lock().unwrap().push((self.clock.now(), version));
+            self.log.lock().unwrap().push((sent, self.clock.now(), version));
         }
     }
 
-    /// Every committed version with the instant its write was answered (no earlier than
-    /// its commit; the same instant for the memory store on the fleet's clock).
-    pub fn versions(&self) -> Vec<(DateTime<Utc>, Versioned)> {
+    /// Every committed version with the instants its write was sent and answered (the
+    /// commit lies between; the same instant for the memory store on the fleet's clock).
+    pub fn versions(&self) -> Vec<SentAndAnswered> {
         self.log.lock().unwrap().clone()
     }
 }
@@ -103,13 +106,15 @@ impl LocationStore for Recording {
         self.inner.read(id, from).await
     }
     async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
+        let sent = self.clock.now();
         let written = self.inner.create(doc).await;
-        self.record(doc, &written);
+        self.record(doc, sent, &written);
         written
     }
     async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
+        let sent = self.clock.now();
         let written = self.inner.replace(doc, if_match).await;
-        self.record(doc, &written);
+        self.record(doc, sent, &written);
         written
     }
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {

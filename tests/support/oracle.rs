@@ -28,10 +28,18 @@ use lockprobe::store::{Change, Versioned};
 /// campaign), or the instant its write was answered (no earlier than the commit) where
 /// the store's commit times are coarse or on another clock (Cosmos DB's `_ts`). A later
 /// instant can hide a violation, never invent one.
+///
+/// Where the commit time is not true time, the version may have been in force as early
+/// as `sent`, the instant its write was sent: a version that lifts a lock (a release, a
+/// swap) is taken to lift it from then when judging whether the lock was certainly in
+/// force, so a slow answer (a planned failover holds writes until replication caught
+/// up) cannot invent a violation either.
 #[derive(Debug, Clone)]
 pub struct Committed {
-    /// In force from.
+    /// In force from, at the latest.
     pub from: DateTime<Utc>,
+    /// Its write was sent then: in force from then, at the earliest.
+    pub sent: DateTime<Utc>,
     /// The version as stored (settled by the oracle with its own commit time).
     pub version: Versioned,
 }
@@ -39,7 +47,14 @@ pub struct Committed {
 impl Committed {
     /// Versions of a store whose commit times are true time.
     pub fn exact(history: &[Change]) -> Vec<Committed> {
-        history.iter().map(|c| Committed { from: c.doc.committed_at, version: Versioned::clone(&c.doc) }).collect()
+        history
+            .iter()
+            .map(|c| Committed {
+                from: c.doc.committed_at,
+                sent: c.doc.committed_at,
+                version: Versioned::clone(&c.doc),
+            })
+            .collect()
     }
 }
 use serde_json::Value;
@@ -136,13 +151,23 @@ pub struct Evidence<'a> {
 }
 
 /// A resource's settled versions, by commit time.
-pub struct Timeline(Vec<(DateTime<Utc>, LocationDocument)>);
+pub struct Timeline(Vec<(DateTime<Utc>, DateTime<Utc>, LocationDocument)>);
 
 impl Timeline {
-    /// The document the store held at `t`.
+    /// The document the store held at `t`, taking each version in force from its answer.
     fn at(&self, t: DateTime<Utc>) -> Option<&LocationDocument> {
-        let i = self.0.partition_point(|(c, _)| *c <= t);
-        i.checked_sub(1).map(|i| &self.0[i].1)
+        let i = self.0.partition_point(|(from, _, _)| *from <= t);
+        i.checked_sub(1).map(|i| &self.0[i].2)
+    }
+
+    /// Every version that may have been in force at some instant of `[start, end]`:
+    /// the one in force at `start` by the answers, and every later one whose write was
+    /// sent by `end` (it may have been committed before its answer, as early as then).
+    fn possibly_in_force(&self, start: DateTime<Utc>, end: DateTime<Utc>) -> Vec<&LocationDocument> {
+        let first = self.0.partition_point(|(from, _, _)| *from <= start);
+        let mut docs: Vec<&LocationDocument> = first.checked_sub(1).map(|i| &self.0[i].2).into_iter().collect();
+        docs.extend(self.0[first..].iter().filter(|(_, sent, _)| *sent <= end).map(|(_, _, doc)| doc));
+        docs
     }
 }
 
@@ -151,10 +176,10 @@ pub fn timelines(history: &[Committed]) -> BTreeMap<String, Timeline> {
     let mut out: BTreeMap<String, Timeline> = BTreeMap::new();
     for c in history {
         let doc = lifecycle::settle(c.version.doc.clone(), c.version.committed_at);
-        out.entry(doc.id.clone()).or_insert_with(|| Timeline(Vec::new())).0.push((c.from, doc));
+        out.entry(doc.id.clone()).or_insert_with(|| Timeline(Vec::new())).0.push((c.from, c.sent.min(c.from), doc));
     }
     for timeline in out.values_mut() {
-        timeline.0.sort_by_key(|(from, _)| *from);
+        timeline.0.sort_by_key(|(from, _, _)| *from);
     }
     out
 }
@@ -189,10 +214,15 @@ fn enforcement(e: &Evidence<'_>, by_id: &BTreeMap<String, Timeline>, out: &mut V
         let Some(lock) = lock_at(op.decided_from) else { continue };
         let Some(since) = lock.phase_since else { continue };
         // In force over the whole window the decision may have fallen in: from its start
-        // (+ the decision age) to the answer, the same phase of the same lock.
-        let same_at_answer = lock_at(op.at)
-            .is_some_and(|l| l.phase == lock.phase && l.phase_since == Some(since) && op.at < l.expires_at);
-        let in_force = since + age <= op.decided_from && same_at_answer;
+        // (+ the decision age) to the answer, the same phase of the same lock in every
+        // version that may have been in force meanwhile.
+        let same_throughout = timeline.possibly_in_force(op.decided_from, op.at).iter().all(|doc| {
+            doc.primary
+                .lock
+                .as_ref()
+                .is_some_and(|l| l.phase == lock.phase && l.phase_since == Some(since) && op.at < l.expires_at)
+        });
+        let in_force = since + age <= op.decided_from && same_throughout;
         if in_force && forbidden_by.contains(&lock.phase) {
             out.push(Violation {
                 kind: "enforcement",
@@ -243,11 +273,13 @@ fn data(e: &Evidence<'_>, out: &mut Vec<Violation>) {
 /// holds that no longer carries its token, whichever came first.
 fn held_until(h: &Holding, timeline: Option<&Timeline>) -> DateTime<Utc> {
     let gone = timeline.and_then(|t| {
-        let start = t.0.partition_point(|(c, _)| *c <= h.from).saturating_sub(1);
+        let start = t.0.partition_point(|(from, _, _)| *from <= h.from).saturating_sub(1);
+        // From the earliest instant it may have been committed: the holding is never
+        // taken to last longer than it may have.
         t.0[start..]
             .iter()
-            .find(|(_, d)| d.primary.lock.as_ref().is_none_or(|l| l.token.expose() != h.token))
-            .map(|(c, _)| *c)
+            .find(|(_, _, d)| d.primary.lock.as_ref().is_none_or(|l| l.token.expose() != h.token))
+            .map(|(_, sent, _)| *sent)
     });
     gone.map_or(h.until, |g| g.min(h.until))
 }
