@@ -100,9 +100,6 @@ pub struct Reply {
     pub timing: Option<ServerTiming>,
     /// `Server-Timing` store region, if the service reports one.
     pub store_region: Option<String>,
-    /// `Lockprobe-Contract`: the contract version the answering instance declares
-    /// (contract 1.2 and later; absent from earlier services).
-    pub contract: Option<String>,
     /// Wall time the request took.
     pub elapsed: Duration,
 }
@@ -419,8 +416,7 @@ impl TargetClient {
         if let Some(region) = &store_region {
             self.note_region(origin.clone(), region);
         }
-        let contract = header(CONTRACT_HEADER);
-        let declared = Declared { contract: contract.clone(), library: header(LIBRARY_HEADER) };
+        let declared = Declared { contract: header(CONTRACT_HEADER), library: header(LIBRARY_HEADER) };
         self.declared.lock().expect("declared versions lock").insert(origin, declared);
         let bytes = resp.bytes().await.map_err(|e| TargetError::Transport(error_chain(&e)))?;
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
@@ -434,7 +430,7 @@ impl TargetClient {
         } else {
             None
         };
-        Ok(Reply { status, body, problem, retry_after, timing, store_region, contract, elapsed: started.elapsed() })
+        Ok(Reply { status, body, problem, retry_after, timing, store_region, elapsed: started.elapsed() })
     }
 
     /// A transport error on an `https` instance, with why the server refused the TLS

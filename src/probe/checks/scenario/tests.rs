@@ -17,7 +17,6 @@ fn reply(status: u16, body: Value, retry_after: Option<&str>) -> Reply {
         retry_after: retry_after.map(str::to_string),
         timing: None,
         store_region: None,
-        contract: None,
         elapsed: Duration::ZERO,
     }
 }
