@@ -92,6 +92,20 @@ pub enum DocumentError {
     Malformed(String),
 }
 
+impl DocumentError {
+    /// Every [`Self::reason`], for metrics labels that must exist before the first one.
+    pub const REASONS: [&'static str; 2] = ["unsupported-format", "malformed"];
+
+    /// A short, stable name for the kind of refusal: `unsupported-format` (a format
+    /// this library does not read, usually a newer library's) or `malformed`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DocumentError::UnsupportedSchema { .. } => Self::REASONS[0],
+            DocumentError::Malformed(_) => Self::REASONS[1],
+        }
+    }
+}
+
 /// The routing and lock state of one resource.
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -13,6 +13,8 @@
 //! - [`tracker`]: the pure inference from observed versions to events.
 //! - [`metrics`]: `lockprobe_monitor_*` and the HDR percentiles of the status API.
 //! - [`status`]: [`MonitorStatus`], the document of `/api/v1/monitor`.
+//! - [`unreadable`]: the documents the monitor cannot read (a newer library's format, or
+//!   no location document), skipped and counted so they blind it to nothing else.
 
 pub mod config;
 pub mod http;
@@ -21,6 +23,7 @@ pub mod page;
 pub mod status;
 pub mod timeline;
 pub mod tracker;
+pub mod unreadable;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -32,13 +35,17 @@ use tracing::{debug, error, info, warn};
 
 pub use config::{MonitorConfig, MonitorConfigError};
 pub use metrics::{MetricsError, MonitorMetrics};
-pub use status::{AnomalyDocument, MigrationCounts, MonitorStatus, OrphanDocument, PhaseCounts, ProbeLocks};
+pub use status::{
+    AnomalyDocument, MigrationCounts, MonitorStatus, OrphanDocument, PhaseCounts, ProbeLocks, UnreadableDocument,
+};
 pub use tracker::{Event, Outcome, Rules, Seen, Source, Tracker, PROBE_OWNER_PREFIX};
 
 use crate::clock::Clock;
+use crate::document::DocumentError;
 use crate::document::LocationDocument;
 use crate::routing::lifecycle;
-use crate::store::{ChangeCursor, LocationStore, StoreError, Versioned};
+use crate::store::{ChangeCursor, LocationStore, StoreError, Unreadable, Versioned};
+use unreadable::UnreadableDocuments;
 
 /// A stored version as readers take it: a write that landed too late is void, a
 /// pre-lock starts from its commit (see [`lifecycle::settle`]). The commit time is
@@ -51,6 +58,9 @@ fn settled(v: &Versioned, committed_at: DateTime<Utc>) -> Cow<'_, LocationDocume
 
 /// How many orphan ids the status API lists.
 const STATUS_ORPHAN_IDS: usize = 20;
+
+/// How many unreadable documents the status API lists.
+const STATUS_UNREADABLE_IDS: usize = 20;
 
 /// Why the monitor could not start or a store call failed.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +86,8 @@ pub enum MonitorError {
 pub struct ScanReport {
     /// Documents read.
     pub documents: usize,
+    /// Documents met that this library cannot read (skipped).
+    pub unreadable: usize,
     /// Orphaned locks known after the scan.
     pub orphaned_locks: usize,
 }
@@ -105,6 +117,7 @@ struct Inner {
     anomalies: VecDeque<Anomaly>,
     last_scan_at: Option<DateTime<Utc>>,
     events: Vec<Event>,
+    unreadable: UnreadableDocuments,
 }
 
 /// The convergence monitor over one store.
@@ -145,6 +158,7 @@ impl Monitor {
                 anomalies: VecDeque::with_capacity(config.recent_anomalies),
                 last_scan_at: None,
                 events: Vec::new(),
+                unreadable: UnreadableDocuments::default(),
             }),
             cursor: tokio::sync::Mutex::new(ChangeCursor::beginning()),
             config,
@@ -157,7 +171,7 @@ impl Monitor {
     }
 
     /// Reads one batch of the change stream and applies it; returns how many versions
-    /// were applied.
+    /// were read (those that cannot be read included: they are skipped and counted).
     pub async fn poll_once(&self) -> Result<usize, MonitorError> {
         let mut cursor = self.cursor.lock().await;
         let batch = match self.store.read_changes(&cursor, self.config.poll_batch).await {
@@ -167,7 +181,7 @@ impl Monitor {
                 return Err(MonitorError::Store { op: "read_changes", source });
             }
         };
-        let n = batch.changes.len();
+        let n = batch.changes.len() + batch.unreadable.len();
         {
             // A commit time comes from the store's clock (Cosmos DB: `_ts`, whole
             // seconds, server time); lock times come from the service's. A commit time
@@ -176,8 +190,14 @@ impl Monitor {
             let now = self.clock.now();
             let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for change in &batch.changes {
+                if !inner.unreadable.readable(&change.doc.doc.id, Some(change.doc.committed_at)) {
+                    continue; // older than the unreadable version already met
+                }
                 let at = change.doc.committed_at.min(now);
                 self.apply(&mut inner, &settled(&change.doc, at), at, Seen::Stream);
+            }
+            for met in &batch.unreadable {
+                self.skip_unreadable(&mut inner, met, "change stream");
             }
             // Once per batch: the gauges are read by scrapes, not per change.
             self.refresh_gauges(&inner);
@@ -203,7 +223,7 @@ impl Monitor {
     /// locks and partial cutovers the stream missed are found here.
     pub async fn scan_once(&self) -> Result<ScanReport, MonitorError> {
         let mut after: Option<String> = None;
-        let mut documents = 0;
+        let (mut documents, mut unreadable) = (0, 0);
         loop {
             // The page is stamped with a time taken before it is read: it shows every
             // commit up to then. A time taken after the read would mark a change
@@ -219,14 +239,19 @@ impl Monitor {
             };
             {
                 let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                for v in &page {
+                for v in &page.documents {
+                    inner.unreadable.readable(&v.doc.id, None);
                     self.apply(&mut inner, &settled(v, v.committed_at.min(read_at)), read_at, Seen::Scan);
+                }
+                for met in &page.unreadable {
+                    self.skip_unreadable(&mut inner, met, "scan");
                 }
                 self.refresh_gauges(&inner);
             }
-            documents += page.len();
-            match page.last() {
-                Some(last) if page.len() == self.config.scan_page => after = Some(last.doc.id.clone()),
+            documents += page.documents.len();
+            unreadable += page.unreadable.len();
+            match page.last_id() {
+                Some(last) if page.len() == self.config.scan_page => after = Some(last.to_owned()),
                 _ => break,
             }
         }
@@ -235,8 +260,8 @@ impl Monitor {
         inner.last_scan_at = Some(now);
         self.metrics.scans.inc();
         self.metrics.last_scan.set(now.timestamp());
-        let report = ScanReport { documents, orphaned_locks: inner.tracker.orphans() };
-        debug!(documents, orphaned_locks = report.orphaned_locks, "scan complete");
+        let report = ScanReport { documents, unreadable, orphaned_locks: inner.tracker.orphans() };
+        debug!(documents, unreadable, orphaned_locks = report.orphaned_locks, "scan complete");
         Ok(report)
     }
 
@@ -382,6 +407,17 @@ impl Monitor {
             escalation_interval_seconds,
             window_seconds: Some(crate::percentiles::DEFAULT_WINDOW.as_secs_f64()),
             store_region: self.store.region(),
+            unreadable_documents: inner.unreadable.len(),
+            unreadable: inner
+                .unreadable
+                .listing(STATUS_UNREADABLE_IDS)
+                .into_iter()
+                .map(|(resource, entry)| UnreadableDocument {
+                    resource,
+                    reason: entry.reason.to_owned(),
+                    committed_at: entry.committed_at,
+                })
+                .collect(),
         }
     }
 
@@ -436,7 +472,25 @@ impl Monitor {
         inner.events = events;
     }
 
+    /// A document this library cannot read: skipped, and its migration no longer
+    /// followed (a lapse or a swap would go unseen, so none is guessed). Counted and
+    /// logged once, when its id becomes unreadable; shown until a readable version
+    /// replaces it.
+    fn skip_unreadable(&self, inner: &mut Inner, met: &Unreadable, found_by: &'static str) {
+        if !inner.unreadable.met(met) {
+            return;
+        }
+        let reason = met.reason.reason();
+        self.metrics.unreadable_met.with_label_values(&[reason]).inc();
+        let followed = inner.tracker.forget(&met.id);
+        warn!(resource = %met.id, reason, found_by, followed, error = %met.reason, "skipping a document this monitor cannot read");
+    }
+
     fn refresh_gauges(&self, inner: &Inner) {
+        for reason in DocumentError::REASONS {
+            let known = i64::try_from(inner.unreadable.count(reason)).unwrap_or(i64::MAX);
+            self.metrics.unreadable.with_label_values(&[reason]).set(known);
+        }
         for source in Source::ALL {
             let (in_flight, orphans) = (inner.tracker.in_flight_of(source), inner.tracker.orphans_of(source));
             let label = [source.as_str()];

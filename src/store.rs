@@ -135,14 +135,60 @@ impl ChangeCursor {
     }
 }
 
+/// A stored document this library cannot decode, as the change stream or a scan met it:
+/// written in a newer library's format, or not a location document at all. Point reads
+/// refuse such a document ([`StoreError::Document`]); the stream and the scan hand it
+/// over apart from the readable ones, so that a reader following the whole fleet (the
+/// monitor) skips and counts it instead of stopping at it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unreadable {
+    /// The stored id (empty when the stored JSON has none).
+    pub id: String,
+    /// When the store committed this version (upper bound, as [`Versioned::committed_at`]).
+    pub committed_at: DateTime<Utc>,
+    /// Why it cannot be read.
+    pub reason: DocumentError,
+}
+
 /// A page of the change stream.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ChangeBatch {
     /// Changes in commit order (a backend may deliver only the latest version of a
     /// document, as Cosmos DB's change feed does).
     pub changes: Vec<Change>,
+    /// Versions in the same page that this library cannot read, in commit order; the
+    /// cursor is past them as it is past the changes.
+    pub unreadable: Vec<Unreadable>,
     /// Where to continue from.
     pub next: ChangeCursor,
+}
+
+/// A page of a scan: the documents, and apart from them those this library cannot read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScanPage {
+    /// Readable documents, in id order.
+    pub documents: Vec<Versioned>,
+    /// Unreadable documents of the same id range, in id order.
+    pub unreadable: Vec<Unreadable>,
+}
+
+impl ScanPage {
+    /// Documents in the page, readable or not (a full page is `limit` of them).
+    pub fn len(&self) -> usize {
+        self.documents.len() + self.unreadable.len()
+    }
+
+    /// Whether the page holds no document at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The greatest id in the page, readable or not: where the next page starts after.
+    pub fn last_id(&self) -> Option<&str> {
+        let readable = self.documents.last().map(|v| v.doc.id.as_str());
+        let unreadable = self.unreadable.last().map(|u| u.id.as_str());
+        readable.max(unreadable)
+    }
 }
 
 /// Why a store call failed. Callers branch on these kinds.
@@ -192,12 +238,13 @@ pub trait LocationStore: Debug + Send + Sync + 'static {
     /// otherwise, and nothing is written.
     async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError>;
 
-    /// Up to `limit` committed changes after `cursor`.
+    /// Up to `limit` committed changes after `cursor` (readable and unreadable together).
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError>;
 
     /// Up to `limit` documents with ids greater than `after` (all ids when `None`), in id
-    /// order, read from the write region. For periodic full scans.
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError>;
+    /// order, read from the write region, those this library cannot read apart. For
+    /// periodic full scans.
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError>;
 
     /// The region authoritative reads and writes go to now, for stores that have
     /// regions (Cosmos DB: the account's write region as last discovered, normalised like

@@ -17,7 +17,7 @@ use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::monitor::{Monitor, MonitorConfig, Outcome};
 use lockprobe::service::{start, ServiceConfig};
 use lockprobe::store::LocationStore;
-use prometheus::Registry;
+use prometheus::{Encoder, Registry};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -121,6 +121,82 @@ async fn the_monitor_follows_cosmos_through_the_ts_poll() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_monitor_follows_cosmos_through_the_change_feed() {
     watch_a_service_driven_migration("change-feed").await;
+}
+
+/// A document the library cannot read (a newer library's format, or none at all) must
+/// not blind the monitor on Cosmos DB: the stream (poll or change feed) and every scan
+/// page go on past it, it is counted and listed, and a readable version brings it back.
+async fn see_past_documents_it_cannot_read(change_stream: &str) {
+    let server = CosmosServer::start();
+    let database = cosmos_server::unique_database("monitor-unreadable");
+    let mut args = cosmos_server::test_args(&server.endpoint(), &database);
+    args.change_stream = clap::ValueEnum::from_str(change_stream, false).unwrap();
+    let store: Arc<dyn LocationStore> = Arc::new(
+        lockprobe::store::cosmos::CosmosStore::connect(cosmos_server::config_from(&args), &Registry::new())
+            .await
+            .expect("connects to the local cosmos server"),
+    );
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let config = ServiceConfig { cache_ttls: vec![S / 2], replication_bound: S / 2, ..ServiceConfig::new(KEY) };
+    let shutdown = CancellationToken::new();
+    let listen = vec!["127.0.0.1:0".parse::<SocketAddr>().unwrap()];
+    let running = start(config, store.clone(), clock.clone(), listen, shutdown.clone()).await.unwrap();
+    let base = format!("http://{}", running.addrs[0]);
+    let http = reqwest::Client::new();
+    let registry = Registry::new();
+    // Scan pages of one: a page that holds only an unreadable document must move on too.
+    let monitor_config = MonitorConfig { scan_page: 1, ..MonitorConfig::default() };
+    let monitor = Monitor::new(store, clock, monitor_config, &registry).unwrap();
+    let pre_lock = |id: &'static str| {
+        let (http, url) = (http.clone(), format!("{base}/v1/resources/{id}/lock"));
+        async move {
+            let (st, body) = post(&http, &url, json!({"owner": "orch", "durationSeconds": 60})).await;
+            assert_eq!(st, StatusCode::CREATED, "pre-lock of {id}: {body}");
+        }
+    };
+
+    pre_lock("a-res").await;
+    server.upsert_raw(&database, "locations", &json!({"id": "b-newer", "schemaVersion": 99, "new": {}})).await;
+    server.upsert_raw(&database, "locations", &json!({"id": "c-malformed", "schemaVersion": 1, "primary": 7})).await;
+    pre_lock("d-res").await;
+    drain_until(&monitor, "the pre-locks past the unreadable documents", |m| {
+        m.in_flight() == 2 && m.status().unreadable_documents == 2
+    })
+    .await;
+    let report = monitor.scan_once().await.unwrap();
+    assert_eq!((report.documents, report.unreadable), (2, 2), "{change_stream}: the scan went on past them");
+    let status = monitor.status();
+    let listed: Vec<(&str, &str)> =
+        status.unreadable.iter().map(|u| (u.resource.as_str(), u.reason.as_str())).collect();
+    assert_eq!(listed, [("b-newer", "unsupported-format"), ("c-malformed", "malformed")], "{change_stream}");
+
+    let restored = lockprobe::routing::LocationDocument::new("b-newer", "westeurope").to_json();
+    server.upsert_raw(&database, "locations", &restored).await;
+    drain_until(&monitor, "b-newer readable again", |m| m.status().unreadable_documents == 1).await;
+    let mut text = Vec::new();
+    prometheus::TextEncoder::new().encode(&registry.gather(), &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    for line in [
+        "lockprobe_monitor_store_errors_total{op=\"read_changes\"} 0",
+        "lockprobe_monitor_store_errors_total{op=\"scan\"} 0",
+        "lockprobe_monitor_unreadable_documents{reason=\"malformed\"} 1",
+        "lockprobe_monitor_unreadable_documents{reason=\"unsupported-format\"} 0",
+        "lockprobe_monitor_unreadable_documents_total{reason=\"unsupported-format\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{change_stream}: no `{line}` in\n{text}");
+    }
+    shutdown.cancel();
+    running.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ts_poll_and_the_scan_see_past_documents_the_library_cannot_read() {
+    see_past_documents_it_cannot_read("poll").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_change_feed_and_the_scan_see_past_documents_the_library_cannot_read() {
+    see_past_documents_it_cannot_read("change-feed").await;
 }
 
 /// Drains the monitor until `done` holds (events reach a lagging region late).

@@ -16,7 +16,9 @@ use lockprobe::routing::{
     ClientOptions, LockError, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient, RoutingError,
 };
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
-use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use lockprobe::store::{
+    ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
+};
 use prometheus::{Encoder, TextEncoder};
 
 const S: Duration = Duration::from_secs(1);
@@ -341,7 +343,7 @@ impl LocationStore for CosmosLike {
         }
         Ok(batch)
     }
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.inner.scan(after, limit).await
     }
 }
@@ -505,4 +507,80 @@ async fn commit_times_from_a_clock_far_ahead_change_nothing() {
     assert_eq!(monitor.orphaned_locks(), 2);
     assert_eq!(monitor.outcomes(Outcome::Swapped), 90 + 3 + 2);
     assert_eq!(monitor.outcomes(Outcome::Released), 10 + 3);
+}
+
+/// A pre-lock of `id` by the fleet, written through the routing library.
+async fn fleet_pre_lock(client: &RoutingClient, id: &str) -> LockToken {
+    let req = PreLockRequest { owner: "fleet".into(), duration: 600 * S, target_location: Some(TARGET.into()) };
+    client.pre_lock_or_create(id, HOME, &req).await.unwrap().token
+}
+
+/// A metric's value in the text exposition, by its full series name.
+fn series(text: &str, name: &str) -> f64 {
+    let line = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in:\n{text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// One document the library cannot read (a newer library's format, or none at all) must
+/// not blind the monitor: the change stream and every scan page go on past it, it is
+/// counted by reason and listed, a migration whose document turned unreadable is no
+/// longer followed (so it is never counted lapsed on a guess), and a readable version
+/// brings the document back.
+#[tokio::test]
+async fn documents_it_cannot_read_are_skipped_counted_and_hide_nothing_else() {
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    let fleet = client(&store, &clock, DELAY);
+    let registry = prometheus::Registry::new();
+    // Pages of one: a scan page that holds only an unreadable document must still move on.
+    let config = MonitorConfig { scan_page: 1, poll_batch: 2, ..monitor_config() };
+    let monitor = Monitor::new(store.clone(), clock.clone(), config, &registry).unwrap();
+
+    // Readable ids around the unreadable ones, in both id order and commit order.
+    fleet_pre_lock(&fleet, "a-res").await;
+    store.put_raw("b-newer", serde_json::json!({"id": "b-newer", "schemaVersion": 99, "somethingNew": {}}));
+    store.put_raw("c-malformed", serde_json::json!({"id": "c-malformed", "schemaVersion": 1, "primary": "x"}));
+    fleet_pre_lock(&fleet, "d-res").await;
+    fleet_pre_lock(&fleet, "e-res").await;
+    assert_eq!(monitor.drain().await.unwrap(), 5, "every version read, the unreadable ones included");
+    assert_eq!(monitor.in_flight(), 3, "the pre-locks after the unreadable documents were seen");
+    let status = monitor.status();
+    assert_eq!(status.unreadable_documents, 2);
+    let listed: Vec<(&str, &str)> =
+        status.unreadable.iter().map(|u| (u.resource.as_str(), u.reason.as_str())).collect();
+    assert_eq!(listed, [("b-newer", "unsupported-format"), ("c-malformed", "malformed")]);
+
+    let report = monitor.scan_once().await.unwrap();
+    assert_eq!((report.documents, report.unreadable), (3, 2), "the scan went on past them");
+    let text = metrics_text(&registry);
+    assert_eq!(series(&text, "lockprobe_monitor_unreadable_documents{reason=\"unsupported-format\"}"), 1.0);
+    assert_eq!(series(&text, "lockprobe_monitor_unreadable_documents{reason=\"malformed\"}"), 1.0);
+    assert_eq!(
+        series(&text, "lockprobe_monitor_unreadable_documents_total{reason=\"unsupported-format\"}"),
+        1.0,
+        "counted once, not once per scan and stream"
+    );
+    assert_eq!(series(&text, "lockprobe_monitor_store_errors_total{op=\"scan\"}"), 0.0);
+    assert_eq!(series(&text, "lockprobe_monitor_store_errors_total{op=\"read_changes\"}"), 0.0);
+
+    // A newer library takes over e-res: its document turns unreadable mid-migration.
+    // The monitor stops following it rather than count a lapse it cannot know of.
+    let mut newer = store.read("e-res", ReadFrom::WriteRegion).await.unwrap().doc.to_json();
+    newer["schemaVersion"] = serde_json::json!(99);
+    store.put_raw("e-res", newer);
+    monitor.drain().await.unwrap();
+    assert_eq!((monitor.in_flight(), monitor.status().unreadable_documents), (2, 3));
+    clock.advance(3600 * S);
+    monitor.sweep();
+    assert_eq!(monitor.outcomes(Outcome::Lapsed), 2, "a-res and d-res lapsed; e-res is not judged");
+    assert!(!monitor.orphan_ids(10).contains(&"e-res".to_owned()));
+
+    // A readable version of b-newer (an operator restored it): listed no more, followed again.
+    store.put_raw("b-newer", LocationDocument::new("b-newer", HOME).to_json());
+    monitor.drain().await.unwrap();
+    assert_eq!(monitor.status().unreadable_documents, 2);
+    monitor.scan_once().await.unwrap();
+    let text = metrics_text(&registry);
+    assert_eq!(series(&text, "lockprobe_monitor_unreadable_documents{reason=\"unsupported-format\"}"), 1.0, "e-res");
+    assert_eq!(series(&text, "lockprobe_monitor_unreadable_documents_total{reason=\"unsupported-format\"}"), 2.0);
 }

@@ -20,7 +20,9 @@ use lockprobe::routing::{
 use lockprobe::store::faults::FaultAction;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::OpKind;
-use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use lockprobe::store::{
+    ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
+};
 use prometheus::{Encoder, TextEncoder};
 use tokio_util::sync::CancellationToken;
 
@@ -125,7 +127,7 @@ impl LocationStore for SwapDuringScan {
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
         self.inner.read_changes(cursor, limit).await
     }
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         let page = self.inner.scan(after, limit).await?;
         let armed = self.swap.lock().unwrap().take();
         if let Some((client, token)) = armed {

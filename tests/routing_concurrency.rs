@@ -23,7 +23,9 @@ use lockprobe::routing::{
 use lockprobe::store::faults::FaultAction;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::OpKind;
-use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use lockprobe::store::{
+    ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
+};
 use tokio::sync::Barrier;
 
 const TASKS: usize = 50;
@@ -96,7 +98,7 @@ impl LocationStore for GatedStore {
         self.inner.store().read_changes(cursor, limit).await
     }
 
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.pass(OpKind::Scan).await;
         self.inner.store().scan(after, limit).await
     }

@@ -47,7 +47,9 @@ use lockprobe::routing::{
 use lockprobe::store::faults::FaultAction;
 use lockprobe::store::memory::MemoryStoreConfig;
 use lockprobe::store::OpKind;
-use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use lockprobe::store::{
+    ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
+};
 
 const ID: &str = "res-1";
 const REGIONS: [&str; 3] = ["westeurope", "northeurope", "eastus"];
@@ -132,7 +134,7 @@ impl LocationStore for Observed {
         self.inner.read_changes(cursor, limit).await
     }
 
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.inner.scan(after, limit).await
     }
 }

@@ -207,16 +207,17 @@ mod suite {
                 break;
             }
             assert!(page.len() <= 3);
-            for v in &page {
+            assert!(page.unreadable.is_empty(), "{:?}", page.unreadable);
+            for v in &page.documents {
                 assert_eq!(etags[&v.doc.id], v.etag, "scan returns the current version of {}", v.doc.id);
             }
-            after = page.last().map(|v| v.doc.id.clone());
-            pages.push(page.into_iter().map(|v| v.doc.id).collect::<Vec<_>>());
+            after = page.last_id().map(str::to_owned);
+            pages.push(page.documents.into_iter().map(|v| v.doc.id).collect::<Vec<_>>());
         }
         assert_eq!(pages, [vec!["a", "b", "c"], vec!["m", "q", "x"], vec!["z"]]);
         assert!(store.scan(Some("zz"), 3).await.unwrap().is_empty());
         assert_eq!(
-            store.scan(Some("b"), 2).await.unwrap().iter().map(|v| v.doc.id.as_str()).collect::<Vec<_>>(),
+            store.scan(Some("b"), 2).await.unwrap().documents.iter().map(|v| v.doc.id.as_str()).collect::<Vec<_>>(),
             ["c", "m"]
         );
     }
@@ -405,7 +406,7 @@ impl LocationStore for WithAccount {
     ) -> Result<lockprobe::store::ChangeBatch, StoreError> {
         self.store.read_changes(cursor, limit).await
     }
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<lockprobe::store::Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<lockprobe::store::ScanPage, StoreError> {
         self.store.scan(after, limit).await
     }
 }

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use super::tracker::{Outcome, Source};
-use crate::document::Phase;
+use crate::document::{DocumentError, Phase};
 use crate::exposition::PHASE_BUCKETS;
 use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
 
@@ -36,6 +36,8 @@ pub struct MonitorMetrics {
     pub(crate) store_errors: IntCounterVec,
     pub(crate) scans: IntCounter,
     pub(crate) last_scan: IntGauge,
+    pub(crate) unreadable_met: IntCounterVec,
+    pub(crate) unreadable: IntGaugeVec,
 }
 
 impl MonitorMetrics {
@@ -104,6 +106,20 @@ impl MonitorMetrics {
                 "lockprobe_monitor_last_scan_timestamp_seconds",
                 "When the last full scan completed (Unix time).",
             )?,
+            unreadable_met: IntCounterVec::new(
+                Opts::new(
+                    "lockprobe_monitor_unreadable_documents_total",
+                    "Documents that became unreadable to the monitor (skipped, not followed), by reason: unsupported-format or malformed.",
+                ),
+                &["reason"],
+            )?,
+            unreadable: IntGaugeVec::new(
+                Opts::new(
+                    "lockprobe_monitor_unreadable_documents",
+                    "Documents the monitor cannot read now (skipped, not followed), by reason: unsupported-format or malformed.",
+                ),
+                &["reason"],
+            )?,
         };
         registry.register(Box::new(m.phase_duration.clone()))?;
         registry.register(Box::new(m.escalation_interval.clone()))?;
@@ -117,6 +133,8 @@ impl MonitorMetrics {
         registry.register(Box::new(m.store_errors.clone()))?;
         registry.register(Box::new(m.scans.clone()))?;
         registry.register(Box::new(m.last_scan.clone()))?;
+        registry.register(Box::new(m.unreadable_met.clone()))?;
+        registry.register(Box::new(m.unreadable.clone()))?;
         // Label values are a closed set: pre-register them so every series exists at 0,
         // which `increase()` in the alert rules needs.
         for source in Source::ALL.map(Source::as_str) {
@@ -135,6 +153,10 @@ impl MonitorMetrics {
         }
         for op in ["read_changes", "scan"] {
             m.store_errors.with_label_values(&[op]);
+        }
+        for reason in DocumentError::REASONS {
+            m.unreadable_met.with_label_values(&[reason]);
+            m.unreadable.with_label_values(&[reason]);
         }
         Ok(m)
     }

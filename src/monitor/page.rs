@@ -6,7 +6,9 @@
 //! migrations by phase), what is wrong (early escalations, orphaned locks, partial
 //! cutovers, each with its resource id and age), and how long locks are held (the phase
 //! hold distributions of the last day, the write lock's against the paper's production
-//! figures, the escalation interval against the declared delay plus buffer). The probe's
+//! figures, the escalation interval against the declared delay plus buffer). Documents
+//! the monitor cannot read, if any, are listed after the anomalies: it is blind to
+//! their migrations. The probe's
 //! own test locks are shown apart, at the end: their lapses are the lease-lapse check's
 //! design and their timings are the probe's to report.
 //!
@@ -17,6 +19,8 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
+#[cfg(test)]
+use super::status::UnreadableDocument;
 use super::status::{AnomalyDocument, MigrationCounts, MonitorStatus, PhaseCounts};
 use crate::html::{self, ago, esc, num, reference, seconds, time};
 use crate::percentiles::Summary;
@@ -47,6 +51,7 @@ pub fn render(status: &MonitorStatus) -> String {
     html::open(&mut page, "lockprobe monitor", "lockprobe monitor", PAGE_PATH, &meta, &[]);
     render_in_flight(&mut page, status);
     render_anomalies(&mut page, status);
+    render_unreadable(&mut page, status);
     render_holds(&mut page, status);
     render_probe(&mut page, status);
     html::close(&mut page);
@@ -175,6 +180,46 @@ fn render_anomalies(page: &mut String, status: &MonitorStatus) {
                 status.orphaned_locks
             );
         }
+    }
+    page.push_str("</section>\n");
+}
+
+/// The documents the monitor cannot read, when there are any: their migrations are not
+/// followed, so an anomaly in them would go unseen.
+fn render_unreadable(page: &mut String, status: &MonitorStatus) {
+    if status.unreadable_documents == 0 {
+        return;
+    }
+    let _ = writeln!(
+        page,
+        "<section class=\"card\" id=\"unreadable\">\n<h2>Unreadable documents <span class=\"badge bad\">{}</span></h2>\n\
+         <p class=\"note\">Skipped: their migrations are not followed. <code>unsupported-format</code> is a format \
+         this monitor does not read (a newer library wrote it: upgrade the monitor); <code>malformed</code> is no \
+         location document.</p>",
+        status.unreadable_documents
+    );
+    page.push_str(
+        "<div class=\"scroll\" tabindex=\"0\"><table>\n\
+         <tr><th>resource</th><th>reason</th><th>committed</th><th>age</th></tr>\n",
+    );
+    for u in &status.unreadable {
+        let _ = writeln!(
+            page,
+            "<tr><td><code>{}</code></td><td>{}</td><td><time>{}</time></td><td>{}</td></tr>",
+            esc(&u.resource),
+            esc(&u.reason),
+            time(u.committed_at),
+            age(status.generated_at, u.committed_at)
+        );
+    }
+    page.push_str("</table></div>\n");
+    if status.unreadable_documents > status.unreadable.len() {
+        let _ = writeln!(
+            page,
+            "<p class=\"note\">The first {} by id of {}.</p>",
+            status.unreadable.len(),
+            status.unreadable_documents
+        );
     }
     page.push_str("</section>\n");
 }
@@ -539,8 +584,26 @@ mod tests {
             ..status()
         };
         let html = render(&quiet);
+        assert!(!html.contains("id=\"unreadable\""), "no section while every document reads");
         assert!(html.contains("<h2>Anomalies <span class=\"badge ok\">none</span></h2>"));
         assert!(html.contains("<span class=\"warn\">no full scan yet</span>"));
         assert!(!html.contains("<tr class=\"fail\">"));
+    }
+
+    #[test]
+    fn lists_the_documents_it_cannot_read() {
+        let blind = MonitorStatus {
+            unreadable_documents: 3,
+            unreadable: vec![UnreadableDocument {
+                resource: "res-<9>".into(),
+                reason: "unsupported-format".into(),
+                committed_at: "2026-11-29T22:35:00Z".parse().unwrap(),
+            }],
+            ..status()
+        };
+        let html = render(&blind);
+        assert!(html.contains("<h2>Unreadable documents <span class=\"badge bad\">3</span></h2>"), "{html}");
+        assert!(html.contains("<tr><td><code>res-&lt;9&gt;</code></td><td>unsupported-format</td><td><time>2026-11-29T22:35:00Z</time></td><td>5m 00s</td></tr>"), "{html}");
+        assert!(html.contains("The first 1 by id of 3."));
     }
 }

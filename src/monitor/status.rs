@@ -61,6 +61,26 @@ pub struct MonitorStatus {
     /// write region it discovered, so a failover it followed shows here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_region: Option<String>,
+    /// Documents the monitor cannot read now (a newer library's format, or no location
+    /// document): skipped, their migrations not followed.
+    #[serde(default)]
+    pub unreadable_documents: usize,
+    /// Some of them, by id.
+    #[serde(default)]
+    pub unreadable: Vec<UnreadableDocument>,
+}
+
+/// A document the monitor cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnreadableDocument {
+    /// The resource id.
+    pub resource: String,
+    /// `unsupported-format` (a format this build does not read, usually a newer
+    /// library's: upgrade the monitor) or `malformed`.
+    pub reason: String,
+    /// When the unreadable version was committed (store clock).
+    pub committed_at: DateTime<Utc>,
 }
 
 /// What the monitor saw of the probe's own locks.

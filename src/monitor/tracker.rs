@@ -274,6 +274,25 @@ impl Tracker {
         self.timelines.reserve(n);
     }
 
+    /// Stops following `id` without deciding how its migration ended: the document can
+    /// no longer be read (a newer library's format, say), so neither a swap nor a
+    /// release would be seen, and the sweep would count a lapse that may be none.
+    /// Returns whether a timeline was held.
+    pub fn forget(&mut self, id: &str) -> bool {
+        let Some(tl) = self.timelines.remove(id) else {
+            return false;
+        };
+        let source = Source::of_flags(tl.flags);
+        if tl.has(ENDED) {
+            self.ended -= 1;
+        } else if tl.has(LAPSED) {
+            self.orphans[source.index()] -= 1;
+        } else if source == Source::Probe {
+            self.probe_live -= 1;
+        }
+        true
+    }
+
     fn hash32(&self, s: &str) -> u32 {
         // Truncation is the point: a short hash tells two migrations apart and no more.
         self.hasher.hash_one(s) as u32

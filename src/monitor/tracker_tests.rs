@@ -424,3 +424,38 @@ fn a_probe_lock_that_lapses_is_counted_apart_from_the_fleets_orphans() {
     assert_eq!((tracker.orphans_of(Source::Probe), tracker.in_flight_of(Source::Probe)), (0, 1));
     assert_eq!(tracker.in_flight_of(Source::Fleet), 0);
 }
+
+#[test]
+fn a_forgotten_migration_leaves_every_count_and_is_never_judged() {
+    // In flight, lapsed (an orphan) and ended: forgetting each gives back its count.
+    let live = migration(15, 40, 52);
+    let mut tracker = Tracker::new(rules());
+    feed(&mut tracker, &live.docs[..2]);
+    assert_eq!(tracker.in_flight(), 1);
+    assert!(tracker.forget("r1"));
+    assert_eq!((tracker.in_flight(), tracker.orphans(), tracker.retained()), (0, 0, 0));
+    let mut found = Vec::new();
+    tracker.sweep(at(10_000), &mut found);
+    assert!(found.is_empty(), "a forgotten lock lapses unseen: {found:?}");
+    assert!(!tracker.forget("r1"), "nothing left to forget");
+
+    feed(&mut tracker, &live.docs[..3]);
+    tracker.sweep(at(75), &mut found);
+    assert_eq!(tracker.orphans(), 1);
+    assert!(tracker.forget("r1"));
+    assert_eq!((tracker.in_flight(), tracker.orphans(), tracker.retained()), (0, 0, 0));
+
+    feed(&mut tracker, &live.docs);
+    assert_eq!((tracker.in_flight(), tracker.retained()), (0, 1), "the swap is remembered for the grace");
+    assert!(tracker.forget("r1"));
+    assert_eq!((tracker.in_flight(), tracker.retained()), (0, 0));
+
+    // The probe's own lock: its live count goes too.
+    let doc = LocationDocument::new("probe-1", "westeurope");
+    let probe = PreLockRequest { owner: format!("{PROBE_OWNER_PREFIX}t"), ..req() };
+    let pre = lifecycle::pre_lock(&doc, &probe, LockToken::generate(), &policy(), at(0)).unwrap();
+    feed(&mut tracker, &[(pre, at(0))]);
+    assert_eq!(tracker.in_flight_of(Source::Probe), 1);
+    assert!(tracker.forget("probe-1"));
+    assert_eq!((tracker.in_flight_of(Source::Probe), tracker.in_flight()), (0, 0));
+}

@@ -54,7 +54,8 @@ pub use metrics::{CosmosMetrics, Op};
 use self::poll::{Candidate, PollCursor};
 use self::region::{Reason, WriteRegion, PRECONDITION_REFRESH_INTERVAL};
 use super::{
-    Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned,
+    Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, ScanPage, StoreError,
+    Unreadable, Versioned,
 };
 use crate::document::LocationDocument;
 
@@ -237,9 +238,13 @@ impl CosmosStore {
                 Ok((candidates, charge))
             })
             .await?;
+        // Unreadable versions advance the cursor like the others: skipped, not re-read.
         let (picked, next) = position.advance(rows, limit, overlap);
-        let changes = picked.into_iter().map(|c| c.item).collect();
-        Ok(ChangeBatch { changes, next: ChangeCursor(next.encode()) })
+        let mut batch = ChangeBatch { next: ChangeCursor(next.encode()), ..ChangeBatch::default() };
+        for c in picked {
+            batch.push(c.item);
+        }
+        Ok(batch)
     }
 
     async fn read_changes_by_feed(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
@@ -270,14 +275,19 @@ impl CosmosStore {
             let next = pages.to_continuation_token()?;
             // Cosmos may return a few more than the page-size hint (one transaction's
             // writes stay together); they are all delivered, as the continuation is past them.
-            let changes = page
+            let items = page
                 .into_items()
                 .into_iter()
                 .filter_map(|item: ChangeFeedItem<Value>| item.current().cloned())
                 .map(|doc| candidate(doc).map(|c| c.item))
                 .collect::<Result<Vec<_>, StoreError>>()
                 .map_err(|e| CallError::Store(e, charge))?;
-            Ok((ChangeBatch { changes, next: ChangeCursor(format!("{FEED_PREFIX}{}", next.as_str())) }, charge))
+            let mut batch =
+                ChangeBatch { next: ChangeCursor(format!("{FEED_PREFIX}{}", next.as_str())), ..ChangeBatch::default() };
+            for item in items {
+                batch.push(item);
+            }
+            Ok((batch, charge))
         })
         .await
     }
@@ -395,8 +405,24 @@ fn take_string(map: &Map<String, Value>, field: &str) -> Option<String> {
     map.get(field).and_then(Value::as_str).map(str::to_owned)
 }
 
-/// Turns a stored JSON document (system fields included) into a change candidate.
-fn candidate(json: Value) -> Result<Candidate<Change>, StoreError> {
+/// A stored version as the change stream met it: a change, or a document this library
+/// cannot read.
+type Met = Result<Change, Unreadable>;
+
+impl ChangeBatch {
+    fn push(&mut self, met: Met) {
+        match met {
+            Ok(change) => self.changes.push(change),
+            Err(unreadable) => self.unreadable.push(unreadable),
+        }
+    }
+}
+
+/// Turns a stored JSON document (system fields included) into a change candidate. A
+/// document the library cannot read is still a candidate (it moves the cursor); only an
+/// answer that is not a stored Cosmos document at all (no `_etag`, no `_ts`) fails the
+/// page, as a failure of the store.
+fn candidate(json: Value) -> Result<Candidate<Met>, StoreError> {
     let Value::Object(map) = &json else {
         return Err(StoreError::Unavailable("cosmos returned a non-object document".into()));
     };
@@ -405,8 +431,10 @@ fn candidate(json: Value) -> Result<Candidate<Change>, StoreError> {
         map.get("_ts").and_then(Value::as_i64).ok_or_else(|| StoreError::Unavailable("document without _ts".into()))?;
     let id = take_string(map, "id").unwrap_or_default();
     let committed_at = end_of_second(ts);
-    let doc = LocationDocument::from_json(strip_system_fields(json))?;
-    let item = Change { doc: Arc::new(Versioned { doc, etag: ETag(etag.clone()), committed_at }) };
+    let item = match LocationDocument::from_json(strip_system_fields(json)) {
+        Ok(doc) => Ok(Change { doc: Arc::new(Versioned { doc, etag: ETag(etag.clone()), committed_at }) }),
+        Err(reason) => Err(Unreadable { id: id.clone(), committed_at, reason }),
+    };
     Ok(Candidate { id, etag, ts, item })
 }
 
@@ -644,9 +672,9 @@ impl LocationStore for CosmosStore {
         }
     }
 
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         if limit == 0 {
-            return Ok(Vec::new());
+            return Ok(ScanPage::default());
         }
         let query = match after {
             Some(after) => Query::from(format!("SELECT TOP {limit} * FROM c WHERE c.id > @after ORDER BY c.id"))
@@ -657,12 +685,19 @@ impl LocationStore for CosmosStore {
         let container = self.write_region.target().container;
         self.call(Op::Store(OpKind::Scan), async {
             let (rows, charge) = run_query(&container, query).await?;
-            let docs = rows
-                .into_iter()
-                .map(|row| versioned(row, None))
-                .collect::<Result<Vec<_>, StoreError>>()
-                .map_err(|e| CallError::Store(e, charge))?;
-            Ok((docs, charge))
+            let mut page = ScanPage::default();
+            for row in rows {
+                // As in the change stream: a document the library cannot read is set
+                // apart, and only an answer that is no stored document fails the page.
+                let id = row.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let committed_at = commit_time(&row).map_err(|e| CallError::Store(e, charge))?;
+                match versioned(row, None) {
+                    Ok(version) => page.documents.push(version),
+                    Err(StoreError::Document(reason)) => page.unreadable.push(Unreadable { id, committed_at, reason }),
+                    Err(other) => return Err(CallError::Store(other, charge)),
+                }
+            }
+            Ok((page, charge))
         })
         .await
     }
@@ -768,11 +803,26 @@ mod tests {
         });
         let c = candidate(stored).unwrap();
         assert_eq!((c.id.as_str(), c.etag.as_str(), c.ts), ("r1", "e7", 1_767_225_600));
+        let change = c.item.unwrap();
         assert_eq!(
-            c.item.doc.committed_at.to_rfc3339(),
+            change.doc.committed_at.to_rfc3339(),
             "2026-01-01T00:00:00.999999999+00:00",
             "the end of the second _ts names"
         );
-        assert_eq!(c.item.doc.etag, ETag("e7".into()));
+        assert_eq!(change.doc.etag, ETag("e7".into()));
+    }
+
+    #[test]
+    fn a_document_the_library_refuses_is_still_a_candidate_and_set_apart() {
+        let newer = json!({"id": "r2", "schemaVersion": 99, "_etag": "e8", "_ts": 1_767_225_600});
+        let c = candidate(newer).unwrap();
+        assert_eq!((c.id.as_str(), c.etag.as_str()), ("r2", "e8"), "it moves the poll cursor like any other");
+        let unreadable = c.item.unwrap_err();
+        assert_eq!((unreadable.id.as_str(), unreadable.reason.reason()), ("r2", "unsupported-format"));
+        assert_eq!(unreadable.committed_at.to_rfc3339(), "2026-01-01T00:00:00.999999999+00:00");
+        let malformed = candidate(json!({"id": "r3", "schemaVersion": 1, "_etag": "e9", "_ts": 1})).unwrap();
+        assert_eq!(malformed.item.unwrap_err().reason.reason(), "malformed");
+        // Not a stored document at all: the store failed, the page fails.
+        assert!(matches!(candidate(json!({"id": "r4", "schemaVersion": 1})), Err(StoreError::Unavailable(_))));
     }
 }

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
-use super::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned};
+use super::{
+    ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, ScanPage, StoreError, Versioned,
+};
 use crate::document::{DocKind, LocationDocument};
 
 /// Calls of every kind, whatever the document: the point calls, the change-stream reads
@@ -223,7 +225,7 @@ impl LocationStore for CountingStore {
         self.inner.read_changes(cursor, limit).await
     }
 
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.scans.fetch_add(1, Ordering::Relaxed);
         self.inner.scan(after, limit).await
     }

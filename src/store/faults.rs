@@ -94,7 +94,9 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
 
-use super::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, StoreError, Versioned};
+use super::{
+    ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, OpKind, ReadFrom, ScanPage, StoreError, Versioned,
+};
 use crate::clock::{to_chrono, Clock};
 use crate::document::LocationDocument;
 
@@ -803,12 +805,12 @@ impl LocationStore for FaultyStore {
         self.apply(OpKind::ReadChanges, action, forward).await
     }
 
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         let action = self.draw(OpKind::Scan, None);
         let forward = async {
             let answer = self.inner.scan(after, limit).await;
-            if let Ok(versions) = &answer {
-                self.record_all(versions);
+            if let Ok(page) = &answer {
+                self.record_all(&page.documents);
             }
             answer
         };

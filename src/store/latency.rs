@@ -21,7 +21,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::Rng;
 
-use super::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use super::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned};
 use crate::document::LocationDocument;
 
 /// How long each kind of call takes.
@@ -123,7 +123,7 @@ impl LocationStore for LatencyStore {
         self.inner.read_changes(cursor, limit).await
     }
 
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.inner.scan(after, limit).await
     }
 

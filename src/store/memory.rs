@@ -14,7 +14,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::{Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use super::{
+    Change, ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Unreadable,
+    Versioned,
+};
 use crate::clock::{to_chrono, Clock};
 use crate::document::{DocumentError, LocationDocument};
 
@@ -46,8 +49,9 @@ pub struct MemoryStore {
 #[derive(Debug, Default)]
 struct State {
     docs: BTreeMap<String, History>,
-    /// The change stream: the committed versions themselves, shared with `docs`.
-    log: VecDeque<(u64, Arc<Versioned>)>,
+    /// The change stream: the committed versions themselves, shared with `docs`, and
+    /// in their place those that cannot be read.
+    log: VecDeque<(u64, Logged)>,
     next_seq: u64,
     next_etag: u64,
 }
@@ -61,6 +65,9 @@ struct History {
     /// a replica never "unsees" it, even if the clock steps back.
     pruned: bool,
 }
+
+/// One entry of the change stream.
+type Logged = Result<Arc<Versioned>, Arc<Unreadable>>;
 
 /// A committed version, kept decoded: decoding is deterministic, so the document (or
 /// the reason it cannot be read) is worked out once at commit rather than on every read.
@@ -145,12 +152,14 @@ impl State {
         self.next_etag += 1;
         let etag = ETag(format!("\"m{:012x}\"", self.next_etag));
         let decoded = decoded.map(|doc| Arc::new(Versioned { doc, etag: etag.clone(), committed_at: now }));
-        if let Ok(version) = &decoded {
-            self.next_seq += 1;
-            self.log.push_back((self.next_seq, version.clone()));
-            while self.log.len() > log_capacity {
-                released.extend(self.log.pop_front().map(|(_, version)| version));
-            }
+        let logged = match &decoded {
+            Ok(version) => Ok(version.clone()),
+            Err(reason) => Err(Arc::new(Unreadable { id: id.to_owned(), committed_at: now, reason: reason.clone() })),
+        };
+        self.next_seq += 1;
+        self.log.push_back((self.next_seq, logged));
+        while self.log.len() > log_capacity {
+            released.extend(self.log.pop_front().and_then(|(_, logged)| logged.ok()));
         }
         // The id is copied only for a new document: most commits replace one.
         let history = match self.docs.get_mut(id) {
@@ -181,10 +190,6 @@ impl State {
 /// The version, shared: callers copy it out once the state's lock is released.
 fn shared(v: &StoredVersion) -> Result<Arc<Versioned>, StoreError> {
     v.doc.clone().map_err(StoreError::from)
-}
-
-fn to_versioned(v: &StoredVersion) -> Result<Versioned, StoreError> {
-    shared(v).map(|v| Versioned::clone(&v))
 }
 
 #[async_trait]
@@ -252,7 +257,7 @@ impl LocationStore for MemoryStore {
                 .parse()
                 .map_err(|_| StoreError::Unavailable(format!("not a memory-store cursor: {:?}", cursor.0)))?
         };
-        let page: Vec<(u64, Arc<Versioned>)> = {
+        let page: Vec<(u64, Logged)> = {
             let state = self.lock_state();
             // Sequence numbers in the log are consecutive, so the first change after the
             // cursor is found by arithmetic, not by walking the whole retained log.
@@ -261,17 +266,34 @@ impl LocationStore for MemoryStore {
             state.log.range(skip.min(state.log.len())..).take(limit).cloned().collect()
         };
         let last = page.last().map(|(s, _)| *s);
-        let changes: Vec<Change> = page.into_iter().map(|(_, doc)| Change { doc }).collect();
-        Ok(ChangeBatch { changes, next: ChangeCursor(last.unwrap_or(after).to_string()) })
+        let mut batch = ChangeBatch { next: ChangeCursor(last.unwrap_or(after).to_string()), ..ChangeBatch::default() };
+        for (_, logged) in page {
+            match logged {
+                Ok(doc) => batch.changes.push(Change { doc }),
+                Err(unreadable) => batch.unreadable.push(Arc::unwrap_or_clone(unreadable)),
+            }
+        }
+        Ok(batch)
     }
 
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         let state = self.lock_state();
         let range = match after {
             Some(a) => state.docs.range::<str, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
             None => state.docs.range::<str, _>(..),
         };
-        range.filter_map(|(_, h)| h.versions.back()).take(limit).map(to_versioned).collect()
+        let mut page = ScanPage::default();
+        for (id, newest) in range.filter_map(|(id, h)| h.versions.back().map(|v| (id, v))).take(limit) {
+            match &newest.doc {
+                Ok(version) => page.documents.push(Versioned::clone(version)),
+                Err(reason) => page.unreadable.push(Unreadable {
+                    id: id.clone(),
+                    committed_at: newest.committed_at,
+                    reason: reason.clone(),
+                }),
+            }
+        }
+        Ok(page)
     }
 }
 

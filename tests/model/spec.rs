@@ -34,7 +34,9 @@ use lockprobe::routing::lifecycle::{self, Decided, Deviations, LockCall, LockErr
 use lockprobe::routing::{
     enforce, ClientOptions, Decision, LocationDocument, LockToken, Operation, Phase, RoutingClient, Source,
 };
-use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use lockprobe::store::{
+    ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
+};
 use stateright::{Model, Property};
 
 /// The one resource.
@@ -536,7 +538,7 @@ impl LocationStore for Snapshot {
     async fn read_changes(&self, _: &ChangeCursor, _: usize) -> Result<ChangeBatch, StoreError> {
         Err(StoreError::Unavailable("not modelled".into()))
     }
-    async fn scan(&self, _: Option<&str>, _: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, _: Option<&str>, _: usize) -> Result<ScanPage, StoreError> {
         Err(StoreError::Unavailable("not modelled".into()))
     }
 }

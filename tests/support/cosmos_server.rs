@@ -138,6 +138,24 @@ impl CosmosServer {
     pub fn stop(&mut self) {
         self.process.stop();
     }
+
+    /// Writes `doc` exactly as given (create or replace; no SDK and no checks, the
+    /// server checks no auth) into `container` of `database`: for documents this
+    /// library would never write. Panics unless the server took it.
+    pub async fn upsert_raw(&self, database: &str, container: &str, doc: &serde_json::Value) {
+        let id = doc["id"].as_str().expect("a document has a string id");
+        let url = format!("{}dbs/{database}/colls/{container}/docs", self.endpoint());
+        let answer = reqwest::Client::new()
+            .post(&url)
+            .header("x-ms-documentdb-is-upsert", "true")
+            .header("x-ms-documentdb-partitionkey", serde_json::json!([id]).to_string())
+            .header("content-type", "application/json")
+            .body(doc.to_string())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert!(answer.status().is_success(), "upsert of {id}: {}", answer.status());
+    }
 }
 
 /// A fresh database name, so tests sharing a server do not see each other's documents.

@@ -24,7 +24,9 @@ use lockprobe::service::items::ItemStores;
 use lockprobe::service::{self, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
-use lockprobe::store::{ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, StoreError, Versioned};
+use lockprobe::store::{
+    ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
+};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -120,7 +122,7 @@ impl LocationStore for Recording {
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
         self.inner.read_changes(cursor, limit).await
     }
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.inner.scan(after, limit).await
     }
 }
@@ -160,7 +162,7 @@ impl LocationStore for PerInstance {
     async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
         self.store().read_changes(cursor, limit).await
     }
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<Vec<Versioned>, StoreError> {
+    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.store().scan(after, limit).await
     }
 }
