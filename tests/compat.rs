@@ -8,7 +8,8 @@
 //! write back a document in the format its content needs, and keep every field it does
 //! not know. A copy of each
 //! document with unknown fields at every level, and one in a format newer than this
-//! library reads, are derived here.
+//! library reads, are derived here; the newer ones are refused by the library and the
+//! service, and skipped and counted by the monitor.
 
 #[path = "support/service.rs"]
 mod service;
@@ -21,6 +22,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use lockprobe::clock::{Clock, ManualClock};
 use lockprobe::document::{DocumentError, LocationDocument, FORMATS_READ};
+use lockprobe::monitor::{Monitor, MonitorConfig};
 use lockprobe::routing::cache::TieredCache;
 use lockprobe::routing::{
     enforce, ClientOptions, Decision, LockPolicy, LockToken, Operation, Phase, PreLockRequest, RoutingClient,
@@ -346,6 +348,43 @@ async fn the_service_refuses_a_newer_format_on_every_call_and_writes_nothing() {
         }
     }
     assert_eq!(store.changes_logged(), logged, "the service wrote over a document in a newer format");
+}
+
+/// The monitor's side of the same policy (docs/contract.md, "Versions"): it reads every
+/// document of the corpus, and the same documents in a format newer than this build
+/// reads are skipped and counted as `unsupported-format`, hiding none of the others,
+/// through the change stream and through the scan.
+#[tokio::test]
+async fn the_monitor_reads_every_format_and_skips_a_newer_one_without_losing_the_rest() {
+    let cases = cases();
+    let clock = Arc::new(ManualClock::new(cases.iter().map(|c| c.committed).max().expect("a corpus")));
+    let store = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    let mut newer_ids = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        // Ids made unique across formats (two formats' files may share one).
+        let id = format!("{i:03}-{}", case.stored["id"].as_str().expect("an id"));
+        let mut readable = case.stored.clone();
+        readable["id"] = json!(id);
+        let mut newer = with_unknown_fields(&readable);
+        let newer_id = format!("{id}-newer");
+        newer["id"] = json!(newer_id);
+        newer["schemaVersion"] = json!(FORMATS_READ.end() + 1);
+        store.put_raw(&id, readable);
+        store.put_raw(&newer_id, newer);
+        newer_ids.push(newer_id);
+    }
+    let config = MonitorConfig { scan_page: 3, poll_batch: 3, ..MonitorConfig::default() };
+    let monitor = Monitor::new(store.clone(), clock, config, &prometheus::Registry::new()).unwrap();
+    assert_eq!(monitor.drain().await.unwrap(), 2 * cases.len(), "every version read from the stream");
+    let report = monitor.scan_once().await.unwrap();
+    assert_eq!((report.documents, report.unreadable), (cases.len(), cases.len()), "the scan read past each one");
+    let status = monitor.status();
+    assert_eq!(status.unreadable_documents, cases.len());
+    let listed: Vec<&str> = status.unreadable.iter().map(|u| u.resource.as_str()).collect();
+    newer_ids.sort();
+    assert_eq!(listed, newer_ids.iter().take(listed.len()).map(String::as_str).collect::<Vec<_>>());
+    assert!(status.unreadable.iter().all(|u| u.reason == "unsupported-format"), "{:?}", status.unreadable);
+    assert_eq!(store.changes_logged(), 2 * cases.len() as u64, "the monitor wrote nothing");
 }
 
 /// A format's files record what a revision wrote; editing one would make the corpus
