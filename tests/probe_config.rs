@@ -50,6 +50,23 @@ fn good_config_exits_0() {
     assert!(stdout.contains("ok (1 target)"), "{stdout}");
 }
 
+/// The state file's place: a directory missing on the checking host is a note (the
+/// configuration may be for another host); one that exists and cannot take the file's
+/// writes is refused, naming `state_file`.
+#[test]
+fn the_state_file_place_is_checked_where_it_exists() {
+    let (code, stdout, stderr) = check(&GOOD.replace("/var/lib/lockprobe/", "/nonexistent/lockprobe/"));
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("note: state_file: the directory /nonexistent/lockprobe does not exist"), "{stdout}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    std::fs::create_dir(dir.path().join("state.json.tmp")).unwrap();
+    let (code, stdout, stderr) = check(&GOOD.replace("/var/lib/lockprobe/state.json", state.to_str().unwrap()));
+    assert_eq!(code, Some(64), "{stdout}{stderr}");
+    assert!(stderr.contains("state_file: cannot be written"), "{stderr}");
+}
+
 #[test]
 fn bad_fields_exit_64_naming_the_field() {
     for (from, to, field) in [

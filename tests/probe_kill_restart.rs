@@ -191,3 +191,98 @@ async fn a_probe_killed_mid_pre_lock_recovers_the_token_and_releases() {
         .await;
     drop(second);
 }
+
+/// Journal first, or no lock (issue 29): a probe whose state file cannot be written
+/// would lock without the journal that releases its locks after a kill. A place the
+/// state file cannot be written is refused before anything runs (`check-config`,
+/// `serve`: exit 64 naming `state_file`); a state file that turns unwritable under a
+/// running probe (here a directory where each write puts its temporary copy) stops
+/// every pre-lock: cycles end in error with the reason, `lockprobe_state_file_writable`
+/// drops to 0, `/readyz` says why, and the service sees no more lock writes. Once the
+/// file takes writes again, so does the probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_that_refuses_writes_stops_every_pre_lock() {
+    let (svc, store) = support::start_service_keeping_store(vec![], Duration::from_secs(1), Duration::ZERO, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let in_the_way = dir.path().join("state.json.tmp");
+    let config = ProbeConfig::new(dir.path().join("state.json"))
+        .target(
+            TargetConfig::new("journal", &svc.urls)
+                .api_key_env(KEY_ENV)
+                .buffer("100ms")
+                .schedule("* * * * * *")
+                .timeout("1m"),
+        )
+        .write_as(dir.path(), "probe.toml");
+
+    std::fs::create_dir(&in_the_way).unwrap();
+    let logged = store.changes_logged();
+    for command in [vec!["check-config"], vec!["serve", "--config"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+            .args(&command)
+            .arg(&config)
+            .env(KEY_ENV, &svc.key)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{command:?}: {stderr}");
+        assert!(stderr.contains("state_file") && stderr.contains("state.json.tmp"), "{command:?}: {stderr}");
+    }
+    assert_eq!(store.changes_logged(), logged, "a refused start wrote nothing");
+    std::fs::remove_dir(&in_the_way).unwrap();
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{port}");
+    let _probe = Serve(
+        Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .arg(&config)
+            .env(KEY_ENV, &svc.key)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_main_token(dir.path()).await;
+    std::fs::create_dir(&in_the_way).unwrap();
+
+    let get = |path: &'static str| {
+        let url = format!("{base}{path}");
+        async move {
+            match reqwest::get(&url).await {
+                Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+                Err(_) => (0, String::new()),
+            }
+        }
+    };
+    wait_for("/readyz to say the state file refuses writes", Duration::from_secs(30), async || {
+        let (status, body) = get("/readyz").await;
+        status == 503 && body.contains("state file refuses writes")
+    })
+    .await;
+    assert!(get("/metrics").await.1.lines().any(|l| l == "lockprobe_state_file_writable 0"));
+    // The cycle under way when the file turned unwritable still releases what it took.
+    wait_for("the probe's locks to be gone", Duration::from_secs(30), async || {
+        let mut free = true;
+        for n in 1..=5 {
+            free &= route(&svc.urls[0], &format!("probe-{n:04}")).await["lock"].is_null();
+        }
+        free
+    })
+    .await;
+    let settled = store.changes_logged();
+    tokio::time::sleep(Duration::from_secs(3)).await; // three firings
+    assert_eq!(store.changes_logged(), settled, "a pre-lock was sent that the state file could not journal");
+    let status: serde_json::Value = serde_json::from_str(&get("/api/v1/status").await.1).unwrap();
+    let cycles = status["targets"][0]["lastCycles"].as_array().cloned().unwrap_or_default();
+    let last = cycles.first().unwrap_or_else(|| panic!("no cycle in {status}"));
+    assert_eq!(last["result"], "error", "{last}");
+    assert!(last["error"].as_str().unwrap_or_default().contains("was not sent"), "{last}");
+
+    std::fs::remove_dir(&in_the_way).unwrap();
+    wait_for("the probe to lock and be ready again", Duration::from_secs(30), async || {
+        get("/readyz").await.0 == 200 && store.changes_logged() > settled
+    })
+    .await;
+    assert!(get("/metrics").await.1.lines().any(|l| l == "lockprobe_state_file_writable 1"));
+}

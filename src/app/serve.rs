@@ -70,9 +70,38 @@ pub fn load(path: &Path) -> anyhow::Result<ServeConfig> {
     })
 }
 
-/// `lockprobe check-config FILE`: the probe targets and the `[monitor]` table.
+/// Refuses a `state_file` the probe could not journal its locks in (a directory that
+/// cannot be written, missing, or something other than a file where each write puts its
+/// temporary copy): a usage error naming the field, before anything runs.
+fn check_state_file(path: &Path, config: &ServeConfig) -> anyhow::Result<()> {
+    StateFile::check_writable(&config.state_file).map_err(|e| {
+        anyhow::Error::new(UsageError::new(format!(
+            "{}: state_file: cannot be written, and the probe journals every lock there before taking it: {e}",
+            path.display()
+        )))
+    })
+}
+
+/// `lockprobe check-config FILE`: the probe targets, the `[monitor]` table and the state
+/// file's place. A configuration is often checked on another host than the one that runs
+/// it (a CI job, a laptop): a state file directory that does not exist here is named in a
+/// note, not refused (`serve` refuses it where it runs); one that exists and cannot be
+/// written is refused.
 pub fn check_config(path: &Path) -> anyhow::Result<()> {
     let config = load(path)?;
+    let directory = match config.state_file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if directory.is_dir() {
+        check_state_file(path, &config)?;
+    } else {
+        println!(
+            "{}: note: state_file: the directory {} does not exist on this host; `lockprobe serve` refuses to start until it does",
+            path.display(),
+            directory.display()
+        );
+    }
     println!(
         "{}: ok ({} target{})",
         path.display(),
@@ -87,6 +116,7 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result
     // First of all: SIGHUP's default action ends the process.
     let hangups = Hangups::listen()?;
     let config = load(&args.config)?;
+    check_state_file(&args.config, &config)?;
     let mut probe = Probe::new()?;
     // The monitor runs beside the probe, on the tracker, and stops after it.
     let background = Background::new();

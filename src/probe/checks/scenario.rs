@@ -23,7 +23,7 @@ use super::report::{
     Assertion, CheckDecisions, CycleReport, CycleResult, InstanceConvergence, InstanceVersions, StepStart, WalkTimeline,
 };
 use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
-use super::state::{HeldLock, PreLockIntent, StateFile};
+use super::state::{HeldLock, PreLockIntent, StateError, StateFile};
 use super::target::{CallKey, Declared, HttpClients, TargetClient, TargetError};
 use super::vocabulary::{Op, Outcome, Phase};
 use window::Tally;
@@ -47,6 +47,19 @@ enum Abort {
     Transport(String),
     /// Timeout or shutdown.
     Cancelled,
+    /// The state file refused the pre-lock's intent, so the pre-lock was not sent: a
+    /// lock the journal does not hold would outlive a restart.
+    Journal(String),
+}
+
+impl Abort {
+    /// Why a pre-lock was not sent, for the cycle's `error`.
+    fn journal(resource: &str, e: &StateError) -> Self {
+        Abort::Journal(format!(
+            "the pre-lock of {resource} was not sent: its intent could not be recorded in the state file, \
+             and a lock the state file does not hold would not be released after a restart ({e})"
+        ))
+    }
 }
 
 /// What claiming a group of resources for one cycle gave. `Debug` never shows the token.
@@ -233,7 +246,10 @@ impl Scenario {
             target_location: None,
         };
         if let Err(e) = self.state.record_intent(&s.name, &resource, Some(intent)) {
-            tracing::warn!(error = %e, "cannot record claim intent in state file");
+            // Not sent: the cycle runs and ends at its own first pre-lock, which the
+            // state file refuses too, with the reason in its report.
+            tracing::error!(error = %e, %resource, "the group's claim was not sent: its intent could not be recorded in the state file");
+            return Claim::Unavailable;
         }
         let c = &self.client;
         let send = |k| c.pre_lock(0, &resource, &s.owner, lease, None, k);
@@ -355,7 +371,7 @@ impl Scenario {
         } else {
             Vec::new()
         };
-        let outs = if matches!(main_out, Err(Abort::Cancelled) | Err(Abort::Transport(_))) {
+        let outs = if matches!(main_out, Err(Abort::Cancelled | Abort::Transport(_) | Abort::Journal(_))) {
             Vec::new()
         } else {
             let negatives = futures::future::join_all(checks.iter().map(|(n, c)| async {
@@ -378,6 +394,7 @@ impl Scenario {
             match out {
                 Err(Abort::Transport(m)) => error = Some(format!("target unreachable: {m}")),
                 Err(Abort::Cancelled) => error = Some("cycle cancelled (timeout or shutdown)".into()),
+                Err(Abort::Journal(m)) => error = Some(m.clone()),
                 _ => {}
             }
         }

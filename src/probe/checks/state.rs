@@ -92,6 +92,9 @@ type Locks = BTreeMap<(String, String), HeldLock>;
 pub struct StateFile {
     path: Option<PathBuf>,
     locks: Mutex<Locks>,
+    /// Why the last write failed; `None` once a write succeeds. A pre-lock is sent only
+    /// after its intent is journaled, so while this holds, cycles lock nothing.
+    write_failure: Mutex<Option<String>>,
 }
 
 fn key(target: &str, resource: &str) -> (String, String) {
@@ -112,12 +115,46 @@ impl StateFile {
             Err(source) => return Err(StateError::Io { path: path.to_path_buf(), source }),
         };
         let locks = list.into_iter().map(|l| (key(&l.target, &l.resource), l)).collect();
-        Ok(Self { path: Some(path.to_path_buf()), locks: Mutex::new(locks) })
+        Ok(Self { path: Some(path.to_path_buf()), locks: Mutex::new(locks), write_failure: Mutex::new(None) })
     }
 
     /// A state that lives only in memory (nothing survives a kill).
     pub fn in_memory() -> Self {
-        Self { path: None, locks: Mutex::new(Locks::new()) }
+        Self { path: None, locks: Mutex::new(Locks::new()), write_failure: Mutex::new(None) }
+    }
+
+    /// Checks that the state file at `path` can be written the way every change writes
+    /// it (a temporary file beside it, renamed over it), without changing it: for
+    /// `check-config` and the start of `serve`, so that a probe that could not journal a
+    /// lock refuses to start rather than lock without its journal.
+    pub fn check_writable(path: &Path) -> Result<(), StateError> {
+        let io = |source| StateError::Io { path: path.to_path_buf(), source };
+        let tmp = temp_path(path);
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        match opts.open(&tmp) {
+            Ok(file) => {
+                drop(file);
+                std::fs::remove_file(&tmp).map_err(io)
+            }
+            // A temporary file left by a write that died halfway: writable if it is a
+            // file (the next write truncates it), not if it is anything else.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let left = std::fs::symlink_metadata(&tmp).map_err(io)?;
+                if left.is_file() {
+                    std::fs::OpenOptions::new().write(true).open(&tmp).map(drop).map_err(io)
+                } else {
+                    Err(io(std::io::Error::other(format!("{} is in the way and is not a file", tmp.display()))))
+                }
+            }
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    /// Why the last write of the state file failed, if it did (none since a write
+    /// succeeded). While it holds, every pre-lock is refused before it is sent.
+    pub fn write_failure(&self) -> Option<String> {
+        self.write_failure.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn locks(&self) -> std::sync::MutexGuard<'_, Locks> {
@@ -138,13 +175,18 @@ impl StateFile {
 
     /// Records that the probe is about to pre-lock `resource` of `target`, with the
     /// request it will send (and its idempotency key) when there is one to repeat.
+    ///
+    /// The caller sends the pre-lock only if this succeeds: a lock the journal does not
+    /// hold would not be released by a restart. On failure the entry is not kept in
+    /// memory either (nothing will be sent for it), and whatever it replaced is back.
     pub fn record_intent(
         &self,
         target: &str,
         resource: &str,
         pre_lock: Option<PreLockIntent>,
     ) -> Result<(), StateError> {
-        self.update(|locks| {
+        let mut replaced = None;
+        let recorded = self.update(|locks| {
             let held = HeldLock {
                 target: target.to_string(),
                 resource: resource.to_string(),
@@ -152,8 +194,16 @@ impl StateFile {
                 pre_lock,
                 recorded_at: Utc::now(),
             };
-            locks.insert(key(target, resource), held);
-        })
+            replaced = Some(locks.insert(key(target, resource), held));
+        });
+        if recorded.is_err() {
+            let mut locks = self.locks();
+            match replaced.flatten() {
+                Some(previous) => locks.insert(key(target, resource), previous),
+                None => locks.remove(&key(target, resource)),
+            };
+        }
+        recorded
     }
 
     /// Records the token the service issued for `resource` of `target`.
@@ -184,18 +234,26 @@ impl StateFile {
         let mut locks = self.locks();
         f(&mut locks);
         if let Some(path) = &self.path {
-            write_atomically(path, &StateDoc { locks: locks.values().cloned().collect() })?;
+            let written = write_atomically(path, &StateDoc { locks: locks.values().cloned().collect() });
+            *self.write_failure.lock().unwrap_or_else(|e| e.into_inner()) =
+                written.as_ref().err().map(ToString::to_string);
+            written?;
         }
         Ok(())
     }
 }
 
+/// Where a write puts the new file before renaming it over `path`.
+fn temp_path(path: &Path) -> PathBuf {
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(".tmp");
+    PathBuf::from(tmp_name)
+}
+
 fn write_atomically(path: &Path, doc: &StateDoc) -> Result<(), StateError> {
     let io = |source| StateError::Io { path: path.to_path_buf(), source };
     let bytes = serde_json::to_vec_pretty(doc).map_err(|e| io(std::io::Error::other(e)))?;
-    let mut tmp_name = path.as_os_str().to_owned();
-    tmp_name.push(".tmp");
-    let tmp = PathBuf::from(tmp_name);
+    let tmp = temp_path(path);
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -288,6 +346,40 @@ mod tests {
         s.forget("a", "p1").unwrap();
         assert_eq!(of("a").len(), 1);
         assert_eq!(s.entries().len(), 4);
+    }
+
+    /// A write that cannot land (here a directory where the temporary file goes, as a
+    /// careless operator or a full volume leaves it): the intent is refused and not kept,
+    /// the failure is remembered until a write succeeds, and `check_writable` says so
+    /// before anything is written.
+    #[test]
+    fn an_intent_that_cannot_be_journaled_is_refused_and_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        StateFile::check_writable(&path).unwrap();
+        assert!(!dir.path().join("state.json.tmp").exists(), "the check leaves nothing behind");
+        let s = StateFile::open(&path).unwrap();
+        s.record_token("demo", "probe-0002", "kept").unwrap();
+        std::fs::create_dir(dir.path().join("state.json.tmp")).unwrap();
+
+        let refused = s.record_intent("demo", "probe-0001", None).unwrap_err();
+        assert!(refused.to_string().contains("state.json"), "{refused}");
+        let failure = s.write_failure().expect("the failure is remembered");
+        assert!(failure.contains("state.json"), "{failure}");
+        let held: Vec<String> = s.entries().into_iter().map(|l| l.resource).collect();
+        assert_eq!(held, ["probe-0002"], "the refused intent is not kept in memory");
+        let err = StateFile::check_writable(&path).unwrap_err().to_string();
+        assert!(err.contains("state.json.tmp") && err.contains("not a file"), "{err}");
+        // Replacing an entry that cannot be written keeps the one it would replace.
+        assert!(s.record_intent("demo", "probe-0002", None).is_err());
+        assert_eq!(s.entries()[0].token.as_deref(), Some("kept"));
+
+        std::fs::remove_dir(dir.path().join("state.json.tmp")).unwrap();
+        s.record_intent("demo", "probe-0001", None).unwrap();
+        assert_eq!(s.write_failure(), None, "a write that lands clears it");
+        assert_eq!(StateFile::open(&path).unwrap().entries().len(), 2);
+        // A missing directory is refused as well.
+        assert!(StateFile::check_writable(&dir.path().join("gone/state.json")).is_err());
     }
 
     #[test]

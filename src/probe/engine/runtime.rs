@@ -113,6 +113,8 @@ pub struct RunSummary {
 struct Sink {
     metrics: Arc<Metrics>,
     status: Arc<ProbeStatus>,
+    /// Whether it takes writes is shown after every cycle (a gauge, readiness).
+    state: Arc<StateFile>,
     cycles: AtomicUsize,
     unsuccessful: AtomicUsize,
     stop_after: Option<usize>,
@@ -123,6 +125,9 @@ impl CycleSink for Sink {
     fn cycle(&self, report: &CycleReport) {
         self.metrics.record_cycle(report);
         self.status.record_cycle(report);
+        let failure = self.state.write_failure();
+        self.metrics.set_state_file_writable(failure.is_none());
+        self.status.set_state_file_failure(failure);
         if report.result != CycleResult::Passed {
             self.unsuccessful.fetch_add(1, Ordering::SeqCst);
         }
@@ -231,6 +236,7 @@ impl Probe {
         let sink = Arc::new(Sink {
             metrics: self.metrics.clone(),
             status: self.status.clone(),
+            state: state.clone(),
             cycles: AtomicUsize::new(0),
             unsuccessful: AtomicUsize::new(0),
             stop_after,

@@ -56,10 +56,9 @@ pub async fn serve(
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {
-    if s.status.ready() {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    match s.status.not_ready_because() {
+        None => (StatusCode::OK, "ready\n").into_response(),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
     }
 }
 

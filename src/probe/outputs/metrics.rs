@@ -168,6 +168,7 @@ pub struct Metrics {
     held_back: IntCounter,
     running_cycles: IntGauge,
     max_concurrent_cycles: IntGauge,
+    state_file_writable: IntGauge,
     windows: Mutex<Windows>,
     /// Per target, the label sets of `unresolved` set to 1, to clear on a passing cycle.
     unresolved_series: Mutex<HashMap<String, Vec<[String; 4]>>>,
@@ -326,6 +327,17 @@ impl Metrics {
                     "The process's bound on cycles running at once (max_concurrent_cycles).",
                 )?,
             )?,
+            state_file_writable: {
+                let gauge = register(
+                    &r,
+                    IntGauge::new(
+                        "lockprobe_state_file_writable",
+                        "1 while the state file takes writes, 0 after a write failed: the probe then sends no pre-lock (it would not be journaled), and its cycles end in error.",
+                    )?,
+                )?;
+                gauge.set(1);
+                gauge
+            },
             registry: r,
             windows: Mutex::new(Windows::default()),
             unresolved_series: Mutex::new(HashMap::new()),
@@ -422,6 +434,11 @@ impl Metrics {
     /// Cycles held back so far.
     pub fn cycles_held_back(&self) -> u64 {
         self.held_back.get()
+    }
+
+    /// Sets whether the state file takes writes (`lockprobe_state_file_writable`).
+    pub fn set_state_file_writable(&self, writable: bool) {
+        self.state_file_writable.set(i64::from(writable));
     }
 
     /// Sets how many cycles run now.

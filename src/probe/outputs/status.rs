@@ -20,7 +20,7 @@ pub struct StatusDocument {
     /// When the document was made; the status page counts "ago" from it.
     #[serde(with = "seconds")]
     pub generated_at: DateTime<Utc>,
-    /// Config loaded and scheduler running.
+    /// Config loaded, scheduler running and the state file taking writes.
     pub ready: bool,
     /// Every target, by name.
     pub targets: Vec<TargetDocument>,
@@ -71,6 +71,10 @@ pub struct CycleDocument {
     pub finished_at: DateTime<Utc>,
     /// How it ended.
     pub result: CycleResult,
+    /// Why it ended in error (target unreachable, cancelled, a pre-lock the state file
+    /// could not journal); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Main resource.
     pub resource: String,
     /// Every assertion, in order.
@@ -190,6 +194,7 @@ impl From<&CycleReport> for CycleDocument {
             started_at: r.started_at,
             finished_at: r.finished_at,
             result: r.result,
+            error: r.error.clone(),
             resource: r.resource.clone(),
             assertions: r
                 .assertions
@@ -301,6 +306,8 @@ pub struct ProbeStatus {
     targets: Mutex<BTreeMap<String, TargetStatus>>,
     config_loaded: AtomicBool,
     scheduler_running: AtomicBool,
+    /// Why the state file refuses writes, while it does.
+    state_file_failure: Mutex<Option<String>>,
 }
 
 impl ProbeStatus {
@@ -337,9 +344,29 @@ impl ProbeStatus {
         self.scheduler_running.store(v, Ordering::SeqCst);
     }
 
-    /// Config loaded and scheduler running.
+    /// Records why the state file refuses writes (`None` once it takes them again).
+    pub fn set_state_file_failure(&self, failure: Option<String>) {
+        *self.state_file_failure.lock().unwrap_or_else(|e| e.into_inner()) = failure;
+    }
+
+    /// Config loaded, scheduler running and the state file taking writes.
     pub fn ready(&self) -> bool {
-        self.config_loaded.load(Ordering::SeqCst) && self.scheduler_running.load(Ordering::SeqCst)
+        self.not_ready_because().is_none()
+    }
+
+    /// Why the probe is not ready, if it is not: what `/readyz` says.
+    pub fn not_ready_because(&self) -> Option<String> {
+        if !self.config_loaded.load(Ordering::SeqCst) {
+            return Some("configuration not loaded".into());
+        }
+        if !self.scheduler_running.load(Ordering::SeqCst) {
+            return Some("scheduler not running".into());
+        }
+        self.state_file_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|failure| format!("the state file refuses writes, so no pre-lock is sent: {failure}"))
     }
 
     /// Counts missed schedules of `target`.

@@ -657,7 +657,9 @@ impl<'a> Check<'a> {
             target_location: target_location.map(str::to_owned),
         };
         if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource, Some(intent)) {
-            tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
+            let abort = Abort::journal(&self.resource, &e);
+            tracing::error!(error = %e, resource = %self.resource, "pre-lock not sent: its intent could not be recorded in the state file");
+            return Err(abort);
         }
         if prime {
             if let Err(abort) = self.prime_caches(self.next_lock_instance()).await {

@@ -306,7 +306,8 @@ impl Check<'_> {
         let n = s.concurrent_pre_locks;
         self.step(&format!("{n} concurrent pre-locks on {} must give exactly one winner", self.resource));
         if let Err(e) = self.sc.state.record_intent(&s.name, &self.resource, None) {
-            tracing::warn!(error = %e, "cannot record pre-lock intent in state file");
+            tracing::error!(error = %e, resource = %self.resource, "concurrent pre-locks not sent: their intent could not be recorded in the state file");
+            return Err(Abort::journal(&self.resource, &e));
         }
         let started = Instant::now();
         let replies = futures::future::join_all((0..n).map(|k| {
