@@ -106,6 +106,31 @@ impl DocumentError {
     }
 }
 
+/// The longest duration a stored document may hold, in seconds: a hundred years, far
+/// beyond any lease or delay a writer stores (the contract caps each at ten years) and
+/// far from where time arithmetic overflows.
+pub const MAX_STORED_SECONDS: f64 = 3_155_760_000.0;
+
+/// A stored duration in seconds: finite, not negative, at most [`MAX_STORED_SECONDS`].
+fn stored_seconds(field: &str, seconds: f64) -> Result<(), String> {
+    if seconds.is_finite() && (0.0..=MAX_STORED_SECONDS).contains(&seconds) {
+        Ok(())
+    } else {
+        Err(format!("{field} is {seconds}, outside 0 to {MAX_STORED_SECONDS} seconds"))
+    }
+}
+
+/// A stored instant: within years 1 to 9999, so that adding or subtracting any stored or
+/// configured duration stays within what a timestamp can hold.
+fn stored_instant(field: &str, at: DateTime<Utc>) -> Result<(), String> {
+    use chrono::Datelike;
+    if (1..=9999).contains(&at.year()) {
+        Ok(())
+    } else {
+        Err(format!("{field} is {at}, outside years 1 to 9999"))
+    }
+}
+
 /// The routing and lock state of one resource.
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -628,7 +653,47 @@ impl LocationDocument {
         if !FORMATS_READ.contains(&found) {
             return Err(DocumentError::UnsupportedSchema { id, found });
         }
-        serde_json::from_value(value).map_err(|e| DocumentError::Malformed(format!("document {id:?}: {e}")))
+        let doc: Self =
+            serde_json::from_value(value).map_err(|e| DocumentError::Malformed(format!("document {id:?}: {e}")))?;
+        doc.check_stored_values().map_err(|e| DocumentError::Malformed(format!("document {id:?}: {e}")))?;
+        Ok(doc)
+    }
+
+    /// Stored values are input like any other: a duration or an instant far outside what
+    /// any writer stores (`convergenceDelaySeconds: 1e308`, a year past 9999) would
+    /// overflow the time arithmetic of every reader, so it is refused at decode, naming
+    /// the field, like a field of the wrong type.
+    fn check_stored_values(&self) -> Result<(), String> {
+        for (name, section) in [("primary", Some(&self.primary)), ("secondary", self.secondary.as_ref())] {
+            let Some(lock) = section.and_then(|s| s.lock.as_ref()) else { continue };
+            let at = |field: &str, t: DateTime<Utc>| stored_instant(&format!("{name}.lock.{field}"), t);
+            at("acquiredAt", lock.acquired_at)?;
+            at("effectiveAt", lock.effective_at)?;
+            at("expiresAt", lock.expires_at)?;
+            at("preLockExpiresAt", lock.pre_lock_expires_at)?;
+            at("maxExpiresAt", lock.max_expires_at)?;
+            if let Some(since) = lock.phase_since {
+                at("phaseSince", since)?;
+            }
+            if let Some(delay) = lock.convergence_delay_seconds {
+                stored_seconds(&format!("{name}.lock.convergenceDelaySeconds"), delay)?;
+            }
+        }
+        if let Some(pending) = &self.pending {
+            if let Some(seconds) = pending.effective_after_commit_seconds {
+                stored_seconds("pending.effectiveAfterCommitSeconds", seconds)?;
+            }
+            if let Some(after) = pending.void_if_committed_after {
+                stored_instant("pending.voidIfCommittedAfter", after)?;
+            }
+            if let Some(previous) = &pending.previous {
+                previous.check_stored_values().map_err(|e| format!("pending.previous: {e}"))?;
+            }
+        }
+        for (i, record) in self.operations.iter().enumerate() {
+            stored_instant(&format!("operations[{i}].keepUntil"), record.keep_until)?;
+        }
+        Ok(())
     }
 
     /// The format this document must be written in: [`FORMAT_2`] while it carries a

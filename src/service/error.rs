@@ -7,6 +7,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::document::DocumentError;
 use crate::routing::{LockError, RoutingError};
 
 /// Prefix of every problem `type`.
@@ -130,10 +131,16 @@ impl From<RoutingError> for ApiError {
                 )
                 .caused_by(cause)
             },
-            RoutingError::Document(cause) => {
+            RoutingError::Document(cause @ DocumentError::UnsupportedSchema { .. }) => {
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "unsupported-document", "the location document cannot be used by this service version")
                     .caused_by(cause)
             }
+            RoutingError::Document(cause @ DocumentError::Malformed(_)) => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "invalid-document",
+                "the stored location document is not valid (a field missing, of the wrong type or out of range); nothing was changed",
+            )
+            .caused_by(cause),
         }
     }
 }
@@ -152,12 +159,37 @@ impl From<LockError> for ApiError {
     }
 }
 
+/// Whether `cause` is seen for the first time by this process. Remembers at most
+/// [`CAUSES_REMEMBERED`] causes; past that every one counts as new again, so a flood of
+/// distinct bad documents is still logged, only not without bound in memory.
+fn first_time(cause: &str) -> bool {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    let mut seen = SEEN.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if seen.contains(cause) {
+        return false;
+    }
+    if seen.len() < CAUSES_REMEMBERED {
+        seen.insert(cause.to_owned());
+    }
+    true
+}
+
+/// How many document refusals [`first_time`] remembers.
+const CAUSES_REMEMBERED: usize = 1024;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         // The one log line of a failure: the store does not log its own errors, the
         // routing library returns them, and this is where they are acted on.
         let cause = self.cause.as_deref().unwrap_or("-");
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if matches!(self.kind, "invalid-document" | "unsupported-document") && !first_time(cause) {
+            // The same stored document answers every request on it the same way: its
+            // cause is logged once (per process, while the set of them stays small),
+            // not once per request a client or a probe keeps sending.
+            tracing::debug!(kind = self.kind, status = self.status.as_u16(), cause, "request failed");
+        } else if self.status == StatusCode::SERVICE_UNAVAILABLE {
             tracing::warn!(kind = self.kind, status = self.status.as_u16(), cause, "request failed");
         } else if self.status.is_server_error() {
             tracing::error!(kind = self.kind, status = self.status.as_u16(), cause, "request failed");

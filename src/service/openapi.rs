@@ -111,6 +111,7 @@ mod tests {
             "lock-held",
             "internal",
             "unsupported-document",
+            "invalid-document",
             "store-unavailable",
             "conflict-retry-exhausted",
             "outcome-unknown",

@@ -65,7 +65,8 @@
 //!         | step=S    only calls made inside lifecycle step S (see below)
 //! ```
 //!
-//! `P` is a probability in 0..=1; with neither `@P` nor `xN` every matching call is hit.
+//! `P` is a probability above 0 and at most 1 (a rule that could never fire is refused);
+//! with neither `@P` nor `xN` every matching call is hit.
 //! `D` is a humantime duration (`500ms`, `3s`, `2m`), at most ten years. `replica-lag`
 //! acts on `read_replica` only and needs it among the calls; `lost-race` acts on writes
 //! only and needs one among them; `id=` needs a call that has a document id (not
@@ -914,11 +915,13 @@ fn parse_calls(text: &str) -> Result<OpSet, String> {
     Ok(ops)
 }
 
+/// A probability in (0, 1]: a rule that can never fire (`@0`, or `@1e-400`, which is 0
+/// as a number) is refused rather than kept as a fault that silently never happens.
 fn parse_probability(text: &str) -> Result<f64, String> {
     text.parse::<f64>()
         .ok()
-        .filter(|p| (0.0..=1.0).contains(p))
-        .ok_or_else(|| format!("probability \"@{text}\" is not a number from 0 to 1"))
+        .filter(|p| *p > 0.0 && *p <= 1.0)
+        .ok_or_else(|| format!("probability \"@{text}\" is not a number above 0 and at most 1"))
 }
 
 fn parse_action(text: &str) -> Result<FaultAction, String> {

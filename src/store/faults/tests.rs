@@ -94,6 +94,8 @@ mod rules {
             ("create:fail@1.5", "\"@1.5\""),
             ("create:fail@-0.1", "\"@-0.1\""),
             ("create:fail@NaN", "\"@NaN\""),
+            ("create:fail@0", "\"@0\" is not a number above 0"),
+            ("writes:delay=1s@1e-400", "\"@1e-400\" is not a number above 0"),
             ("create:fail@", "\"@\""),
             ("create:fail x0", "\"x0\""),
             ("create:fail xthree", "\"xthree\""),
