@@ -35,7 +35,13 @@ fn check(text: &str) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("probe.toml");
     std::fs::write(&path, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_lockprobe")).arg("check-config").arg(&path).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .arg("check-config")
+        .arg(&path)
+        // The key of the `[monitor]` store in the tests that add one (base64, never used).
+        .env("LOCKPROBE_TEST_CONFIG_COSMOS_KEY", "cGxhY2Vob2xkZXI=")
+        .output()
+        .unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).to_string(),
@@ -84,6 +90,187 @@ fn bad_fields_exit_64_naming_the_field() {
         assert_eq!(code, Some(64), "{to}: {stdout}{stderr}");
         assert!(stderr.contains(field), "{to}: expected {field} in {stderr}");
     }
+}
+
+/// A field's line in GOOD to replace, its key, the field as a refusal names it, and values
+/// with whether each is taken.
+type BoundsCase = (&'static str, &'static str, &'static str, Vec<(String, bool)>);
+
+/// Every number of the configuration `serve` reads has a floor and a ceiling (issue 29):
+/// each field at its minimum and at its maximum is taken, and a value past either, or
+/// absurd (a pool of four billion resources aborted `serve` on allocation), is refused
+/// with exit 64 naming the field. Durations are bounded at ten years by their parser.
+#[test]
+fn every_number_is_taken_at_its_bounds_and_refused_past_them() {
+    // (the line in GOOD to replace, the field as refused, [(value, taken)])
+    let pool = |v: &str| format!("pool_size = {v}");
+    let cases: Vec<BoundsCase> = vec![
+        (
+            "pool_size = 14",
+            "pool_size",
+            "targets[0].pool_size",
+            vec![
+                (pool("14"), true),
+                (pool("10000"), true),
+                (pool("10001"), false),
+                (pool("4000000000"), false),
+                (pool("-1"), false),
+            ],
+        ),
+        (
+            "concurrency = 2",
+            "concurrency",
+            "targets[0].concurrency",
+            vec![
+                ("concurrency = 1".into(), true),
+                ("concurrency = 1000".into(), true),
+                ("concurrency = 1001".into(), false),
+                ("concurrency = 0".into(), false),
+                ("concurrency = 18446744073709551615".into(), false),
+            ],
+        ),
+        (
+            "concurrency = 2",
+            "concurrent_pre_locks",
+            "targets[0].concurrent_pre_locks",
+            vec![
+                (
+                    "concurrency = 2
+concurrent_pre_locks = 2"
+                        .into(),
+                    true,
+                ),
+                (
+                    "concurrency = 2
+concurrent_pre_locks = 64"
+                        .into(),
+                    true,
+                ),
+                (
+                    "concurrency = 2
+concurrent_pre_locks = 1"
+                        .into(),
+                    false,
+                ),
+                (
+                    "concurrency = 2
+concurrent_pre_locks = 65"
+                        .into(),
+                    false,
+                ),
+                (
+                    "concurrency = 2
+concurrent_pre_locks = 4000000000"
+                        .into(),
+                    false,
+                ),
+            ],
+        ),
+        (
+            "concurrency = 2",
+            "max_inconclusive",
+            "targets[0].max_inconclusive",
+            vec![
+                (
+                    "concurrency = 2
+max_inconclusive = 0"
+                        .into(),
+                    true,
+                ),
+                (
+                    "concurrency = 2
+max_inconclusive = 1"
+                        .into(),
+                    true,
+                ),
+                (
+                    "concurrency = 2
+max_inconclusive = 1e308"
+                        .into(),
+                    false,
+                ),
+                (
+                    "concurrency = 2
+max_inconclusive = nan"
+                        .into(),
+                    false,
+                ),
+            ],
+        ),
+        (
+            "listen = \"127.0.0.1:9464\"",
+            "max_concurrent_cycles",
+            "max_concurrent_cycles",
+            vec![
+                ("listen = \"127.0.0.1:9464\"\nmax_concurrent_cycles = 1".into(), true),
+                ("listen = \"127.0.0.1:9464\"\nmax_concurrent_cycles = 100000".into(), true),
+                ("listen = \"127.0.0.1:9464\"\nmax_concurrent_cycles = 100001".into(), false),
+                ("listen = \"127.0.0.1:9464\"\nmax_concurrent_cycles = 0".into(), false),
+            ],
+        ),
+        (
+            "timeout = \"60h\"",
+            "timeout",
+            "timeout",
+            vec![("timeout = \"3650days\"".into(), true), ("timeout = \"500000years\"".into(), false)],
+        ),
+    ];
+    for (line, name, field, values) in cases {
+        for (value, taken) in values {
+            let mut text = GOOD.replace(line, &value);
+            // A concurrency of 1,000 needs a pool of 7,000 (seven resources a cycle).
+            if value.contains("concurrency = 1000") {
+                text = text.replace("pool_size = 14", "pool_size = 7000");
+            }
+            let (code, stdout, stderr) = check(&text);
+            if taken {
+                assert_eq!(code, Some(0), "{name}: {value} must be taken: {stdout}{stderr}");
+            } else {
+                assert_eq!(code, Some(64), "{name}: {value} must be refused: {stdout}{stderr}");
+                // Past the type's range the TOML parser refuses it, quoting the line (the
+                // key, not the target's index); past the checks, the field in full.
+                let parsed = !stderr.contains("TOML parse error");
+                assert!(
+                    stderr.contains(if parsed { field } else { name }),
+                    "{name}: {value}: expected {field} in {stderr}"
+                );
+            }
+        }
+    }
+    // `[monitor]`: its pages, as keys of the serve configuration.
+    let monitor = "\n[monitor]\nstore = \"cosmos\"\ncosmos_endpoint = \"https://acct.documents.azure.com:443/\"\ncosmos_key_env = \"LOCKPROBE_TEST_CONFIG_COSMOS_KEY\"\ncosmos_database = \"routing\"\ncosmos_container = \"locations\"\n";
+    for key in ["monitor_poll_batch", "monitor_scan_page"] {
+        for (value, taken) in [("1", true), ("100000", true), ("100001", false), ("0", false)] {
+            let text = format!("{GOOD}{monitor}{key} = {value}\n");
+            let (code, stdout, stderr) = check(&text);
+            if taken {
+                assert_eq!(code, Some(0), "{key} = {value} must be taken: {stdout}{stderr}");
+            } else {
+                assert_eq!(code, Some(64), "{key} = {value} must be refused: {stdout}{stderr}");
+                assert!(stderr.contains(key), "{key} = {value}: {stderr}");
+            }
+        }
+    }
+}
+
+/// `serve` refuses the absurd pool at once, instead of aborting on a 96 GB allocation.
+#[test]
+fn serve_refuses_an_absurd_pool_instead_of_aborting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("probe.toml");
+    let text = GOOD
+        .replace("pool_size = 14", "pool_size = 4000000000")
+        .replace("/var/lib/lockprobe/state.json", dir.path().join("state.json").to_str().unwrap());
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .env("ORDERS_LOCK_API_KEY", "k")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("targets[0].pool_size") && stderr.contains("at most 10000"), "{stderr}");
 }
 
 #[test]

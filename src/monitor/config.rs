@@ -27,6 +27,14 @@ pub enum MonitorConfigError {
         /// The field or flag name.
         field: &'static str,
     },
+    /// A count larger than the monitor will ask the store for at once.
+    #[error("{field} must be at most {max}")]
+    TooLarge {
+        /// The field or flag name.
+        field: &'static str,
+        /// The largest value taken.
+        max: usize,
+    },
 }
 
 /// Settings of one monitor: flags, `[monitor]` keys and the struct are one type.
@@ -118,7 +126,7 @@ impl MonitorConfigError {
     /// The field at fault, e.g. `scan_interval`.
     pub fn field(&self) -> &'static str {
         match self {
-            Self::NotPositive { field } | Self::ZeroCount { field } => field,
+            Self::NotPositive { field } | Self::ZeroCount { field } | Self::TooLarge { field, .. } => field,
         }
     }
 
@@ -133,10 +141,11 @@ impl MonitorConfigError {
     }
 
     /// What is wrong, without the name.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> String {
         match self {
-            Self::NotPositive { .. } => "must be positive",
-            Self::ZeroCount { .. } => "must be at least 1",
+            Self::NotPositive { .. } => "must be positive".into(),
+            Self::ZeroCount { .. } => "must be at least 1".into(),
+            Self::TooLarge { max, .. } => format!("must be at most {max}"),
         }
     }
 }
@@ -144,6 +153,11 @@ impl MonitorConfigError {
 impl MonitorConfig {
     /// Recent anomalies the status API lists by default.
     pub const RECENT_ANOMALIES: usize = 32;
+
+    /// The most changes or documents asked of the store in one call (`poll_batch`,
+    /// `scan_page`): every one is held in memory at once, and a store answers far fewer
+    /// per page anyway (Cosmos DB: a few MB).
+    pub const MAX_PAGE: usize = 100_000;
 
     /// Checks every field; the error names the first bad one.
     pub fn validate(&self) -> Result<(), MonitorConfigError> {
@@ -159,6 +173,9 @@ impl MonitorConfig {
         for (field, n) in [("poll_batch", self.poll_batch), ("scan_page", self.scan_page)] {
             if n == 0 {
                 return Err(MonitorConfigError::ZeroCount { field });
+            }
+            if n > Self::MAX_PAGE {
+                return Err(MonitorConfigError::TooLarge { field, max: Self::MAX_PAGE });
             }
         }
         Ok(())
@@ -228,9 +245,22 @@ mod tests {
         let err = parse(&["--monitor-sweep-interval", "0s"]).unwrap().validate().unwrap_err();
         assert_eq!(
             (err.flag(), err.key(), err.reason()),
-            ("--monitor-sweep-interval".into(), "monitor_sweep_interval".into(), "must be positive")
+            ("--monitor-sweep-interval".into(), "monitor_sweep_interval".into(), "must be positive".into())
         );
         assert!(parse(&["--monitor-poll-interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn a_page_is_between_one_and_the_maximum() {
+        for flag in ["--monitor-poll-batch", "--monitor-scan-page"] {
+            let max = MonitorConfig::MAX_PAGE.to_string();
+            parse(&[flag, "1"]).unwrap().validate().unwrap();
+            parse(&[flag, &max]).unwrap().validate().unwrap();
+            let over = (MonitorConfig::MAX_PAGE + 1).to_string();
+            let err = parse(&[flag, &over]).unwrap().validate().unwrap_err();
+            assert_eq!((err.flag(), err.reason()), (flag.to_owned(), format!("must be at most {max}")));
+            assert!(parse(&[flag, "4000000000000000000000"]).is_err(), "{flag}: beyond usize, refused by the parser");
+        }
     }
 
     #[test]

@@ -193,6 +193,15 @@ pub const DEFAULT_MAX_CONCURRENT_CYCLES: usize = 1000;
 /// The most `max_concurrent_cycles` may be: far past what one process can time (about
 /// 1,000 at once on two cores, BENCHMARKS.md), so a larger value is a typo.
 pub const MAX_CONCURRENT_CYCLES_LIMIT: usize = 100_000;
+/// The most test resources a target may have (`pool_size`): the probe keeps their names
+/// for every target it runs, and a pool is sized by `concurrency` (five resources a cycle),
+/// so a larger value is a typo, not a plan (one of 4,000,000,000 aborted `serve`).
+pub const MAX_POOL_SIZE: usize = 10_000;
+/// The most cycles of one target that may run at once (`concurrency`).
+pub const MAX_CONCURRENCY: usize = 1_000;
+/// The most pre-locks the concurrent-pre-lock check may send at once: enough to race every
+/// instance many times over, few enough not to be a flood of the service.
+pub const MAX_CONCURRENT_PRE_LOCKS: usize = 64;
 fn default_state_file() -> PathBuf {
     PathBuf::from("lockprobe-state.json")
 }
@@ -340,8 +349,17 @@ impl TargetConfig {
     /// Concurrency, the pool it needs, the cron expression, the inconclusive cap and the
     /// pre-lock race.
     fn check_schedule(&self, field: impl Fn(&str) -> String) -> Result<(), ConfigError> {
-        if self.concurrency == 0 {
-            return Err(ConfigError::invalid(field("concurrency"), "must be at least 1"));
+        if !(1..=MAX_CONCURRENCY).contains(&self.concurrency) {
+            return Err(ConfigError::invalid(
+                field("concurrency"),
+                format!("must be between 1 and {MAX_CONCURRENCY}, got {}", self.concurrency),
+            ));
+        }
+        if self.pool_size > MAX_POOL_SIZE {
+            return Err(ConfigError::invalid(
+                field("pool_size"),
+                format!("must be at most {MAX_POOL_SIZE}, got {}", self.pool_size),
+            ));
         }
         let needed = RESOURCES_PER_CYCLE * self.concurrency;
         if self.pool_size < needed {
@@ -358,8 +376,11 @@ impl TargetConfig {
         }
         crate::probe::checks::settings::check_max_inconclusive(self.max_inconclusive)
             .map_err(|why| ConfigError::invalid(field("max_inconclusive"), why))?;
-        if self.concurrent_pre_locks < 2 {
-            return Err(ConfigError::invalid(field("concurrent_pre_locks"), "must be at least 2"));
+        if !(2..=MAX_CONCURRENT_PRE_LOCKS).contains(&self.concurrent_pre_locks) {
+            return Err(ConfigError::invalid(
+                field("concurrent_pre_locks"),
+                format!("must be between 2 and {MAX_CONCURRENT_PRE_LOCKS}, got {}", self.concurrent_pre_locks),
+            ));
         }
         Ok(())
     }
