@@ -286,3 +286,92 @@ async fn a_state_file_that_refuses_writes_stops_every_pre_lock() {
     .await;
     assert!(get("/metrics").await.1.lines().any(|l| l == "lockprobe_state_file_writable 1"));
 }
+
+/// Recovery runs per target, in parallel, within a deadline (issue 29): a previous run
+/// left five locks on a target whose instance accepts connections and never answers.
+/// Releasing them cannot finish, yet the probe is ready and takes a reload at once, the
+/// healthy target's first cycle locks while the stuck recovery is still under way, that
+/// recovery ends at its deadline (5 locks x 4 request timeouts of 1 s), and the firings
+/// it cost its own target are counted as missed. (Before: `serve` released target by
+/// target before anything else, so readiness, reloads and every target waited.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_never_answers_delays_only_its_own_recovery() {
+    const DEADLINE: Duration = Duration::from_secs(20);
+    let svc = start_service(vec![], Duration::from_secs(1), Duration::from_millis(500)).await;
+    // An instance that takes connections and never answers them.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("http://{}", silent.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            held.push(stream);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let left: Vec<serde_json::Value> = (1..=5)
+        .map(|n| {
+            serde_json::json!({"target": "silent", "resource": format!("probe-s-{n:04}"), "token": format!("left-{n}"),
+                               "recordedAt": "2026-12-01T00:00:00Z"})
+        })
+        .collect();
+    std::fs::write(dir.path().join("state.json"), serde_json::json!({ "locks": left }).to_string()).unwrap();
+    let config = ProbeConfig::new(dir.path().join("state.json"))
+        .target(
+            TargetConfig::new("healthy", &svc.urls)
+                .api_key_env(KEY_ENV)
+                .buffer("100ms")
+                .schedule("* * * * * *")
+                .timeout("1m"),
+        )
+        .target(
+            TargetConfig::new("silent", [silent_url.as_str()])
+                .api_key_env(KEY_ENV)
+                .test_prefix("probe-s-")
+                .buffer("100ms")
+                .set("request_timeout", "1s")
+                .schedule("* * * * * *")
+                .timeout("1m"),
+        )
+        .write_as(dir.path(), "probe.toml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let base = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    let _probe = Serve(
+        Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .arg(&config)
+            .env(KEY_ENV, &svc.key)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let http = reqwest::Client::new();
+    wait_for("/readyz", DEADLINE, async || {
+        http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let reload = http.post(format!("{base}/-/reload")).send().await.unwrap();
+    assert_eq!(reload.status(), 200, "{:?}", reload.text().await);
+    wait_for("the healthy target's first pre-lock", DEADLINE, async || {
+        !route(&svc.urls[0], "probe-0001").await["lock"].is_null()
+    })
+    .await;
+    let healthy_locked = started.elapsed();
+    assert!(
+        healthy_locked < DEADLINE * 3 / 4,
+        "ready, reloaded and the healthy target locked only after {healthy_locked:?}: it waited for the stuck recovery"
+    );
+
+    let missed = |http: reqwest::Client| {
+        let url = format!("{base}/api/v1/status");
+        async move {
+            let doc = http.get(url).send().await.unwrap().json::<serde_json::Value>().await.unwrap();
+            let silent = doc["targets"].as_array().unwrap().iter().find(|t| t["name"] == "silent").cloned();
+            silent.and_then(|t| t["missedSchedules"].as_u64()).unwrap_or(0)
+        }
+    };
+    // The recovery gives up at its deadline; the firings of its wait are then counted.
+    wait_for("the silent target's lost firings to be counted", DEADLINE * 2, async || missed(http.clone()).await >= 10)
+        .await;
+}

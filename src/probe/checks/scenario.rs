@@ -181,8 +181,39 @@ impl Scenario {
 
     /// Releases locks a previous run recorded for this target and did not release.
     /// Returns how many entries were cleared.
+    ///
+    /// Bounded by [`Self::recovery_deadline`]: a target whose instances accept
+    /// connections and never answer must not hold its schedule back for long. What is
+    /// not cleared by then stays in the state file, and a cycle retries it before it
+    /// reuses the resource.
     pub async fn recover(&self) -> usize {
-        self.recover_where(|_| true).await
+        let entries = self.state.entries_of(&self.settings.name).len();
+        if entries == 0 {
+            return 0;
+        }
+        let cleared = std::sync::atomic::AtomicUsize::new(0);
+        let deadline = self.recovery_deadline(entries);
+        let counted = async {
+            let n = self.recover_where(|_| true).await;
+            cleared.store(n, std::sync::atomic::Ordering::Relaxed);
+        };
+        if tokio::time::timeout(deadline, counted).await.is_err() {
+            tracing::warn!(
+                target_name = %self.settings.name,
+                entries,
+                deadline = ?deadline,
+                "releasing the locks a previous run left did not finish in time; what is left is retried before each cycle reuses its resources"
+            );
+        }
+        cleared.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How long releasing `entries` left-over locks may take: each takes a release, and
+    /// an unanswered pre-lock a replay first, each bounded by the request timeout and
+    /// repeated while its outcome is unknown; four request timeouts each.
+    pub fn recovery_deadline(&self, entries: usize) -> Duration {
+        let per_entry = self.settings.request_timeout.saturating_mul(4);
+        per_entry.saturating_mul(u32::try_from(entries.max(1)).unwrap_or(u32::MAX))
     }
 
     /// Releases left-over locks on `resources` only (a cycle's own resources: other

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
@@ -265,13 +266,11 @@ impl Probe {
             server_stop.clone(),
         ));
 
+        // Each target releases what a previous run left in its own task, all at once and
+        // each within a deadline: a target whose instances never answer delays only its
+        // own first cycle, and readiness and reloads never wait on a target's network.
         for (scenario, schedule) in scenarios {
-            let span = tracing::info_span!("target", target = %schedule.name);
-            let cleared = scenario.recover().instrument(span).await;
-            if cleared > 0 {
-                tracing::info!(target_name = %schedule.name, cleared, "released locks left by a previous run");
-            }
-            running.start(TargetPlan { schedule, runner: scenario }, false);
+            running.start(TargetPlan { schedule, runner: scenario }, true);
         }
         self.status.set_scheduler_running(true);
         tracing::info!("probe running");
@@ -287,6 +286,12 @@ impl Probe {
             unsuccessful: sink.unsuccessful.load(Ordering::SeqCst),
         })
     }
+}
+
+/// How many firings of `cron` fall after `from` and at or before `to` (at most a
+/// million: a seconds schedule over a long stall is counted, not walked forever).
+fn firings_between(cron: &cron::Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> u64 {
+    cron.after(&from).take_while(|t| *t <= to).take(1_000_000).count() as u64
 }
 
 /// A thread of its own for the targets' schedules, running nothing but their timers
@@ -428,10 +433,26 @@ impl<'a> Targets<'a> {
                 }
                 let latest = updates.clone();
                 if recover_first && !stops.shutdown.is_cancelled() {
-                    let runner = latest.borrow().runner.clone();
-                    let cleared = runner.release_leftovers().await;
-                    if cleared > 0 {
-                        tracing::info!(cleared, "released locks left by a previous run");
+                    let (runner, cron) = {
+                        let plan = latest.borrow();
+                        (plan.runner.clone(), plan.schedule.schedule.clone())
+                    };
+                    let began = Utc::now();
+                    tokio::select! {
+                        cleared = runner.release_leftovers() => if cleared > 0 {
+                            tracing::info!(cleared, "released locks left by a previous run");
+                        },
+                        _ = stops.shutdown.cancelled() => {}
+                    }
+                    // The schedule starts from now: firings that came while the leftovers
+                    // were being released did not start, and are counted as missed.
+                    let lost = firings_between(&cron, began, Utc::now());
+                    if lost > 0 {
+                        tracing::warn!(
+                            lost,
+                            "scheduled cycles did not start while the locks a previous run left were released"
+                        );
+                        sink.missed(&task_name, lost);
                     }
                 }
                 // The schedule's timers on their own thread, its cycles back on this runtime.
