@@ -168,11 +168,16 @@ fn parse(args: &[&str]) -> MonitorCommand {
 async fn the_command_refuses_bad_flags_as_usage_errors() {
     let err = run(parse(&["--store", "cosmos"]), CancellationToken::new()).await.unwrap_err();
     assert!(err.downcast_ref::<UsageError>().is_some_and(|e| e.0.contains("--cosmos-endpoint")), "{err}");
-    let err = run(parse(&["--monitor-scan-interval", "0s"]), CancellationToken::new()).await.unwrap_err();
+    let err = run(parse(&["--store", "cosmos", "--monitor-scan-interval", "0s"]), CancellationToken::new())
+        .await
+        .unwrap_err();
     assert_eq!(
         err.downcast_ref::<UsageError>().map(|e| e.0.as_str()),
         Some("--monitor-scan-interval: must be positive")
     );
+    // The command never watches an empty store of its own.
+    let err = run(parse(&[]), CancellationToken::new()).await.unwrap_err();
+    assert!(err.downcast_ref::<UsageError>().is_some_and(|e| e.0.starts_with("--store: ")), "{err}");
 }
 
 #[tokio::test]

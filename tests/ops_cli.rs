@@ -1,7 +1,11 @@
 //! What an operator gets from every process: `--log-format json` (one JSON object per log
 //! line on stderr; a bad value is a usage error) and `lockprobe_build_info` plus the
 //! process metrics on `/metrics`, here from `lockprobe monitor` alone; and a SIGHUP to
-//! `service` or `monitor`, which have nothing to reload, is logged and survived.
+//! `service` or `monitor`, which have nothing to reload, is logged and survived. The
+//! monitor watches the local Cosmos DB-compatible server: it refuses the in-memory store.
+
+#[path = "support/cosmos_server.rs"]
+mod cosmos_server;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -17,11 +21,54 @@ impl Drop for Kill {
     }
 }
 
+/// The variable the monitor's Cosmos key is read from (the local server checks none).
+const COSMOS_KEY_ENV: &str = "OPS_CLI_COSMOS_KEY";
+
+/// `lockprobe monitor` flags for a fresh database on `server`, after `first`.
+fn monitor_args(server: &cosmos_server::CosmosServer, first: &[&str]) -> Vec<String> {
+    let database = cosmos_server::unique_database("ops-cli");
+    let mut args: Vec<String> = std::iter::once("monitor").chain(first.iter().copied()).map(str::to_owned).collect();
+    for arg in [
+        "--store",
+        "cosmos",
+        "--cosmos-endpoint",
+        &server.endpoint(),
+        "--cosmos-key-env",
+        COSMOS_KEY_ENV,
+        "--cosmos-database",
+        &database,
+        "--cosmos-container",
+        "locations",
+        "--cosmos-create-if-missing",
+        "--cosmos-write-region",
+        "South Central US",
+        "--cosmos-preferred-region",
+        "South Central US",
+    ] {
+        args.push(arg.to_owned());
+    }
+    args
+}
+
+/// `lockprobe monitor` without `--store` (or with `--store memory`) would watch an empty
+/// store of its own and report an idle fleet: it refuses, naming `--store`, exit 64.
+#[test]
+fn the_monitor_refuses_to_watch_an_empty_store_of_its_own() {
+    for args in [vec!["monitor", "--listen", "127.0.0.1:0"], vec!["monitor", "--store", "memory"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_lockprobe")).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains("--store") && stderr.contains("--store cosmos"), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn json_logs_build_info_and_process_metrics_from_the_monitor_alone() {
+    let server = cosmos_server::CosmosServer::start();
     let mut child = Kill(
         Command::new(env!("CARGO_BIN_EXE_lockprobe"))
-            .args(["monitor", "--log-format", "json", "--listen", "127.0.0.1:0"])
+            .args(monitor_args(&server, &["--log-format", "json", "--listen", "127.0.0.1:0"]))
+            .env(COSMOS_KEY_ENV, "bG9ja3Byb2Jl")
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -94,15 +141,16 @@ fn the_version_names_the_contract_and_the_document_formats() {
 
 #[test]
 fn service_and_monitor_log_and_survive_a_sighup() {
+    let server = cosmos_server::CosmosServer::start();
+    let service: Vec<String> =
+        ["service", "--listen", "127.0.0.1:0", "--instances", "1"].iter().map(|a| a.to_string()).collect();
     for (args, key) in [
-        (vec!["service", "--listen", "127.0.0.1:0", "--instances", "1"], Some("k")),
-        (vec!["monitor", "--listen", "127.0.0.1:0"], None),
+        (service, ("LOCKPROBE_LOCK_API_KEY", "k")),
+        (monitor_args(&server, &["--listen", "127.0.0.1:0"]), (COSMOS_KEY_ENV, "bG9ja3Byb2Jl")),
     ] {
         let mut command = Command::new(env!("CARGO_BIN_EXE_lockprobe"));
         command.args(&args).env("RUST_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::piped());
-        if let Some(key) = key {
-            command.env("LOCKPROBE_LOCK_API_KEY", key);
-        }
+        command.env(key.0, key.1);
         let mut child = Kill(command.spawn().unwrap());
         // Both pipes are drained for the process's whole life: a closed stdout would make
         // its later lines fail, which is not what this test is about.
@@ -117,7 +165,7 @@ fn service_and_monitor_log_and_survive_a_sighup() {
         let logged = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(20)).ok())
             .find(|l| l.contains("SIGHUP ignored"))
             .unwrap_or_else(|| panic!("{args:?}: no `SIGHUP ignored` log line; exit {:?}", child.0.try_wait()));
-        assert!(logged.contains(args[0]), "{logged}");
+        assert!(logged.contains(args[0].as_str()), "{logged}");
         let health = tokio::runtime::Runtime::new()
             .unwrap()
             .block_on(async { reqwest::get(format!("{base}/healthz")).await.map(|r| r.status().as_u16()) });

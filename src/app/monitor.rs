@@ -57,7 +57,19 @@ fn flag_error(e: MonitorConfigError) -> UsageError {
 }
 
 /// Runs the monitor and its HTTP endpoints on `--listen` until `shutdown`.
+///
+/// `--store` must name the store the services use: the in-memory default would be an
+/// empty store of this process, and a monitor over it reports a healthy, idle fleet
+/// whatever the real one does. (`serve` and `demo` hand their monitor the store they
+/// run on; tests call [`run_on`] with any store.)
 pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+    if cmd.section.store.kind == StoreKind::Memory {
+        return Err(UsageError::new(
+            "--store: `lockprobe monitor` watches the store the services use: pass --store cosmos and the --cosmos-* flags \
+             (the in-memory store would be an empty store of this process, and the monitor would report an idle fleet)",
+        )
+        .into());
+    }
     // Bad flags are usage errors, reported before the port is taken.
     cmd.section.monitor.validate().map_err(flag_error)?;
     let listener =
@@ -66,7 +78,8 @@ pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Re
 }
 
 /// Like [`run`], on a listener the caller bound (`--listen` is ignored), so a test
-/// can bind port 0 and know the port without giving it back first.
+/// can bind port 0 and know the port without giving it back first. Any store is taken,
+/// the in-memory one included (tests, embedders that fill it themselves).
 pub async fn run_on(
     cmd: MonitorCommand,
     listener: tokio::net::TcpListener,
@@ -84,8 +97,7 @@ async fn serve(
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let registry = Registry::new();
     exposition::register_process_metrics(&registry)?;
-    // `memory` watches an empty in-process store: a smoke test on its own; `serve` and
-    // `demo` hand the monitor the store they run on.
+    // `memory` only through `run_on` (tests): an empty store of this process.
     let store = section
         .store
         .open(clock.clone(), std::time::Duration::ZERO, &registry)
