@@ -100,6 +100,7 @@ async fn serve_runs_the_monitor_over_the_store_the_config_names() {
         .arg("check-config")
         .arg(&config_path)
         .env("SERVE_MONITOR_COSMOS_KEY", "bG9ja3Byb2Jl")
+        .env("SERVE_MONITOR_LOCK_KEY", "k")
         .output()
         .unwrap();
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
@@ -107,6 +108,7 @@ async fn serve_runs_the_monitor_over_the_store_the_config_names() {
         .arg("check-config")
         .arg(&config_path)
         .env_remove("SERVE_MONITOR_COSMOS_KEY")
+        .env("SERVE_MONITOR_LOCK_KEY", "k")
         .output()
         .unwrap();
     assert_eq!(no_key.status.code(), Some(64), "the [monitor] key variable is checked too");

@@ -446,7 +446,8 @@ fn shipped_config_passes_check_config() {
         run(Command::new(env!("CARGO_BIN_EXE_lockprobe"))
             .arg("check-config")
             .arg(path)
-            .env("ROUTING_COSMOS_KEY", "cGxhY2Vob2xkZXItbm90LWEta2V5"))
+            .env("ROUTING_COSMOS_KEY", "cGxhY2Vob2xkZXItbm90LWEta2V5")
+            .env("ORDERS_LOCK_API_KEY", "placeholder"))
     };
     let shipped = root().join("deploy/kubernetes/lockprobe.toml");
     assert_success("lockprobe check-config deploy/kubernetes/lockprobe.toml", &check(&shipped));

@@ -38,7 +38,9 @@ fn check(text: &str) -> (Option<i32>, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
         .arg("check-config")
         .arg(&path)
-        // The key of the `[monitor]` store in the tests that add one (base64, never used).
+        // The keys GOOD names: the target's, and the `[monitor]` store's in the tests that
+        // add one (base64, never used).
+        .env("ORDERS_LOCK_API_KEY", "k")
         .env("LOCKPROBE_TEST_CONFIG_COSMOS_KEY", "cGxhY2Vob2xkZXI=")
         .output()
         .unwrap();
@@ -271,6 +273,19 @@ fn serve_refuses_an_absurd_pool_instead_of_aborting() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("targets[0].pool_size") && stderr.contains("at most 10000"), "{stderr}");
+}
+
+/// `check-config` runs what `serve` runs at start: a target's key variable that is not
+/// set is refused here as there, naming the variable (it used to pass here and stop
+/// `serve`), and the answer says what was checked.
+#[test]
+fn an_unset_key_variable_is_refused_as_serve_refuses_it() {
+    let (code, stdout, _) = check(GOOD);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("checked: every field, each target's lock API key"), "{stdout}");
+    let (code, stdout, stderr) = check(&GOOD.replace("ORDERS_LOCK_API_KEY", "ORDERS_KEY_NOBODY_SET"));
+    assert_eq!(code, Some(64), "{stdout}{stderr}");
+    assert!(stderr.contains("ORDERS_KEY_NOBODY_SET"), "{stderr}");
 }
 
 #[test]

@@ -89,6 +89,10 @@ fn check_state_file(path: &Path, config: &ServeConfig) -> anyhow::Result<()> {
 /// written is refused.
 pub fn check_config(path: &Path) -> anyhow::Result<()> {
     let config = load(path)?;
+    // What `serve` builds at start, every target's lock API key included (from its
+    // variable, read now, or its file, read by `load`): a key `serve` would refuse is
+    // refused here too.
+    config.probe_targets().map_err(|e| UsageError::new(format!("{}: {e}", path.display())))?;
     let directory = match config.state_file.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => std::path::PathBuf::from("."),
@@ -103,10 +107,12 @@ pub fn check_config(path: &Path) -> anyhow::Result<()> {
         );
     }
     println!(
-        "{}: ok ({} target{})",
+        "{}: ok ({} target{}; checked: every field, each target's lock API key{}{})",
         path.display(),
         config.targets.len(),
-        if config.targets.len() == 1 { "" } else { "s" }
+        if config.targets.len() == 1 { "" } else { "s" },
+        if config.monitor.is_some() { ", the [monitor] store's settings and key" } else { "" },
+        if directory.is_dir() { ", the state file's place" } else { "" },
     );
     Ok(())
 }
