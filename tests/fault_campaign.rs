@@ -722,8 +722,14 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     SLOT.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+/// `name` from the environment, or `default` when unset. A value that is not a number,
+/// or a count of 0 that would empty the test it sizes (`minimum` 1), fails the test
+/// rather than let it pass having judged nothing.
+fn env_u64(name: &str, default: u64, minimum: u64) -> u64 {
+    let Ok(text) = std::env::var(name) else { return default };
+    let value: u64 = text.trim().parse().unwrap_or_else(|_| panic!("{name}={text:?} is not a whole number"));
+    assert!(value >= minimum, "{name}={value} is below {minimum}: the test would judge nothing");
+    value
 }
 
 /// Prints the campaign's figures (for RELIABILITY.md) and returns the violations.
@@ -783,8 +789,8 @@ fn a_seeds_rules_inject_exactly_the_campaign_kinds() {
 #[test]
 fn a_thousand_seeds_of_store_faults_break_nothing() {
     let _slot = one_at_a_time();
-    let first = env_u64("LOCKPROBE_CAMPAIGN_FIRST_SEED", 0);
-    let n = env_u64("LOCKPROBE_CAMPAIGN_SEEDS", 1_000);
+    let first = env_u64("LOCKPROBE_CAMPAIGN_FIRST_SEED", 0, 0);
+    let n = env_u64("LOCKPROBE_CAMPAIGN_SEEDS", 1_000, 1);
     let started = std::time::Instant::now();
     let reports = campaign(first..first + n, &[], false);
     let violations = summarize(&reports);
@@ -852,7 +858,7 @@ fn the_legacy_renewal_is_caught_within_a_thousand_seeds() {
 #[allow(clippy::await_holding_lock)]
 async fn store_faults_on_the_cosmos_server_break_nothing() {
     let _slot = one_at_a_time();
-    let n = env_u64("LOCKPROBE_COSMOS_CAMPAIGN_SEEDS", 4);
+    let n = env_u64("LOCKPROBE_COSMOS_CAMPAIGN_SEEDS", 4, 1);
     let server = cosmos_server::CosmosServer::start();
     let (mut injected, mut swaps) = (0u64, 0usize);
     for round in 0..3u64 {
@@ -1022,7 +1028,8 @@ async fn lagging_old_region_run(attempt: u32) -> bool {
 
 /// A forced failover (outside the assumptions: it loses the commits the new write
 /// region had not received) right after an escalation was acknowledged, replication
-/// 400 ms behind (so the escalation is lost).
+/// 1.5 s behind (so the escalation is lost, with whatever else the lag held): the test
+/// asserts that commits were lost and that each is named.
 /// Violations may follow; each must be one the oracle names, and the run's figures go to
 /// RELIABILITY.md.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1030,7 +1037,9 @@ async fn lagging_old_region_run(attempt: u32) -> bool {
 #[allow(clippy::await_holding_lock)]
 async fn a_forced_failover_loses_commits_and_every_violation_is_named() {
     let _slot = one_at_a_time();
-    let regions = Arc::new(cosmos_server::CosmosServer::start_two_regions(Duration::from_millis(400)));
+    // A lag of 1.5 s: the failover must come while the acknowledged escalation is still
+    // replicating, also on a loaded machine where the control request takes a while.
+    let regions = Arc::new(cosmos_server::CosmosServer::start_two_regions(Duration::from_millis(1500)));
     let database = cosmos_server::unique_database("failover-forced");
     let stores =
         vec![two_region_store(&regions, &database, false).await, two_region_store(&regions, &database, false).await];
@@ -1053,6 +1062,11 @@ async fn a_forced_failover_loses_commits_and_every_violation_is_named() {
     }
     assert_eq!(record.mode, "forced");
     assert_eq!(status.write_region, cosmos_server::READ_REGION);
+    // The premise: the escalation acknowledged just before was still replicating, so the
+    // forced failover lost it (and whatever else was committed in the lag), and every
+    // loss is named.
+    assert!(record.lost_writes >= 1, "the forced failover lost no commit: {record:?}");
+    assert_eq!(lost.len(), record.lost_writes, "every lost write is named by the server: {lost:?}");
     for v in &report.violations {
         assert!(
             ["enforcement", "lost-write", "resurrected", "two-holders", "orphan"].contains(&v.kind),

@@ -529,7 +529,14 @@ async fn a_service_that_declares_keys_and_ignores_them_fails_the_replay() {
 /// acceptance figure) all pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clean_runs_raise_no_false_failure() {
-    let runs: usize = std::env::var("LOCKPROBE_CLEAN_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    // A value that is not a count, or 0, would pass having run nothing: refused.
+    let runs: usize = match std::env::var("LOCKPROBE_CLEAN_RUNS") {
+        Err(_) => 2,
+        Ok(text) => match text.trim().parse() {
+            Ok(n) if n >= 1 => n,
+            _ => panic!("LOCKPROBE_CLEAN_RUNS={text:?} must be a count of at least 1"),
+        },
+    };
     let svc = start_service(vec![], TTL, BOUND).await;
     for n in 0..runs {
         let run = validate(&svc, &["--buffer", "500ms"]).await;
