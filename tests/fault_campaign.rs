@@ -1074,3 +1074,102 @@ async fn a_forced_failover_loses_commits_and_every_violation_is_named() {
         );
     }
 }
+
+/// The oracle's enforcement rule, shown to bite and shown not to invent (issue 32): a
+/// planted history of one resource under a write lock that a release lifts. The release's
+/// write was sent at 30 s and answered at 34 s (a planned failover holds answers back);
+/// the store may have committed it anywhere in between.
+mod oracle_planted {
+    use super::*;
+    use lockprobe::routing::lifecycle::{self, LockPolicy, PreLockRequest};
+    use lockprobe::routing::{LocationDocument, LockToken};
+    use lockprobe::store::{ETag, Versioned};
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
+    }
+
+    /// The versions: pre-lock at 0, hardDelete at 10, write at 20 (lease to 80), and the
+    /// release sent at 30, answered at 34; and the lock's token, which its orchestrator
+    /// learned.
+    fn history() -> (Vec<oracle::Committed>, String) {
+        let policy = LockPolicy {
+            skew_margin: Duration::ZERO,
+            ..LockPolicy::new(Duration::from_secs(5), Duration::from_secs(3600))
+        };
+        let req = PreLockRequest { owner: "o".into(), duration: Duration::from_secs(600), target_location: None };
+        let token = LockToken::generate();
+        let doc = LocationDocument::new("r0", "westeurope");
+        let pre = lifecycle::pre_lock(&doc, &req, token.clone(), &policy, at(0)).unwrap();
+        let hard =
+            lifecycle::escalate(&pre, &token, Phase::HardDelete, Duration::from_secs(300), &policy, at(10)).unwrap();
+        let write = lifecycle::escalate(&hard, &token, Phase::Write, Duration::from_secs(60), &policy, at(20)).unwrap();
+        let released = lifecycle::release(&write, &token, at(30)).unwrap();
+        let version = |doc: &LocationDocument, committed: DateTime<Utc>| Versioned {
+            doc: doc.clone(),
+            etag: ETag(format!("e{}", committed.timestamp())),
+            committed_at: committed,
+        };
+        let versions = [(pre, 0, 0), (hard, 10, 10), (write, 20, 20), (released, 30, 34)]
+            .into_iter()
+            .map(|(doc, sent, answered)| oracle::Committed {
+                from: at(answered),
+                sent: at(sent),
+                version: version(&doc, at(sent)),
+            })
+            .collect();
+        (versions, token.expose().to_owned())
+    }
+
+    fn write_accepted(decided_from: i64, answered: i64) -> UserOp {
+        UserOp {
+            at: at(answered),
+            decided_from: at(decided_from),
+            instance: 0,
+            resource: "r0".into(),
+            key: "k".into(),
+            op: Op::Write,
+            status: 200,
+            value: Some(json!(1)),
+        }
+    }
+
+    fn kinds(ops: &[UserOp]) -> Vec<&'static str> {
+        let (history, token) = history();
+        let evidence = Evidence {
+            history: &history,
+            ops,
+            holdings: &[],
+            known_tokens: &HashSet::from([token]),
+            finals: &HashMap::new(),
+            decision_age: Duration::from_millis(500),
+        };
+        oracle::judge(&evidence).into_iter().map(|v| v.kind).collect()
+    }
+
+    #[test]
+    fn a_write_accepted_while_the_write_lock_certainly_held_is_an_enforcement_violation() {
+        assert_eq!(kinds(&[write_accepted(25, 26)]), ["enforcement"]);
+    }
+
+    #[test]
+    fn a_write_accepted_after_the_release_was_sent_is_none_though_its_answer_came_later() {
+        // The release may have been committed at 31: a write decided in [31, 32] may
+        // have been decided after it. Before the send-time rule, the oracle took the
+        // release to be in force only from its answer (34) and called this a violation.
+        assert!(kinds(&[write_accepted(31, 32)]).is_empty());
+        // A window that began before the release was sent, and ended after: still none.
+        assert!(kinds(&[write_accepted(29, 31)]).is_empty());
+        // After the answer: no lock at all.
+        assert!(kinds(&[write_accepted(35, 35)]).is_empty());
+    }
+
+    #[test]
+    fn the_decision_age_after_the_escalation_is_no_violation_either() {
+        // Decided 0.3 s after the write escalation committed: an instance may have decided
+        // on the version just before, within the service's decision age (0.5 s).
+        let mut op = write_accepted(20, 21);
+        op.decided_from = at(20) + TimeDelta::milliseconds(300);
+        assert!(kinds(&[op]).is_empty());
+    }
+}
