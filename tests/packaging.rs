@@ -460,7 +460,10 @@ fn shipped_config_passes_check_config() {
     let dir = tempdir();
     let with_monitor = dir.path().join("with-monitor.toml");
     std::fs::write(&with_monitor, format!("{before}{enabled}{after}")).unwrap();
-    assert_success("lockprobe check-config with the [monitor] example", &check(&with_monitor));
+    let checked = check(&with_monitor);
+    assert_success("lockprobe check-config with the [monitor] example", &checked);
+    let warned = String::from_utf8_lossy(&checked.stderr);
+    assert!(!warned.contains("WARN"), "the shipped [monitor] example warns: {warned}");
 
     // Canary: a misspelt key is refused.
     let broken = dir.path().join("broken.toml");
