@@ -386,6 +386,7 @@ impl Monitor {
                 migrations: self.migration_counts(Source::Probe),
                 early_escalations: m.early_escalations.with_label_values(&[Source::Probe.as_str()]).get(),
                 partial_cutovers: m.partial_cutovers.with_label_values(&[Source::Probe.as_str()]).get(),
+                renewals: m.renewals.with_label_values(&[Source::Probe.as_str()]).get(),
             },
             changes: m.changes.get(),
             scans: m.scans.get(),

@@ -451,7 +451,7 @@ fn render_probe(page: &mut String, status: &MonitorStatus) {
         if p.partial_cutovers > 0 { " class=\"bad\"" } else { "" },
         p.partial_cutovers
     );
-    render_outcomes(page, "The probe's migrations ended since the monitor started", &p.migrations, 0);
+    render_outcomes(page, "The probe's migrations ended since the monitor started", &p.migrations, p.renewals);
     let probe_anomalies: Vec<&AnomalyDocument> =
         status.recent_anomalies.iter().filter(|a| a.source == "probe").collect();
     if !probe_anomalies.is_empty() {
@@ -504,7 +504,7 @@ mod tests {
             "probe": {
                 "inFlight": 1, "inFlightByPhase": { "preLock": 0, "hardDelete": 0, "write": 1 },
                 "orphanedLocks": 1, "migrations": { "swapped": 7, "released": 3, "lapsed": 1 },
-                "earlyEscalations": 0, "partialCutovers": 0
+                "earlyEscalations": 0, "partialCutovers": 0, "renewals": 36
             },
             "recentAnomalies": [
                 { "kind": "early_escalation", "resource": "res-0042", "at": "2026-11-29T22:39:00Z", "source": "fleet" },
@@ -550,6 +550,8 @@ mod tests {
         assert!(!fleet.contains("probe-0001"));
         assert!(probe.contains("<dt>In flight</dt><dd>1 (preLock 0, hardDelete 0, write 1)</dd>"));
         assert!(probe.contains("<dt>Expired, left by design</dt><dd>1</dd>"));
+        // The probe's own renewals, not a zero put in their place.
+        assert!(probe.contains("<td class=\"warn\">1</td><td>36</td>"), "{probe}");
     }
 
     #[test]

@@ -101,6 +101,9 @@ pub struct ProbeLocks {
     pub early_escalations: u64,
     /// Probe documents seen with location and lock disagreeing.
     pub partial_cutovers: u64,
+    /// Renewals of probe locks observed.
+    #[serde(default)]
+    pub renewals: u64,
 }
 
 /// Live migrations by the phase their lock is in.
