@@ -56,8 +56,35 @@ pub fn register_process_metrics(registry: &Registry) -> Result<(), prometheus::E
     .set(1);
     registry.register(Box::new(info))?;
     #[cfg(target_os = "linux")]
-    registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+    registry.register(Box::new(ProcessMetrics(prometheus::process_collector::ProcessCollector::for_self())))?;
     Ok(())
+}
+
+/// The standard `process_*` metrics of the prometheus crate's collector, except its CPU
+/// time: it counts whole seconds, truncated, so a process that used 0.5 s of CPU showed
+/// 0. `process_cpu_seconds_total` is taken from [`crate::clock::process_cpu_time`]
+/// instead, to the nanosecond.
+#[cfg(target_os = "linux")]
+struct ProcessMetrics(prometheus::process_collector::ProcessCollector);
+
+#[cfg(target_os = "linux")]
+impl prometheus::core::Collector for ProcessMetrics {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.0.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let mut families = self.0.collect();
+        let seconds = crate::clock::process_cpu_time().as_secs_f64();
+        for family in families.iter_mut().filter(|f| f.name() == "process_cpu_seconds_total") {
+            for metric in family.mut_metric() {
+                let mut counter = prometheus::proto::Counter::default();
+                counter.set_value(seconds);
+                metric.set_counter(counter);
+            }
+        }
+        families
+    }
 }
 
 /// Every metric of `registry` in the text exposition format.
@@ -97,5 +124,26 @@ mod tests {
         assert_eq!(r.headers()[header::CONTENT_TYPE], CONTENT_TYPE);
         let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
         assert!(String::from_utf8_lossy(&body).contains("lockprobe_test_total 1"));
+    }
+
+    /// `process_cpu_seconds_total` to the nanosecond: the prometheus crate's own counts
+    /// whole seconds, so a process that has used under a second shows 0.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn cpu_time_is_exported_with_its_fraction() {
+        let registry = Registry::new();
+        register_process_metrics(&registry).unwrap();
+        let spin_until = std::time::Instant::now() + std::time::Duration::from_millis(20);
+        while std::time::Instant::now() < spin_until {
+            std::hint::black_box(0u64);
+        }
+        let before = crate::clock::process_cpu_time().as_secs_f64();
+        let text = render(&registry);
+        let after = crate::clock::process_cpu_time().as_secs_f64();
+        let line = text.lines().find(|l| l.starts_with("process_cpu_seconds_total ")).expect("exported");
+        let exported: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!((before..=after).contains(&exported), "{exported} not within [{before}, {after}]");
+        assert!(exported > 0.0 && exported.fract() != 0.0, "{line}");
+        assert!(text.contains("process_resident_memory_bytes "), "the other process metrics stay");
     }
 }

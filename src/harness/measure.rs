@@ -1,19 +1,7 @@
 //! What a harness run costs the process: CPU time and memory, read the same way by
 //! every run (the head-to-head load, the probe at scale, the replay of a day).
 
-use std::time::Duration;
-
-/// CPU time (user + system, every thread) this process has used so far; zero where the
-/// clock cannot be read.
-pub fn process_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } == 0;
-    if !ok {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
-}
+pub use crate::clock::process_cpu_time;
 
 /// Resident set size now, in bytes (0 where `/proc` has none).
 pub fn rss_bytes() -> u64 {
@@ -40,7 +28,7 @@ mod tests {
     fn cpu_time_grows_with_work_and_memory_is_seen() {
         let before = process_cpu_time();
         let mut x = 0u64;
-        let until = std::time::Instant::now() + Duration::from_millis(30);
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(30);
         while std::time::Instant::now() < until {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
         }
