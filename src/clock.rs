@@ -2,7 +2,6 @@
 //! [`Clock`], so tests run the same code on a manual clock instead of sleeping.
 //! [`TokioClock`] follows tokio's pausable clock, so simulations run in virtual time;
 //! [`SkewedClock`] gives one instance a clock that is off by a set amount.
-//! [`process_cpu_time`] is the process's own CPU clock.
 
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -10,19 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-
-/// CPU time (user + system, every thread) this process has used so far, to the
-/// nanosecond; zero where the clock cannot be read. What the harnesses measure runs by
-/// and `process_cpu_seconds_total` exports ([`crate::exposition`]).
-pub fn process_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } == 0;
-    if !ok {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
-}
 
 /// Wall-clock time as the routing library sees it.
 pub trait Clock: Debug + Send + Sync + 'static {

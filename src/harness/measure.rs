@@ -1,7 +1,7 @@
 //! What a harness run costs the process: CPU time and memory, read the same way by
 //! every run (the head-to-head load, the probe at scale, the replay of a day).
 
-pub use crate::clock::process_cpu_time;
+pub use crate::exposition::process_cpu_time;
 
 /// Resident set size now, in bytes (0 where `/proc` has none).
 pub fn rss_bytes() -> u64 {
