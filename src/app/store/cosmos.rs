@@ -20,7 +20,8 @@ use crate::store::cosmos::{is_local_emulator, ChangeStreamMode, CosmosAuth, Cosm
 #[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CosmosArgs {
-    /// Account endpoint, e.g. `https://myaccount.documents.azure.com:443/`
+    /// Account endpoint, e.g. `https://myaccount.documents.azure.com:443/` (required with
+    /// `--store cosmos`).
     #[arg(long = "cosmos-endpoint", env = "LOCKPROBE_COSMOS_ENDPOINT", value_name = "URL")]
     #[serde(rename = "cosmos_endpoint", skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
@@ -30,7 +31,8 @@ pub struct CosmosArgs {
     #[serde(rename = "cosmos_auth")]
     pub auth: AuthKind,
 
-    /// Name of the environment variable that holds the account key (never the key).
+    /// Name of the environment variable that holds the account key (never the key);
+    /// required with `--store cosmos` and `--cosmos-auth key`.
     #[arg(long = "cosmos-key-env", env = "LOCKPROBE_COSMOS_KEY_ENV", value_name = "VAR")]
     #[serde(rename = "cosmos_key_env", skip_serializing_if = "Option::is_none")]
     pub key_env: Option<String>,
@@ -52,12 +54,12 @@ pub struct CosmosArgs {
     #[serde(rename = "cosmos_entra_client_id", skip_serializing_if = "Option::is_none")]
     pub entra_client_id: Option<String>,
 
-    /// Database name.
+    /// Database name (required with `--store cosmos`).
     #[arg(long = "cosmos-database", env = "LOCKPROBE_COSMOS_DATABASE", value_name = "NAME")]
     #[serde(rename = "cosmos_database", skip_serializing_if = "Option::is_none")]
     pub database: Option<String>,
 
-    /// Container name (partition key `/id`).
+    /// Container name, partition key `/id` (required with `--store cosmos`).
     #[arg(long = "cosmos-container", env = "LOCKPROBE_COSMOS_CONTAINER", value_name = "NAME")]
     #[serde(rename = "cosmos_container", skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
@@ -175,13 +177,16 @@ pub enum ChangeStreamChoice {
 /// A missing or invalid Cosmos setting; the message names the flag and variable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CosmosConfigError {
-    /// A required setting was not given.
-    #[error("missing setting {flag} (or environment variable {env})")]
+    /// A required setting was not given (the first; `others` are every other one that
+    /// is missing too, so that one run names them all).
+    #[error("missing setting {flag} (or environment variable {env}){}", also_missing(others))]
     Missing {
         /// The flag.
         flag: &'static str,
         /// Its environment variable.
         env: &'static str,
+        /// The other required settings missing too, as (flag, variable).
+        others: Vec<(&'static str, &'static str)>,
     },
     /// A setting has a value that cannot be used.
     #[error("invalid {flag}: {reason}")]
@@ -215,7 +220,33 @@ const CONTAINER: (&str, &str) = ("--cosmos-container", "LOCKPROBE_COSMOS_CONTAIN
 fn required(value: &Option<String>, (flag, env): (&'static str, &'static str)) -> Result<String, CosmosConfigError> {
     match value.as_deref().map(str::trim) {
         Some(v) if !v.is_empty() => Ok(v.to_owned()),
-        _ => Err(CosmosConfigError::Missing { flag, env }),
+        _ => Err(CosmosConfigError::Missing { flag, env, others: Vec::new() }),
+    }
+}
+
+/// The rest of a [`CosmosConfigError::Missing`] message: the other settings missing.
+fn also_missing(others: &[(&'static str, &'static str)]) -> String {
+    others.iter().map(|(flag, env)| format!(", and {flag} (or {env})")).collect()
+}
+
+impl CosmosArgs {
+    /// Every required setting that is not given, in the order the flags are documented:
+    /// the endpoint, the key variable (with `--cosmos-auth key`), the database and the
+    /// container.
+    fn missing(&self) -> Vec<(&'static str, &'static str)> {
+        let given = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.trim().is_empty());
+        let mut missing = Vec::new();
+        for (value, setting, needed) in [
+            (&self.endpoint, ENDPOINT, true),
+            (&self.key_env, KEY_ENV, self.auth == AuthKind::Key),
+            (&self.database, DATABASE, true),
+            (&self.container, CONTAINER, true),
+        ] {
+            if needed && !given(value) {
+                missing.push(setting);
+            }
+        }
+        missing
     }
 }
 
@@ -270,6 +301,10 @@ impl CosmosArgs {
     /// environment); a missing or bad setting is named with its flag and variable.
     pub fn to_config(&self, lookup_env: impl Fn(&str) -> Option<String>) -> Result<CosmosConfig, CosmosConfigError> {
         let args = self;
+        let mut missing = args.missing().into_iter();
+        if let Some((flag, env)) = missing.next() {
+            return Err(CosmosConfigError::Missing { flag, env, others: missing.collect() });
+        }
         let raw_endpoint = required(&args.endpoint, ENDPOINT)?;
         let endpoint = Url::parse(&raw_endpoint)
             .map_err(|e| CosmosConfigError::Invalid { flag: ENDPOINT.0, reason: format!("{raw_endpoint:?}: {e}") })?;
@@ -401,6 +436,23 @@ mod tests {
             assert!(err.to_string().contains(flag), "{err} should name {flag}");
             assert!(err.to_string().contains("LOCKPROBE_COSMOS_"), "{err} should name the variable");
         }
+    }
+
+    /// One run names every required setting that is missing, not one per attempt.
+    #[test]
+    fn every_missing_setting_is_named_at_once() {
+        let none = CosmosArgs { endpoint: None, key_env: None, database: None, container: None, ..args() };
+        let err = none.to_config(env).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "missing setting --cosmos-endpoint (or environment variable LOCKPROBE_COSMOS_ENDPOINT), \
+             and --cosmos-key-env (or LOCKPROBE_COSMOS_KEY_ENV), and --cosmos-database (or LOCKPROBE_COSMOS_DATABASE), \
+             and --cosmos-container (or LOCKPROBE_COSMOS_CONTAINER)"
+        );
+        assert_eq!((err.flag(), err.key()), ("--cosmos-endpoint", "cosmos_endpoint".to_owned()));
+        // With Entra ID there is no key variable to name.
+        let entra = CosmosArgs { auth: AuthKind::Entra, ..none };
+        assert!(!entra.to_config(env).unwrap_err().to_string().contains("--cosmos-key-env"));
     }
 
     #[test]
