@@ -41,7 +41,14 @@ if [ -n "${LOCKPROBE_STABILITY_SEED:-}" ]; then
         exit 64
     fi
     echo "suite-stability: seeding target/ from $LOCKPROBE_STABILITY_SEED"
-    cp -a "$LOCKPROBE_STABILITY_SEED/target" "$OUT/clone/"
+    mkdir -p "$OUT/clone/target"
+    # Not the seed's own suite-stability/ runs: with this checkout as the seed, that
+    # holds the clone being seeded.
+    for entry in "$LOCKPROBE_STABILITY_SEED/target"/* "$LOCKPROBE_STABILITY_SEED/target"/.[!.]*; do
+        [ -e "$entry" ] || continue
+        [ "$(basename "$entry")" = suite-stability ] && continue
+        cp -a "$entry" "$OUT/clone/target/"
+    done
 fi
 printf 'run\tplan\tcommit\tstart\texit\tseconds\tload_at_start\tload_mean\tload_max\n' >"$OUT/runs.tsv"
 
