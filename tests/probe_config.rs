@@ -55,7 +55,7 @@ fn check(text: &str) -> (Option<i32>, String, String) {
 fn good_config_exits_0() {
     let (code, stdout, stderr) = check(GOOD);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
-    assert!(stdout.contains("ok (1 target)"), "{stdout}");
+    assert!(stdout.contains("ok (1 target;"), "{stdout}");
 }
 
 /// The state file's place: a directory missing on the checking host is a note (the
