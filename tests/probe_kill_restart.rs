@@ -56,6 +56,21 @@ fn serve(config: &Path, key: &str) -> Serve {
     )
 }
 
+/// [`serve`] on a free port given with `--listen`, its output discarded; returns the
+/// process and its base URL.
+fn serve_listening(config: &Path, key: &str) -> (Serve, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+        .arg(config)
+        .env(KEY_ENV, key)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    (Serve(child), format!("http://127.0.0.1:{port}"))
+}
+
 /// The journaled idempotency key of `resource`'s pre-lock, while it has no token yet.
 fn journaled_key_without_token(dir: &Path, resource: &str) -> Option<String> {
     let text = std::fs::read_to_string(dir.join("state.json")).ok()?;
@@ -231,18 +246,7 @@ async fn a_state_file_that_refuses_writes_stops_every_pre_lock() {
     assert_eq!(store.changes_logged(), logged, "a refused start wrote nothing");
     std::fs::remove_dir(&in_the_way).unwrap();
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let base = format!("http://127.0.0.1:{port}");
-    let _probe = Serve(
-        Command::new(env!("CARGO_BIN_EXE_lockprobe"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
-            .arg(&config)
-            .env(KEY_ENV, &svc.key)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (_probe, base) = serve_listening(&config, &svc.key);
     wait_for_main_token(dir.path()).await;
     std::fs::create_dir(&in_the_way).unwrap();
 
@@ -333,19 +337,8 @@ async fn a_target_that_never_answers_delays_only_its_own_recovery() {
                 .timeout("1m"),
         )
         .write_as(dir.path(), "probe.toml");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let base = format!("http://127.0.0.1:{port}");
     let started = Instant::now();
-    let _probe = Serve(
-        Command::new(env!("CARGO_BIN_EXE_lockprobe"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
-            .arg(&config)
-            .env(KEY_ENV, &svc.key)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (_probe, base) = serve_listening(&config, &svc.key);
     let http = reqwest::Client::new();
     wait_for("/readyz", DEADLINE, async || {
         http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status() == 200)
