@@ -44,7 +44,7 @@ use crate::duration::MAX_DURATION;
 use crate::exposition;
 use crate::routing::cache::TieredCache;
 use crate::routing::client::DEFAULT_MAX_DECISION_AGE;
-use crate::routing::lifecycle::DEFAULT_SKEW_MARGIN;
+use crate::routing::lifecycle::{DEFAULT_KEYED_RECORDS, DEFAULT_SKEW_MARGIN};
 use crate::routing::{ClientOptions, Deviations, LockPolicy, RoutingClient};
 use crate::store::LocationStore;
 use crate::versions;
@@ -88,7 +88,14 @@ pub enum Fault {
     /// A pre-lock longer than `--max-prelock` is granted, and renewals of a pre-lock
     /// are not capped at it.
     IgnoreMaxPrelock,
+    /// Contract 1.1's record keeping: at most 16 keyed records, the oldest dropped for
+    /// a new one, so a late repeat of a pre-lock whose record was dropped gets a fresh
+    /// lock whose token nobody learned.
+    LegacyRecordEviction,
 }
+
+/// The keyed records contract 1.1 kept before dropping the oldest.
+const LEGACY_KEYED_RECORDS: usize = 16;
 
 /// Settings of the reference service.
 #[derive(Debug, Clone)]
@@ -264,12 +271,14 @@ pub fn instance(
         renewal_not_extended: config.has_fault(Fault::UnderRenew),
         uncapped_child_lease: config.has_fault(Fault::OverExtendChildLease),
         uncapped_pre_lock: config.has_fault(Fault::IgnoreMaxPrelock),
+        legacy_record_eviction: config.has_fault(Fault::LegacyRecordEviction),
         ..Deviations::default()
     };
     let policy = LockPolicy {
         convergence_delay: config.declared_convergence(),
         max_pre_lock: config.max_pre_lock,
         skew_margin: config.skew_margin,
+        keyed_records: if deviations.legacy_record_eviction { LEGACY_KEYED_RECORDS } else { DEFAULT_KEYED_RECORDS },
         deviations,
     };
     let options = ClientOptions { max_decision_age: config.max_decision_age, ..ClientOptions::default() };

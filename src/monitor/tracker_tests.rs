@@ -22,6 +22,7 @@ fn policy() -> LockPolicy {
         convergence_delay: 10 * S,
         max_pre_lock: 600 * S,
         skew_margin: Duration::ZERO,
+        keyed_records: crate::routing::lifecycle::DEFAULT_KEYED_RECORDS,
         deviations: Default::default(),
     }
 }

@@ -48,6 +48,10 @@ pub enum LockError {
         /// When it lapsed.
         expired_at: DateTime<Utc>,
     },
+    /// A repeated pre-lock whose lock lapsed and was replaced by another since: when
+    /// it lapsed is no longer in the document.
+    #[error("the lock this key took lapsed, and another lock was taken since")]
+    LapsedAndReplaced,
     /// Not allowed from the current state (wrong order, too early, wrong phase).
     #[error("invalid transition: {0}")]
     InvalidTransition(String),
@@ -57,6 +61,20 @@ pub enum LockError {
     /// The idempotency key was used before for a different request.
     #[error("the idempotency key was already used for a different request")]
     KeyReused,
+    /// The document already keeps as many records of keyed calls inside their windows
+    /// as the policy allows: a new one would mean forgetting a key still honoured.
+    #[error(
+        "this resource already keeps {kept} idempotency records still honoured (the most it keeps); \
+         repeat after {retry_at}, or send the call without an Idempotency-Key"
+    )]
+    RecordsFull {
+        /// How many it keeps.
+        kept: usize,
+        /// When the oldest of them leaves its window.
+        retry_at: DateTime<Utc>,
+        /// From the decision to `retry_at`.
+        retry_after: Duration,
+    },
 }
 
 /// Deliberate deviations from the protocol: the behaviours of earlier versions and the
@@ -81,6 +99,10 @@ pub struct Deviations {
     pub uncapped_pre_lock: bool,
     /// A renewal is acknowledged (and counted) but leaves the lease where it was.
     pub renewal_not_extended: bool,
+    /// Contract 1.1's record keeping: at most [`LockPolicy::keyed_records`] records, the
+    /// oldest dropped for a new one even inside its window, so a delayed repeat of a
+    /// pre-lock whose record was dropped gets a fresh lock nobody learned.
+    pub legacy_record_eviction: bool,
 }
 
 /// The service's timing rules for locks.
@@ -94,9 +116,23 @@ pub struct LockPolicy {
     /// service instances and the store): restrictions start this much after the
     /// converged instant and end this much after the lease, by the local clock.
     pub skew_margin: Duration,
+    /// How many records of calls made under a caller's `Idempotency-Key` a document
+    /// keeps inside their windows; a keyed call that would need one more is refused
+    /// ([`LockError::RecordsFull`]) rather than forget a key still honoured.
+    pub keyed_records: usize,
     /// Off in the shipped protocol; see [`Deviations`].
     pub deviations: Deviations,
 }
+
+/// The keyed records a document keeps when none is configured. With keys of the
+/// longest length the contract allows a document at the budget is about 75 KB, well under
+/// Cosmos DB's 2 MB item limit (docs/contract.md, version 1.3, states the sum).
+pub const DEFAULT_KEYED_RECORDS: usize = 256;
+
+/// How many records of keyless calls (`w:` keys) a document keeps, the newest. Only the
+/// call that wrote one ever looks for it (its own retries, within that one call), so the
+/// newest few are enough and they never take a keyed record's place.
+pub const KEYLESS_RECORDS: usize = 16;
 
 /// The skew margin when none is configured.
 pub const DEFAULT_SKEW_MARGIN: Duration = Duration::from_millis(500);
@@ -104,7 +140,13 @@ pub const DEFAULT_SKEW_MARGIN: Duration = Duration::from_millis(500);
 impl LockPolicy {
     /// A policy declaring `convergence_delay`, with the default skew margin and no deviations.
     pub fn new(convergence_delay: Duration, max_pre_lock: Duration) -> Self {
-        Self { convergence_delay, max_pre_lock, skew_margin: DEFAULT_SKEW_MARGIN, deviations: Deviations::default() }
+        Self {
+            convergence_delay,
+            max_pre_lock,
+            skew_margin: DEFAULT_SKEW_MARGIN,
+            keyed_records: DEFAULT_KEYED_RECORDS,
+            deviations: Deviations::default(),
+        }
     }
 
     /// The honest declaration: convergence delay = largest cache TTL + replication bound.
@@ -704,9 +746,6 @@ pub enum Decided {
     Replayed,
 }
 
-/// How many call records a document keeps at most (the newest).
-pub const MAX_OPERATION_RECORDS: usize = 16;
-
 /// Decides a lock call on a settled document under idempotency key `key` (`k:<key>` for
 /// a caller's key, `w:<random>` for a call without one).
 ///
@@ -714,7 +753,10 @@ pub const MAX_OPERATION_RECORDS: usize = 16;
 /// still holds the lock is granted again (410 once lapsed, 409 once released or
 /// swapped, never a fresh lock); an escalate or renew whose token still holds the lock,
 /// a swap and a release succeed again. The same key with another request is refused.
-/// Otherwise the transition runs and the call is recorded in the document it writes.
+/// Otherwise the transition runs and the call is recorded in the document it writes;
+/// records stay until their window ends ([`OperationRecord::keep_until`]), and a keyed
+/// call that would need more than [`LockPolicy::keyed_records`] is refused instead
+/// ([`LockError::RecordsFull`]).
 pub fn decide(
     doc: &LocationDocument,
     call: &LockCall,
@@ -746,6 +788,7 @@ pub fn decide(
     // The records are shared with `doc` until here: this write gets its own.
     let operations = Arc::make_mut(&mut next.operations);
     operations.retain(|r| r.keep_until >= now);
+    make_room(operations, key, policy, now)?;
     operations.push(OperationRecord {
         key: key.into(),
         call: call.kind(),
@@ -754,12 +797,53 @@ pub fn decide(
         keep_until,
         extra: Map::new(),
     });
-    let excess = operations.len().saturating_sub(MAX_OPERATION_RECORDS);
-    operations.drain(..excess);
     if let Some(pending) = next.pending.as_mut() {
         Arc::make_mut(pending).key = Some(key.to_owned());
     }
     Ok(Decided::Write(Box::new(next)))
+}
+
+/// Whether `key` is a caller's `Idempotency-Key` (`k:`), whose record must answer for
+/// it through its whole window; every other record is the library's own (`w:`).
+fn is_keyed(key: &str) -> bool {
+    key.starts_with("k:")
+}
+
+/// Makes room for the record of a call under `key` among `operations` (all inside their
+/// windows): the oldest keyless records beyond [`KEYLESS_RECORDS`] go; a keyed record
+/// is never dropped, so a keyed call that would exceed [`LockPolicy::keyed_records`] is
+/// refused until the oldest keyed record's window ends.
+fn make_room(
+    operations: &mut Vec<OperationRecord>,
+    key: &str,
+    policy: &LockPolicy,
+    now: DateTime<Utc>,
+) -> Result<(), LockError> {
+    if !is_keyed(key) {
+        let keyless = operations.iter().filter(|r| !is_keyed(&r.key)).count();
+        let mut excess = (keyless + 1).saturating_sub(KEYLESS_RECORDS);
+        operations.retain(|r| {
+            let drop = excess > 0 && !is_keyed(&r.key);
+            excess -= usize::from(drop);
+            !drop
+        });
+        return Ok(());
+    }
+    let keyed = operations.iter().filter(|r| is_keyed(&r.key)).count();
+    if keyed < policy.keyed_records {
+        return Ok(());
+    }
+    if policy.deviations.legacy_record_eviction {
+        let mut excess = keyed + 1 - policy.keyed_records.max(1);
+        operations.retain(|r| {
+            let drop = excess > 0 && is_keyed(&r.key);
+            excess -= usize::from(drop);
+            !drop
+        });
+        return Ok(());
+    }
+    let retry_at = operations.iter().filter(|r| is_keyed(&r.key)).map(|r| r.keep_until).min().unwrap_or(now);
+    Err(LockError::RecordsFull { kept: keyed, retry_at, retry_after: (retry_at - now).to_std().unwrap_or_default() })
 }
 
 /// The answer to a repeated call whose first instance took effect.
@@ -778,11 +862,20 @@ fn replay(
                     Err(LockError::LeaseExpired { expired_at: lock.expires_at })
                 }
             }
+            // Another token's lock: ours ended before it was taken. Released or swapped
+            // if a record of that says so (every keyed one is still here), else lapsed.
+            Some(_) if !ended_by_a_call(doc, &record.lock) => Err(LockError::LapsedAndReplaced),
             _ => Err(LockError::TokenMismatch),
         },
         LockCall::Escalate { token, .. } | LockCall::Renew { token, .. } => held_lock(doc, token, now).map(|_| ()),
         LockCall::Swap { .. } | LockCall::Release { .. } => Ok(()),
     }
+}
+
+/// Whether a record says that the lock whose token has digest `lock` was released or
+/// swapped (rather than left to lapse).
+fn ended_by_a_call(doc: &LocationDocument, lock: &str) -> bool {
+    doc.operations.iter().any(|r| *r.lock == *lock && matches!(r.call, CallKind::Release | CallKind::Swap))
 }
 
 /// Whether the call recorded under `key` took effect in this settled document.

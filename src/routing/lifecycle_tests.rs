@@ -16,6 +16,7 @@ fn policy() -> LockPolicy {
         convergence_delay: DELAY,
         max_pre_lock: MAX,
         skew_margin: Duration::ZERO,
+        keyed_records: DEFAULT_KEYED_RECORDS,
         deviations: Deviations::default(),
     }
 }
@@ -567,16 +568,141 @@ fn a_void_call_leaves_no_record_so_its_repeat_is_judged_afresh() {
     assert!(matches!(decide(&late, &call, "k:late", &margined(), end + secs(1)), Err(LockError::LeaseExpired { .. })));
 }
 
-#[test]
-fn records_are_bounded_and_outlive_the_lock_they_belong_to() {
-    let now = t0();
-    let (mut doc, token) = committed_pre_lock(now, now);
-    for i in 0..(MAX_OPERATION_RECORDS + 5) {
-        let call = LockCall::Renew { token: token.clone(), duration: Duration::from_secs(1) };
-        doc = settle(written(decide(&doc, &call, &format!("k:{i}"), &margined(), now).unwrap()), now);
+/// Decides and commits `call` under `key` at `now` (committed at once).
+fn commit(
+    doc: &LocationDocument,
+    call: &LockCall,
+    key: &str,
+    policy: &LockPolicy,
+    now: DateTime<Utc>,
+) -> LocationDocument {
+    settle(written(decide(doc, call, key, policy, now).unwrap()), now)
+}
+
+/// `pairs` pre-lock/release pairs under fresh keys (`k:<tag><i>`), starting at `now`.
+fn churn(
+    mut doc: LocationDocument,
+    pairs: usize,
+    tag: &str,
+    policy: &LockPolicy,
+    now: DateTime<Utc>,
+) -> LocationDocument {
+    for i in 0..pairs {
+        let token = LockToken::generate();
+        doc = commit(&doc, &pre_lock_call(&token), &format!("k:{tag}{i}p"), policy, now);
+        doc = commit(&doc, &LockCall::Release { token }, &format!("k:{tag}{i}r"), policy, now);
     }
-    assert_eq!(doc.operations.len(), MAX_OPERATION_RECORDS);
-    assert!(doc.operations.iter().all(|r| r.keep_until >= lock(&doc).max_expires_at));
+    doc
+}
+
+/// The three sequences that broke contract 1.1's "at most 16 records": a repeat after
+/// many calls in between answers as the first call did, never with a fresh lock.
+#[test]
+fn a_repeated_pre_lock_is_never_a_fresh_lock_whatever_the_calls_in_between() {
+    let p = margined();
+    let now = t0();
+    let again = || pre_lock_call(&LockToken::generate());
+    // Released, then 40 more locks came and went: 409.
+    let first = LockToken::generate();
+    let doc = commit(&LocationDocument::new("r", "w"), &pre_lock_call(&first), "k:K", &p, now);
+    let doc = commit(&doc, &LockCall::Release { token: first }, "k:R", &p, now);
+    let doc = churn(doc, 40, "a", &p, now);
+    assert_eq!(decide(&doc, &again(), "k:K", &p, now), Err(LockError::TokenMismatch));
+    // Lapsed, then another lock and 20 renewals of it: 410, not 409 and not a lock.
+    let first = LockToken::generate();
+    let doc = commit(&LocationDocument::new("r", "w"), &pre_lock_call(&first), "k:K", &p, now);
+    let after = later(lock(&doc).expires_at, p.margin()).unwrap() + secs(1);
+    let next = LockToken::generate();
+    let mut doc = commit(&doc, &pre_lock_call(&next), "k:N", &p, after);
+    for i in 0..20 {
+        doc = commit(&doc, &LockCall::Renew { token: next.clone(), duration: DELAY }, &format!("k:n{i}"), &p, after);
+    }
+    assert_eq!(decide(&doc, &again(), "k:K", &p, after), Err(LockError::LapsedAndReplaced));
+    // Still held, renewed 40 times (with keys and without): the first token, not 423.
+    let first = LockToken::generate();
+    let mut doc = commit(&LocationDocument::new("r", "w"), &pre_lock_call(&first), "k:K", &p, now);
+    for i in 0..40 {
+        let renewal = LockCall::Renew { token: first.clone(), duration: DELAY };
+        doc = commit(&doc, &renewal, &format!("k:{i}"), &p, now);
+        doc = commit(&doc, &renewal, &format!("w:{i}"), &p, now);
+    }
+    assert_eq!(decide(&doc, &again(), "k:K", &p, now), Ok(Decided::Replayed));
+    assert_eq!(doc.operations.iter().filter(|r| r.key.starts_with("w:")).count(), KEYLESS_RECORDS);
     let record_json = serde_json::to_string(&doc.operations).unwrap();
-    assert!(!record_json.contains(token.expose()));
+    assert!(!record_json.contains(first.expose()));
+}
+
+/// A full budget refuses a keyed call (and says until when) instead of forgetting a key
+/// still honoured; a keyless call still goes through; once the oldest record's window
+/// ends, there is room again.
+#[test]
+fn a_full_record_budget_refuses_keyed_calls_until_the_oldest_window_ends() {
+    let p = LockPolicy { keyed_records: 6, ..margined() };
+    let now = t0();
+    let doc = churn(LocationDocument::new("r", "w"), 3, "a", &p, now);
+    assert_eq!(doc.operations.len(), 6);
+    let token = LockToken::generate();
+    let refused = decide(&doc, &pre_lock_call(&token), "k:new", &p, now + secs(5));
+    let oldest = doc.operations.iter().map(|r| r.keep_until).min().unwrap();
+    assert_eq!(
+        refused,
+        Err(LockError::RecordsFull {
+            kept: 6,
+            retry_at: oldest,
+            retry_after: (oldest - now - secs(5)).to_std().unwrap()
+        })
+    );
+    // Every key is still answered as before.
+    assert_eq!(decide(&doc, &pre_lock_call(&token), "k:a0p", &p, now), Err(LockError::TokenMismatch));
+    // Without a key the call is decided (and recorded among the keyless ones).
+    let keyless = commit(&doc, &pre_lock_call(&token), "w:x", &p, now + secs(5));
+    assert_eq!(lock(&keyless).token, token);
+    // Past the oldest window, the new key is taken.
+    assert!(matches!(decide(&doc, &pre_lock_call(&token), "k:new", &p, oldest + secs(1)), Ok(Decided::Write(_))));
+}
+
+/// Contract 1.1's eviction, kept as a deviation for the model and the gate to catch:
+/// the repeat of an evicted pre-lock gets a fresh lock.
+#[test]
+fn the_legacy_eviction_grants_a_fresh_lock_to_a_late_repeat() {
+    let p = LockPolicy {
+        keyed_records: 16,
+        deviations: Deviations { legacy_record_eviction: true, ..Deviations::default() },
+        ..margined()
+    };
+    let now = t0();
+    let first = LockToken::generate();
+    let doc = commit(&LocationDocument::new("r", "w"), &pre_lock_call(&first), "k:K", &p, now);
+    let doc = commit(&doc, &LockCall::Release { token: first }, "k:R", &p, now);
+    let doc = churn(doc, 8, "a", &p, now);
+    assert_eq!(doc.operations.len(), 16);
+    assert!(matches!(decide(&doc, &pre_lock_call(&LockToken::generate()), "k:K", &p, now), Ok(Decided::Write(_))));
+}
+
+/// The worst-case size the record budget allows (docs/contract.md, version 1.3): every
+/// keyed record with a key of the longest length the contract accepts (128 characters),
+/// the keyless ones beside them, and a live lock. It stays well under Cosmos DB's 2 MB
+/// item limit, and the figure the contract states is this one.
+#[test]
+fn a_document_at_the_record_budget_stays_well_under_the_item_limit() {
+    let p = margined();
+    let now = t0();
+    let longest =
+        |tag: &str, i: usize| format!("k:{}", format!("{tag}{i:04}").repeat(32).chars().take(128).collect::<String>());
+    let mut doc = LocationDocument::new("r", "westeurope");
+    for i in 0..DEFAULT_KEYED_RECORDS / 2 {
+        let token = LockToken::generate();
+        doc = commit(&doc, &pre_lock_call(&token), &longest("p", i), &p, now);
+        doc = commit(&doc, &LockCall::Release { token }, &longest("r", i), &p, now);
+    }
+    let token = LockToken::generate();
+    for i in 0..KEYLESS_RECORDS {
+        let call =
+            if i == 0 { pre_lock_call(&token) } else { LockCall::Renew { token: token.clone(), duration: DELAY } };
+        doc = commit(&doc, &call, &format!("w:{i:016x}"), &p, now);
+    }
+    assert_eq!(doc.operations.len(), DEFAULT_KEYED_RECORDS + KEYLESS_RECORDS);
+    let bytes = serde_json::to_vec(&doc).unwrap().len();
+    println!("a document at the record budget: {bytes} bytes");
+    assert!(bytes < 100 * 1024, "{bytes} bytes: the contract states under 100 KiB");
 }

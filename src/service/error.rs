@@ -151,10 +151,16 @@ impl From<LockError> for ApiError {
         match e {
             LockError::LockHeld { .. } => Self::new(StatusCode::LOCKED, "lock-held", detail),
             LockError::TokenMismatch => Self::new(StatusCode::CONFLICT, "token-mismatch", detail),
-            LockError::LeaseExpired { .. } => Self::new(StatusCode::GONE, "lock-expired", detail),
+            LockError::LeaseExpired { .. } | LockError::LapsedAndReplaced => {
+                Self::new(StatusCode::GONE, "lock-expired", detail)
+            }
             LockError::InvalidTransition(_) => Self::new(StatusCode::CONFLICT, "invalid-transition", detail),
             LockError::InvalidRequest(_) => Self::bad_request(detail),
             LockError::KeyReused => Self::new(StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused", detail),
+            LockError::RecordsFull { retry_after, .. } => Self {
+                retry_after: Some(retry_after),
+                ..Self::new(StatusCode::TOO_MANY_REQUESTS, "idempotency-records-full", detail)
+            },
         }
     }
 }

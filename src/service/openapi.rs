@@ -108,6 +108,7 @@ mod tests {
             "lock-expired",
             "payload-too-large",
             "idempotency-key-reused",
+            "idempotency-records-full",
             "lock-held",
             "internal",
             "unsupported-document",

@@ -30,7 +30,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use lockprobe::clock::ManualClock;
 use lockprobe::routing::cache::TieredCache;
 use lockprobe::routing::freshness;
-use lockprobe::routing::lifecycle::{self, Decided, Deviations, LockCall, LockError, LockPolicy, PreLockRequest};
+use lockprobe::routing::lifecycle::{
+    self, Decided, Deviations, LockCall, LockError, LockPolicy, PreLockRequest, DEFAULT_KEYED_RECORDS,
+};
 use lockprobe::routing::{
     enforce, ClientOptions, Decision, LocationDocument, LockToken, Operation, Phase, RoutingClient, Source,
 };
@@ -146,6 +148,9 @@ pub struct Bounds {
     pub writes: u8,
     /// User deletes in total.
     pub deletes: u8,
+    /// Records of keyed calls a document keeps (`LockPolicy::keyed_records`): small, the
+    /// cap is reached within the bounds and its refusal is explored too.
+    pub keyed_records: usize,
 }
 
 impl Bounds {
@@ -165,6 +170,7 @@ impl Bounds {
             requests: 2,
             writes: 1,
             deletes: 1,
+            keyed_records: DEFAULT_KEYED_RECORDS,
         }
     }
 }
@@ -591,6 +597,7 @@ impl LockModel {
             convergence_delay: secs(timing::TTL + timing::REPLICATION),
             max_pre_lock: secs(timing::MAX_PRE_LOCK),
             skew_margin: secs(timing::SKEW_MARGIN),
+            keyed_records: bounds.keyed_records,
             deviations: variant.deviations(),
         };
         Self {
@@ -837,9 +844,10 @@ impl LockModel {
                 orch.swap = None;
                 orch.handing_over = false;
                 match e {
-                    // Too early, or held by another: nothing happened; try again later.
-                    LockError::InvalidTransition(_) | LockError::LockHeld { .. } => {}
-                    LockError::LeaseExpired { .. } | LockError::TokenMismatch => {
+                    // Too early, held by another, or no room for the key's record:
+                    // nothing happened; try again later.
+                    LockError::InvalidTransition(_) | LockError::LockHeld { .. } | LockError::RecordsFull { .. } => {}
+                    LockError::LeaseExpired { .. } | LockError::LapsedAndReplaced | LockError::TokenMismatch => {
                         orch.held = None;
                         orch.finished = true;
                     }
