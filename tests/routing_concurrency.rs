@@ -173,7 +173,7 @@ async fn check_one_winner(store: &MemoryStore, id: &str, results: &[Result<Grant
     for r in results.iter().filter(|r| r.is_err()) {
         assert_eq!(
             r.as_ref().err(),
-            Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease + margin() })),
+            Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease + margin() * 2 })),
             "{id}"
         );
     }
@@ -284,7 +284,7 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
         for r in results.iter().filter(|r| r.is_err()) {
             assert_eq!(
                 r.as_ref().err(),
-                Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease + margin() })),
+                Some(&RoutingError::Lock(LockError::LockHeld { expires_at: lease + margin() * 2 })),
                 "{id}"
             );
         }

@@ -36,7 +36,8 @@ pub enum LockError {
     /// Another token holds a live lock.
     #[error("another migration holds a live lock until {expires_at}")]
     LockHeld {
-        /// When the holder's current lease ends for everyone (its end + the skew margin).
+        /// When a new lock can be granted: the holder's current lease has ended for
+        /// everyone (its end + twice the skew margin, by the deciding clock).
         expires_at: DateTime<Utc>,
     },
     /// The presented token is not the live lock's.
@@ -196,7 +197,8 @@ fn positive(field: &str, duration: Duration) -> Result<(), LockError> {
 /// time is known; the pre-lock lease runs `duration` past effectiveAt, and
 /// `max_pre_lock` past it is the ceiling for every later renewal. A malformed request
 /// is refused before the lock state is looked at. A new token is issued only once the
-/// previous lease has ended by every clock within the skew margin.
+/// previous lease has ended, and its margin too, by every clock within the skew margin
+/// of the deciding one (the end + twice the margin by the deciding clock).
 pub fn pre_lock(
     doc: &LocationDocument,
     req: &PreLockRequest,
@@ -216,8 +218,14 @@ pub fn pre_lock(
         return Err(LockError::InvalidRequest("targetLocation is the current location".into()));
     }
     let margin = policy.margin();
-    if let Some(held) = doc.primary.lock.as_ref().filter(|l| possibly_live(l, now, margin)) {
-        return Err(LockError::LockHeld { expires_at: later(held.expires_at, margin)? });
+    // An instance enforces an ended lease until its end + the margin by its own clock,
+    // and a new lock replaces the old one for every reader. So the grant waits twice
+    // the margin by the deciding clock: any other clock (within the margin of this one)
+    // then reads at least the end + the margin, and no instance's enforcement of the
+    // old lease is cut short by the new lock (contract 1.3, "One rule in the margin").
+    let everyone_done = margin + margin;
+    if let Some(held) = doc.primary.lock.as_ref().filter(|l| possibly_live(l, now, everyone_done)) {
+        return Err(LockError::LockHeld { expires_at: later(held.expires_at, everyone_done)? });
     }
     // A swap's guard keeps the old location refusing writes until caches converge on
     // the new one; a new target elsewhere would overwrite it, so wait for it to lapse.
