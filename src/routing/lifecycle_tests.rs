@@ -663,7 +663,7 @@ fn a_full_record_budget_refuses_keyed_calls_until_the_oldest_window_ends() {
     assert!(matches!(decide(&doc, &pre_lock_call(&token), "k:new", &p, oldest + secs(1)), Ok(Decided::Write(_))));
 }
 
-/// Contract 1.1's eviction, kept as a deviation for the model and the gate to catch:
+/// Contract 1.1's eviction, kept as a deviation (`--fault legacy-record-eviction`):
 /// the repeat of an evicted pre-lock gets a fresh lock.
 #[test]
 fn the_legacy_eviction_grants_a_fresh_lock_to_a_late_repeat() {
