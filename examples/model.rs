@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo run --release --example model -- --orchestrators 3 --horizon 8
 //! cargo run --release --example model -- --variant legacy-renewal
+//! cargo run --release --example model -- --bounds record-cap --variant legacy-record-eviction
 //! ```
 //!
 //! Prints the states explored, the time taken, the `sometimes` properties reached and a
@@ -15,11 +16,14 @@ mod spec;
 
 use spec::{check, render_path, replay_on_fixed, Bounds, LockModel, Variant};
 
-const USAGE: &str = "usage: model [--variant fixed|legacy-effective-at|legacy-renewal|swap-without-if-match|early-escalation|cache-serves-started-locks|all]
+const USAGE: &str = "usage: model [--variant fixed|legacy-effective-at|legacy-renewal|swap-without-if-match|early-escalation|cache-serves-started-locks|legacy-record-eviction|all]
+             [--bounds suite|record-cap]
              [--orchestrators N] [--instances N] [--horizon TICKS] [--delayed N] [--ambiguous N]
              [--attempts N] [--renewals N] [--release] [--requests N] [--writes N] [--deletes N]
-             [--skews -1,0,1] [--threads N] [--first]
-defaults: the suite's bounds, variant fixed; --first stops at the first counterexample";
+             [--keyed-records N] [--skews -1,0,1] [--threads N] [--first]
+defaults: variant fixed, each variant at the bounds its test uses (record-cap for
+legacy-record-eviction, suite for the others) unless --bounds names them; the other flags
+change those bounds; --first stops at the first counterexample";
 
 fn main() {
     match run() {
@@ -32,11 +36,21 @@ fn main() {
     }
 }
 
+/// The bounds a variant's test checks it at: the record cap is reached only at its own.
+fn default_bounds(variant: Variant) -> Bounds {
+    match variant {
+        Variant::LegacyRecordEviction => Bounds::record_cap(),
+        _ => Bounds::suite(),
+    }
+}
+
 fn run() -> Result<bool, String> {
-    let mut bounds = Bounds::suite();
+    let mut base: Option<Bounds> = None;
     let mut variants = vec![Variant::Fixed];
     let mut first = false;
     let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Flags that change the bounds, applied to each variant's base in order.
+    let mut changes: Vec<(String, String)> = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
@@ -44,7 +58,7 @@ fn run() -> Result<bool, String> {
             return Ok(true);
         }
         if flag == "--release" {
-            bounds.release = true;
+            changes.push((flag, String::new()));
             continue;
         }
         if flag == "--first" {
@@ -52,7 +66,6 @@ fn run() -> Result<bool, String> {
             continue;
         }
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let number = || value.parse::<u8>().map_err(|_| format!("{flag}: {value:?} is not a small number"));
         match flag.as_str() {
             "--variant" if value == "all" => variants = Variant::ALL.to_vec(),
             "--variant" => {
@@ -61,35 +74,39 @@ fn run() -> Result<bool, String> {
                     .find(|v| v.as_str() == value)
                     .ok_or_else(|| format!("--variant: unknown variant {value:?}"))?]
             }
-            "--orchestrators" => bounds.orchestrators = number()?,
-            "--instances" => bounds.instances = number()?,
-            "--horizon" => bounds.horizon = number()?,
-            "--delayed" => bounds.delayed = number()?,
-            "--ambiguous" => bounds.ambiguous = number()?,
-            "--attempts" => bounds.attempts = number()?,
-            "--renewals" => bounds.renewals = number()?,
-            "--requests" => bounds.requests = number()?,
-            "--writes" => bounds.writes = number()?,
-            "--deletes" => bounds.deletes = number()?,
-            "--threads" => threads = number()?.max(1) as usize,
-            "--skews" => {
-                bounds.skews = value
-                    .split(',')
-                    .map(|k| k.trim().parse::<i8>().map_err(|_| format!("--skews: {k:?} is not an offset")))
-                    .collect::<Result<_, _>>()?
+            "--bounds" => {
+                base = Some(match value.as_str() {
+                    "suite" => Bounds::suite(),
+                    "record-cap" => Bounds::record_cap(),
+                    other => return Err(format!("--bounds: unknown bounds {other:?}")),
+                })
             }
-            other => return Err(format!("unknown flag {other}")),
+            "--threads" => {
+                threads = value.parse::<u8>().map_err(|_| format!("--threads: {value:?} is not a small number"))?.max(1)
+                    as usize
+            }
+            _ => changes.push((flag, value)),
         }
     }
-    if bounds.orchestrators == 0 || bounds.instances == 0 || bounds.attempts == 0 {
-        return Err("orchestrators, instances and attempts must be at least 1".into());
+    let mut runs = Vec::new();
+    for variant in variants {
+        let mut bounds = base.clone().unwrap_or_else(|| default_bounds(variant));
+        for (flag, value) in &changes {
+            change(&mut bounds, flag, value)?;
+        }
+        if bounds.orchestrators == 0 || bounds.instances == 0 || bounds.attempts == 0 {
+            return Err("orchestrators, instances and attempts must be at least 1".into());
+        }
+        bounds.validate(variant)?;
+        runs.push((variant, bounds));
     }
     if std::env::var_os("MODEL_CENSUS").is_some() {
-        census(&LockModel::new(variants[0], bounds), 200_000);
+        let (variant, bounds) = runs.swap_remove(0);
+        census(&LockModel::new(variant, bounds), 200_000);
         return Ok(true);
     }
     let mut all_as_expected = true;
-    for variant in variants {
+    for (variant, bounds) in runs {
         let model = LockModel::new(variant, bounds.clone());
         let (model, outcome) = check(model, threads, first || variant != Variant::Fixed, true);
         println!(
@@ -123,6 +140,38 @@ fn run() -> Result<bool, String> {
         all_as_expected &= as_expected;
     }
     Ok(all_as_expected)
+}
+
+/// Applies one bounds flag to `bounds`.
+fn change(bounds: &mut Bounds, flag: &str, value: &str) -> Result<(), String> {
+    let number = || value.parse::<u8>().map_err(|_| format!("{flag}: {value:?} is not a small number"));
+    match flag {
+        "--release" => bounds.release = true,
+        "--orchestrators" => bounds.orchestrators = number()?,
+        "--instances" => bounds.instances = number()?,
+        "--horizon" => bounds.horizon = number()?,
+        "--delayed" => bounds.delayed = number()?,
+        "--ambiguous" => bounds.ambiguous = number()?,
+        "--attempts" => bounds.attempts = number()?,
+        "--renewals" => bounds.renewals = number()?,
+        "--requests" => bounds.requests = number()?,
+        "--writes" => bounds.writes = number()?,
+        "--deletes" => bounds.deletes = number()?,
+        "--keyed-records" => {
+            bounds.keyed_records = match value.parse::<usize>() {
+                Ok(n) if n >= 1 => n,
+                _ => return Err(format!("--keyed-records: {value:?} is not a count of at least 1")),
+            }
+        }
+        "--skews" => {
+            bounds.skews = value
+                .split(',')
+                .map(|k| k.trim().parse::<i8>().map_err(|_| format!("--skews: {k:?} is not an offset")))
+                .collect::<Result<_, _>>()?
+        }
+        other => return Err(format!("unknown flag {other}")),
+    }
+    Ok(())
 }
 
 /// Debug aid: breadth-first over the first `limit` states, printing how they spread.

@@ -2,7 +2,9 @@
 //! small fleet, over the real lifecycle, freshness and enforcement code.
 //!
 //! The fixed protocol must have no counterexample at the suite's bounds; each broken
-//! variant must have one at those same bounds, printed as a readable trace.
+//! variant must have one at those same bounds, printed as a readable trace. The record
+//! cap has bounds of its own (`Bounds::record_cap`), checked the same way: the fixed
+//! protocol clean, the legacy record eviction caught.
 //! `cargo run --example model -- --help` runs larger bounds.
 
 // Shared with examples/model.rs, which uses the parts the tests do not.
@@ -15,9 +17,10 @@ fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).min(2)
 }
 
-#[test]
-fn the_fixed_protocol_has_no_counterexample() {
-    let model = LockModel::new(Variant::Fixed, Bounds::suite());
+/// Checks the fixed protocol at `bounds`: no counterexample (every state explored), and
+/// each of `wanted` reached.
+fn fixed(bounds: Bounds, wanted: &[&str]) {
+    let model = LockModel::new(Variant::Fixed, bounds);
     // Stops at the first counterexample: if there is none, every state is explored.
     let (model, outcome) = check(model, threads(), true, false);
     println!(
@@ -28,18 +31,32 @@ fn the_fixed_protocol_has_no_counterexample() {
         println!("COUNTEREXAMPLE: {name}\n{}", render_path(&model, path));
     }
     assert!(outcome.counterexamples.is_empty(), "the fixed protocol violates a property");
-    for wanted in ["a swap completes", "a retry settles an ambiguous pre-lock"] {
-        assert!(outcome.examples.contains(&wanted), "never reached: {wanted} (the model is vacuous)");
+    for wanted in wanted {
+        assert!(outcome.examples.contains(wanted), "never reached: {wanted} (the model is vacuous)");
     }
 }
 
-fn broken(variant: Variant) {
-    let model = LockModel::new(variant, Bounds::suite());
+#[test]
+fn the_fixed_protocol_has_no_counterexample() {
+    fixed(Bounds::suite(), &["a swap completes", "a retry settles an ambiguous pre-lock"]);
+}
+
+#[test]
+fn the_fixed_protocol_has_no_counterexample_at_the_record_cap() {
+    fixed(Bounds::record_cap(), &["the record cap refuses a call", "a retry settles an ambiguous pre-lock"]);
+}
+
+/// Checks a broken variant at `bounds`: a counterexample is found; returns the
+/// properties it violates.
+fn broken_at(variant: Variant, bounds: Bounds) -> Vec<&'static str> {
+    let suite = bounds == Bounds::suite();
+    let model = LockModel::new(variant, bounds);
     // One thread: the same (shortest) counterexample every run, as in docs/model.md.
     let (model, outcome) = check(model, 1, true, false);
     println!(
-        "{} at the suite bounds: {} states ({} distinct), {:.1?}",
+        "{} at {}: {} states ({} distinct), {:.1?}",
         variant.as_str(),
+        if suite { "the suite bounds".to_string() } else { format!("{:?}", model.bounds) },
         outcome.states,
         outcome.unique,
         outcome.elapsed
@@ -53,6 +70,11 @@ fn broken(variant: Variant) {
             Err(step) => println!("  the fixed protocol cannot take step {step} of it"),
         }
     }
+    outcome.counterexamples.iter().map(|(name, _)| *name).collect()
+}
+
+fn broken(variant: Variant) {
+    broken_at(variant, Bounds::suite());
 }
 
 #[test]
@@ -78,4 +100,17 @@ fn escalation_before_effective_at_is_caught() {
 #[test]
 fn a_cache_serving_started_locks_is_caught() {
     broken(Variant::CacheServesStartedLocks);
+}
+
+#[test]
+fn the_legacy_record_eviction_is_caught() {
+    // Not at the suite's bounds: a repeat can act again only once its key's record was
+    // evicted, and while a lock may be live only its holder writes, one call at a time.
+    // So the key's own lock must lapse first (7 ticks), and another migration's records
+    // fill the cap (see `Bounds::record_cap` and docs/model.md).
+    let violated = broken_at(Variant::LegacyRecordEviction, Bounds::record_cap());
+    assert!(
+        violated.contains(&"a keyed call takes effect at most once"),
+        "legacy-record-eviction was caught, but not by the at-most-once property: {violated:?}"
+    );
 }

@@ -81,17 +81,21 @@ pub enum Variant {
     EarlyEscalation,
     /// Caches serve a started lock (`Deviations::cache_serves_started_locks`).
     CacheServesStartedLocks,
+    /// Contract 1.1's record keeping: a full document drops its oldest keyed record for a
+    /// new one, even inside its window (`Deviations::legacy_record_eviction`).
+    LegacyRecordEviction,
 }
 
 impl Variant {
     /// Every variant, the fixed protocol first.
-    pub const ALL: [Variant; 6] = [
+    pub const ALL: [Variant; 7] = [
         Variant::Fixed,
         Variant::LegacyEffectiveAt,
         Variant::LegacyRenewal,
         Variant::SwapWithoutIfMatch,
         Variant::EarlyEscalation,
         Variant::CacheServesStartedLocks,
+        Variant::LegacyRecordEviction,
     ];
 
     /// The name used on the command line and in the docs.
@@ -103,6 +107,7 @@ impl Variant {
             Variant::SwapWithoutIfMatch => "swap-without-if-match",
             Variant::EarlyEscalation => "early-escalation",
             Variant::CacheServesStartedLocks => "cache-serves-started-locks",
+            Variant::LegacyRecordEviction => "legacy-record-eviction",
         }
     }
 
@@ -114,6 +119,7 @@ impl Variant {
             Variant::LegacyRenewal => d.legacy_renewal = true,
             Variant::EarlyEscalation => d.early_escalation = true,
             Variant::CacheServesStartedLocks => d.cache_serves_started_locks = true,
+            Variant::LegacyRecordEviction => d.legacy_record_eviction = true,
         }
         d
     }
@@ -148,8 +154,11 @@ pub struct Bounds {
     pub writes: u8,
     /// User deletes in total.
     pub deletes: u8,
-    /// Records of keyed calls a document keeps (`LockPolicy::keyed_records`): small, the
-    /// cap is reached within the bounds and its refusal is explored too.
+    /// Records of keyed calls a document keeps (`LockPolicy::keyed_records`). The suite
+    /// keeps the default, which its bounds never reach (a migration makes at most five
+    /// keyed calls, and no record leaves its window within the horizon);
+    /// [`Bounds::record_cap`] keeps two, reached within its bounds, so the refusal of a
+    /// third (and, in the legacy variant, the eviction of the oldest) is explored there.
     pub keyed_records: usize,
 }
 
@@ -172,6 +181,57 @@ impl Bounds {
             deletes: 1,
             keyed_records: DEFAULT_KEYED_RECORDS,
         }
+    }
+
+    /// The bounds of the record cap: a document keeps two keyed records, and the horizon
+    /// (7 ticks) is long enough for a pre-lock to lapse unacknowledged and another
+    /// migration to take the resource and release it (`release`), so a repeat of the
+    /// first pre-lock comes after the cap was reached (the fixed protocol refuses the
+    /// third record, the release's; with a cap of three the legacy eviction has no
+    /// counterexample within these bounds). No user requests and no renewals: what is
+    /// checked here is the lock calls' idempotency, and each request multiplies the space
+    /// by about ten.
+    pub fn record_cap() -> Self {
+        Self {
+            horizon: 7,
+            renewals: 0,
+            release: true,
+            requests: 0,
+            writes: 0,
+            deletes: 0,
+            keyed_records: 2,
+            ..Self::suite()
+        }
+    }
+
+    /// Refuses bounds the model cannot judge: more idempotency keys than it tracks, or
+    /// a horizon at which a keyed call's record may leave its window (after which "at
+    /// most once" no longer means "once inside its window").
+    pub fn validate(&self, variant: Variant) -> Result<(), String> {
+        let keys = self.orchestrators as u32 * self.attempts as u32 * (5 + self.renewals as u32);
+        if keys > 64 {
+            return Err(format!(
+                "the model tracks at most 64 idempotency keys (orchestrators x attempts x (5 + renewals)): these bounds make {keys}"
+            ));
+        }
+        // A record is kept until the ceiling of its lock (effectiveAt, at least the
+        // decision + delay + margin, + the maximum pre-lock) + delay + margin by the
+        // deciding clock, and dropped by a later decision whose clock is past that: clocks
+        // apart by `span`, no sooner than this tick.
+        let delay = timing::TTL + timing::REPLICATION;
+        let start = if variant.deviations().legacy_effective_at { delay } else { delay + timing::SKEW_MARGIN };
+        let window = (start + timing::MAX_PRE_LOCK + delay + timing::SKEW_MARGIN) as i16;
+        let offsets = self.skews.iter().copied().chain([0]);
+        let span = (offsets.clone().max().unwrap_or(0) - offsets.min().unwrap_or(0)) as i16;
+        let last = window - span;
+        if self.horizon as i16 > last {
+            return Err(format!(
+                "--horizon {}: a record of a keyed call may leave its window at tick {}; the horizon must be at most {last}",
+                self.horizon,
+                last + 1
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -254,6 +314,8 @@ pub struct Version {
 pub struct InFlight {
     /// Which orchestrator's client sent it.
     pub from: u8,
+    /// The idempotency key of the call it writes (its record is in `doc`).
+    pub key: CallKey,
     /// The document written.
     pub doc: Doc,
     /// If-Match ETag; `None` for a write that ignores it (the broken swap).
@@ -371,6 +433,9 @@ pub mod violation {
     pub const DELETE_UNDER_LOCK: u8 = 2;
     /// A user write or delete was routed to a location other than the authoritative one.
     pub const STALE_ROUTE: u8 = 4;
+    /// A keyed call took effect a second time: a commit applied a key that an earlier
+    /// commit had applied already (a repeat acted again instead of replaying).
+    pub const APPLIED_TWICE: u8 = 8;
 }
 
 /// The whole system.
@@ -406,6 +471,13 @@ pub struct State {
     pub ambiguous_used: u8,
     /// Violation events (see [`violation`]).
     pub violations: u8,
+    /// The idempotency keys whose call took effect (committed, not void), one bit each
+    /// (`LockModel::key_bit`). In the fixed protocol these are the keys recorded in the
+    /// current document (no record leaves its window within the horizon), so it splits
+    /// no states there.
+    pub applied: u64,
+    /// Some keyed call was refused because the document keeps as many records as it may.
+    pub records_full: bool,
     /// Some orchestrator's swap was acknowledged.
     pub swapped: bool,
     /// Some pre-lock answered outcome-unknown was granted on a retry with the same key.
@@ -600,6 +672,9 @@ impl LockModel {
             keyed_records: bounds.keyed_records,
             deviations: variant.deviations(),
         };
+        if let Err(refused) = bounds.validate(variant) {
+            panic!("{refused}");
+        }
         Self {
             variant,
             bounds,
@@ -637,6 +712,13 @@ impl LockModel {
         });
         self.decide_memo.lock().unwrap().insert(memo_key, result.clone());
         result
+    }
+
+    /// The bit of `State::applied` that stands for `key`.
+    fn key_bit(&self, key: CallKey) -> u64 {
+        let per_migration = 5 + self.bounds.renewals as u32;
+        let migration = key.o as u32 * self.bounds.attempts as u32 + key.attempt as u32;
+        1 << (migration * per_migration + key.slot as u32)
     }
 
     fn local(&self, s: &State, instance: u8) -> DateTime<Utc> {
@@ -681,6 +763,8 @@ impl LockModel {
             delayed_used: 0,
             ambiguous_used: 0,
             violations: 0,
+            applied: 0,
+            records_full: false,
             swapped: false,
             ambiguous_prelock_settled: false,
             note: Note("start".into()),
@@ -709,17 +793,49 @@ fn step_name(step: Step) -> String {
     }
 }
 
-/// The idempotency key of a call: one per step of a migration, reused by its retries.
+/// The idempotency key of a call: one per step of a migration, reused by its retries
+/// (a swap's key names no target: a repeated swap request is the same request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CallKey {
+    /// The orchestrator.
+    pub o: u8,
+    /// Its migration.
+    pub attempt: u8,
+    /// The step: 0 pre-lock, 1 escalate to hardDelete, 2 escalate to write, 3 swap,
+    /// 4 release, 5 + n the n-th renewal.
+    pub slot: u8,
+}
+
+impl CallKey {
+    fn of(o: u8, orch: &Orch, step: Step) -> Self {
+        let slot = match step {
+            Step::PreLock => 0,
+            Step::Escalate(Phase::HardDelete) => 1,
+            Step::Escalate(_) => 2,
+            Step::Swap(_) => 3,
+            Step::Release => 4,
+            Step::Renew(n) => 5 + n,
+        };
+        Self { o, attempt: orch.attempt, slot }
+    }
+
+    /// The key as sent: `k:o<orchestrator>m<migration>-<step>`.
+    pub fn name(self) -> String {
+        let what = match self.slot {
+            0 => "pre".to_string(),
+            1 => "hd".into(),
+            2 => "wr".into(),
+            3 => "swap".into(),
+            4 => "rel".into(),
+            n => format!("renew{}", n - 5),
+        };
+        format!("k:o{}m{}-{what}", self.o, self.attempt)
+    }
+}
+
+/// The idempotency key of a call, as sent.
 fn call_key(o: u8, orch: &Orch, step: Step) -> String {
-    let what = match step {
-        Step::PreLock => "pre".to_string(),
-        Step::Escalate(Phase::HardDelete) => "hd".into(),
-        Step::Escalate(_) => "wr".into(),
-        Step::Renew(n) => format!("renew{n}"),
-        Step::Swap(_) => "swap".into(),
-        Step::Release => "rel".into(),
-    };
-    format!("k:o{o}m{}-{what}", orch.attempt)
+    CallKey::of(o, orch, step).name()
 }
 
 /// The token a pre-lock request issues (the service makes a new one per request) or the
@@ -792,6 +908,7 @@ impl LockModel {
                 let blind = self.variant == Variant::SwapWithoutIfMatch && matches!(step, Step::Swap(_));
                 s.inflight.push(InFlight {
                     from: o,
+                    key: CallKey::of(o, &s.orchs[o as usize], step),
                     doc: next.clone(),
                     if_match: (!blind).then_some(current.etag),
                     abandoned: false,
@@ -846,7 +963,8 @@ impl LockModel {
                 match e {
                     // Too early, held by another, or no room for the key's record:
                     // nothing happened; try again later.
-                    LockError::InvalidTransition(_) | LockError::LockHeld { .. } | LockError::RecordsFull { .. } => {}
+                    LockError::RecordsFull { .. } => s.records_full = true,
+                    LockError::InvalidTransition(_) | LockError::LockHeld { .. } => {}
                     LockError::LeaseExpired { .. } | LockError::LapsedAndReplaced | LockError::TokenMismatch => {
                         orch.held = None;
                         orch.finished = true;
@@ -1110,6 +1228,16 @@ impl LockModel {
             superseded: None,
         });
         say!(self, s, "t={} store commits o{o}'s write as e{etag}: {:?}", s.now, settled);
+        // Whether the call took effect (a void write did not) is judged by the real
+        // `took_effect`, as the writer's client judges it.
+        if lifecycle::took_effect(&settled.doc, &w.key.name()) {
+            let bit = self.key_bit(w.key);
+            if s.applied & bit != 0 {
+                s.violations |= violation::APPLIED_TWICE;
+                add!(self, s, " <- {} takes effect a second time", w.key.name());
+            }
+            s.applied |= bit;
+        }
         if w.abandoned {
             add!(self, s, " (its client gave up)");
             return;
@@ -1397,10 +1525,14 @@ impl Model for LockModel {
             ),
             Property::always("no acknowledged write lost", |m: &LockModel, s: &State| !m.write_lost(s)),
             Property::always("no tombstone or deleted item resurrected", |m: &LockModel, s: &State| !m.resurrected(s)),
+            Property::always("a keyed call takes effect at most once", |_: &LockModel, s: &State| {
+                s.violations & violation::APPLIED_TWICE == 0
+            }),
             Property::sometimes("a swap completes", |_: &LockModel, s: &State| s.swapped),
             Property::sometimes("a retry settles an ambiguous pre-lock", |_: &LockModel, s: &State| {
                 s.ambiguous_prelock_settled
             }),
+            Property::sometimes("the record cap refuses a call", |_: &LockModel, s: &State| s.records_full),
         ]
     }
 }
