@@ -459,6 +459,33 @@ fn every_alert_has_a_firing_and_a_silent_unit_test() {
     }
 }
 
+/// The probe alerts judged by a target's schedule each fire and stay silent at a
+/// 10-second, a 1-minute and a 6-hourly schedule: one promtool file per schedule. (The
+/// others are judged per process or per hour of wall time, whatever the schedule.)
+#[test]
+fn every_schedule_judged_alert_fires_and_stays_silent_at_every_schedule() {
+    const JUDGED_BY_SCHEDULE: [&str; 5] = [
+        "LockprobeEnforcementViolation",
+        "LockprobeConvergenceAboveDeclared",
+        "LockprobeProbeFailing",
+        "LockprobeNoRecentSuccess",
+        "LockprobeNeverSucceeded",
+    ];
+    let names = alert_names();
+    for alert in JUDGED_BY_SCHEDULE {
+        assert!(names.contains(alert), "{alert} is not in the rule files");
+    }
+    for file in ["schedules_10s_test.yml", "schedules_1m_test.yml", "schedules_6h_test.yml"] {
+        let text = std::fs::read_to_string(repo_path(&format!("alerts/tests/{file}"))).expect(file);
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for alert in JUDGED_BY_SCHEDULE {
+            let after = |next: &str| lines.windows(2).any(|w| w[0] == format!("alertname: {alert}") && w[1] == next);
+            assert!(after("exp_alerts:"), "{file}: no case where {alert} fires");
+            assert!(after("exp_alerts: []"), "{file}: no case where {alert} stays silent");
+        }
+    }
+}
+
 /// The success-ratio panel's expression is the one `alerts/tests/schedules_6h_test.yml`
 /// evaluates at a 6-hourly schedule (not NaN when no cycle ran in the window), with the
 /// default window of 1h.

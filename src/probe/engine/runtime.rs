@@ -159,6 +159,16 @@ impl CycleSink for Sink {
         self.metrics.set_running_cycles(cycles);
     }
 
+    fn scheduled(
+        &self,
+        target: &str,
+        next: Option<chrono::DateTime<chrono::Utc>>,
+        interval: Option<std::time::Duration>,
+        timeout: std::time::Duration,
+    ) {
+        self.metrics.record_schedule(target, next, interval, timeout);
+    }
+
     fn claimed(&self, target: &str, claim: &Claim) {
         let outcome = match claim {
             Claim::Held { .. } => "held",

@@ -94,6 +94,17 @@ pub trait CycleSink: Send + Sync + 'static {
     fn started(&self, _target: &str, _delay: Duration) {}
     /// Cycles of the process now running (holding a slot of the cap).
     fn running(&self, _cycles: usize) {}
+    /// Before each wait: `target`'s next firing (none when its schedule has no more), the
+    /// interval that ends there (see [`interval_before`]) and its cycle timeout.
+    fn scheduled(&self, _target: &str, _next: Option<DateTime<Utc>>, _interval: Option<Duration>, _timeout: Duration) {}
+}
+
+/// The time from the firing before `next` to `next`, by `schedule`: one interval of a
+/// regular schedule, the current gap of an irregular one (`0 0 9,17 * * *` alternates 8 h
+/// and 16 h). `None` when the schedule has no firing before `next`.
+pub fn interval_before(schedule: &cron::Schedule, next: DateTime<Utc>) -> Option<Duration> {
+    let previous = schedule.after(&next).next_back()?;
+    (next - previous).to_std().ok()
 }
 
 /// The process's bound on cycles running at once, over all targets (`serve`'s
@@ -362,6 +373,8 @@ pub async fn run_target_plans(
     loop {
         let target = &plan.schedule;
         let next = target.schedule.after(&after).next();
+        let interval = next.and_then(|n| interval_before(&target.schedule, n));
+        sink.scheduled(&target.name, next, interval, target.timeout);
         if next.is_none() && !plans_open {
             tracing::info!(target_name = %target.name, "schedule has no further firing times");
             break;
@@ -552,6 +565,19 @@ fn skipped_fires(
 
 #[cfg(test)]
 mod tests {
+    /// A regular schedule's interval, and an irregular one's current gap.
+    #[test]
+    fn the_interval_is_the_gap_that_ends_at_the_next_firing() {
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().to_utc();
+        let six_hourly = parse_schedule("0 0 */6 * * *").unwrap();
+        assert_eq!(interval_before(&six_hourly, at("2026-12-04T18:00:00Z")), Some(Duration::from_secs(6 * 3600)));
+        let twice_a_day = parse_schedule("0 0 9,17 * * *").unwrap();
+        assert_eq!(interval_before(&twice_a_day, at("2026-12-04T17:00:00Z")), Some(Duration::from_secs(8 * 3600)));
+        assert_eq!(interval_before(&twice_a_day, at("2026-12-05T09:00:00Z")), Some(Duration::from_secs(16 * 3600)));
+        let every_minute = parse_schedule("* * * * *").unwrap();
+        assert_eq!(interval_before(&every_minute, at("2026-12-04T18:01:00Z")), Some(Duration::from_secs(60)));
+    }
+
     use super::*;
     use crate::probe::checks::report::CycleResult;
     use chrono::TimeZone;

@@ -162,6 +162,11 @@ pub struct Metrics {
     last_passed: GaugeVec,
     consecutive_failures: GaugeVec,
     unresolved: GaugeVec,
+    convergence_unresolved: GaugeVec,
+    schedule_interval: GaugeVec,
+    cycle_timeout: GaugeVec,
+    next_firing: GaugeVec,
+    probed_since: GaugeVec,
     store_region_changes: IntCounterVec,
     schedule_lateness: Delays,
     start_delay: Delays,
@@ -277,6 +282,31 @@ impl Metrics {
                     &["target", "phase", "op", "expected", "observed"],
                 )?,
             )?,
+            convergence_unresolved: gauge(
+                &r,
+                "lockprobe_convergence_violation_unresolved",
+                "1 from a cycle that found an instance not showing the pre-lock within the declared delay plus buffer until a later cycle's convergence check passes on every instance.",
+            )?,
+            schedule_interval: gauge(
+                &r,
+                "lockprobe_probe_schedule_interval_seconds",
+                "Seconds between the target's next firing and the one before it, by its cron schedule: what the alerts measure \"too long\" in.",
+            )?,
+            cycle_timeout: gauge(
+                &r,
+                "lockprobe_probe_cycle_timeout_seconds",
+                "The target's cycle timeout: a longer cycle is cancelled and releases its locks.",
+            )?,
+            next_firing: gauge(
+                &r,
+                "lockprobe_probe_next_firing_timestamp_seconds",
+                "Unix time of the target's next firing by its schedule (jitter not included).",
+            )?,
+            probed_since: gauge(
+                &r,
+                "lockprobe_probe_target_since_timestamp_seconds",
+                "Unix time the process began probing the target (its start, or the reload that added the target).",
+            )?,
             store_region_changes: counter(
                 &r,
                 "lockprobe_probe_store_region_changes_total",
@@ -365,6 +395,12 @@ impl Metrics {
             self.inconclusive.with_label_values(&[target, check]);
         }
         self.store_region_changes.with_label_values(&[target]);
+        self.convergence_unresolved.with_label_values(&[target]);
+        let since = self.probed_since.with_label_values(&[target]);
+        // A reload that keeps the target keeps when it began.
+        if since.get() == 0.0 {
+            since.set(Utc::now().timestamp_millis() as f64 / 1000.0);
+        }
         if let Some(e) = expected_convergence {
             self.expected.with_label_values(&[target]).set(e);
         }
@@ -373,7 +409,7 @@ impl Metrics {
     /// Removes every series of `target` (a target taken out of the configuration), so
     /// its last values do not linger as if it were still probed.
     pub fn remove_target(&self, target: &str) {
-        let vecs: [&dyn TargetSeries; 19] = [
+        let vecs: [&dyn TargetSeries; 24] = [
             &self.runs,
             &self.missed,
             &self.claims,
@@ -392,6 +428,11 @@ impl Metrics {
             &self.last_passed,
             &self.consecutive_failures,
             &self.unresolved,
+            &self.convergence_unresolved,
+            &self.schedule_interval,
+            &self.cycle_timeout,
+            &self.next_firing,
+            &self.probed_since,
             &self.store_region_changes,
         ];
         for vec in vecs {
@@ -399,6 +440,29 @@ impl Metrics {
         }
         self.windows.lock().unwrap_or_else(|e| e.into_inner()).by_key.retain(|(t, _), _| t != target);
         self.unresolved_series.lock().unwrap_or_else(|e| e.into_inner()).remove(target);
+    }
+
+    /// Records the target's schedule as the scheduler sees it before each wait: the next
+    /// firing, the interval that ends there and the cycle timeout. The alerts derive
+    /// "too long" from them, so they are right at any schedule.
+    pub fn record_schedule(
+        &self,
+        target: &str,
+        next: Option<DateTime<Utc>>,
+        interval: Option<Duration>,
+        timeout: Duration,
+    ) {
+        match next {
+            Some(t) => self.next_firing.with_label_values(&[target]).set(t.timestamp_millis() as f64 / 1000.0),
+            // No further firing: nothing to wait for, and no series to say otherwise.
+            None => {
+                let _ = self.next_firing.remove_label_values(&[target]);
+            }
+        }
+        if let Some(i) = interval {
+            self.schedule_interval.with_label_values(&[target]).set(i.as_secs_f64());
+        }
+        self.cycle_timeout.with_label_values(&[target]).set(timeout.as_secs_f64());
     }
 
     /// Counts a scheduled cycle that did not start.
@@ -503,6 +567,12 @@ impl Metrics {
             } else {
                 self.convergence_violations.with_label_values(&[t]).inc();
             }
+        }
+        // A cycle that checked convergence settles the question until the next one that
+        // does; a cycle that ended before its check leaves it as it was.
+        if !r.observed_convergence.is_empty() {
+            let never = r.observed_convergence.iter().any(|c| c.observed_seconds.is_none());
+            self.convergence_unresolved.with_label_values(&[t]).set(if never { 1.0 } else { 0.0 });
         }
         if let Some(max) = r.max_observed_convergence() {
             self.observed.with_label_values(&[t]).set(max);
@@ -842,6 +912,54 @@ mod tests {
         }
     }
 
+    /// A convergence breach holds from the cycle that found it until a later cycle's
+    /// convergence check passes; a cycle that ended before its check changes nothing.
+    #[test]
+    fn a_convergence_breach_holds_until_a_later_check_passes() {
+        let m = Metrics::new().unwrap();
+        m.register_target("demo", None);
+        let gauge = |m: &Metrics| {
+            let text = m.render();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(r#"lockprobe_convergence_violation_unresolved{target="demo"}"#))
+                .unwrap_or_else(|| panic!("no gauge: {text}"))
+                .to_owned();
+            line.rsplit(' ').next().unwrap().to_owned()
+        };
+        assert_eq!(gauge(&m), "0", "exists at 0 before the first cycle");
+        m.record_cycle(&report());
+        assert_eq!(gauge(&m), "1", "instance b never converged");
+        let mut early_error = report();
+        early_error.observed_convergence.clear();
+        early_error.result = CycleResult::Error;
+        m.record_cycle(&early_error);
+        assert_eq!(gauge(&m), "1", "no check, no news");
+        let mut converged = report();
+        converged.observed_convergence.retain(|c| c.observed_seconds.is_some());
+        m.record_cycle(&converged);
+        assert_eq!(gauge(&m), "0");
+    }
+
+    #[test]
+    fn the_schedule_is_exported_per_target() {
+        let m = Metrics::new().unwrap();
+        m.register_target("demo", None);
+        let next = DateTime::parse_from_rfc3339("2026-12-04T18:00:00Z").unwrap().to_utc();
+        m.record_schedule("demo", Some(next), Some(Duration::from_secs(6 * 3600)), Duration::from_secs(60 * 3600));
+        let text = m.render();
+        for line in [
+            r#"lockprobe_probe_schedule_interval_seconds{target="demo"} 21600"#,
+            r#"lockprobe_probe_cycle_timeout_seconds{target="demo"} 216000"#,
+            r#"lockprobe_probe_next_firing_timestamp_seconds{target="demo"} 1796407200"#,
+        ] {
+            assert!(text.contains(line), "{line} missing: {text}");
+        }
+        assert!(text.contains(r#"lockprobe_probe_target_since_timestamp_seconds{target="demo"} 1"#), "{text}");
+        m.record_schedule("demo", None, None, Duration::from_secs(60));
+        assert!(!m.render().contains("lockprobe_probe_next_firing_timestamp_seconds{"), "no next firing, no series");
+    }
+
     #[test]
     fn a_removed_target_loses_every_series_and_the_others_keep_theirs() {
         let m = Metrics::new().unwrap();
@@ -849,6 +967,7 @@ mod tests {
             m.register_target(t, Some(1.5));
             m.record_cycle(&CycleReport { target: t.into(), ..report() });
             m.record_claim(t, "held");
+            m.record_schedule(t, Some(Utc::now()), Some(Duration::from_secs(10)), Duration::from_secs(60));
         }
         let text = m.render();
         assert!(text.contains(r#"target="demo""#) && text.contains("lockprobe_enforcement_violation_unresolved{"));
