@@ -391,6 +391,7 @@ details.step table{margin:.3em 0 .6em}
 .badge.ok{background:var(--ok-bg);color:var(--ok-fg)}
 .badge.fail{background:var(--fail);color:var(--fail-bg)}
 .badge.bad{background:var(--bad-bg);color:var(--bad-fg)}
+.badge.pending{background:var(--card);color:var(--fg);border:1px solid var(--border)}
 .ok{color:var(--ok-fg)}
 .fail-mark{color:var(--fail-fg);font-weight:600}
 .bad{color:var(--bad-fg);font-weight:600}

@@ -20,7 +20,7 @@ use tracing::Instrument;
 
 use super::reload::Reload;
 use super::scheduler::{
-    run_target_plans, Claim, CycleCap, CycleRoom, CycleSink, Stops, TargetPlan, TargetSchedule, WallClock,
+    run_target_plans, Claim, CycleCap, CycleRoom, CycleSink, ScheduleView, Stops, TargetPlan, TargetSchedule, WallClock,
 };
 use super::server::{self, AppState};
 use crate::probe::checks::observer::Observer;
@@ -159,14 +159,9 @@ impl CycleSink for Sink {
         self.metrics.set_running_cycles(cycles);
     }
 
-    fn scheduled(
-        &self,
-        target: &str,
-        next: Option<chrono::DateTime<chrono::Utc>>,
-        interval: Option<std::time::Duration>,
-        timeout: std::time::Duration,
-    ) {
-        self.metrics.record_schedule(target, next, interval, timeout);
+    fn scheduled(&self, target: &str, view: &ScheduleView) {
+        self.metrics.record_schedule(target, view.next, view.interval, view.timeout);
+        self.status.set_schedule(target, &view.expression, view.last, view.next, view.interval);
     }
 
     fn claimed(&self, target: &str, claim: &Claim) {

@@ -94,9 +94,23 @@ pub trait CycleSink: Send + Sync + 'static {
     fn started(&self, _target: &str, _delay: Duration) {}
     /// Cycles of the process now running (holding a slot of the cap).
     fn running(&self, _cycles: usize) {}
-    /// Before each wait: `target`'s next firing (none when its schedule has no more), the
-    /// interval that ends there (see [`interval_before`]) and its cycle timeout.
-    fn scheduled(&self, _target: &str, _next: Option<DateTime<Utc>>, _interval: Option<Duration>, _timeout: Duration) {}
+    /// Before each wait: where `target`'s schedule stands.
+    fn scheduled(&self, _target: &str, _view: &ScheduleView) {}
+}
+
+/// Where a target's schedule stands, before each wait for its next firing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleView {
+    /// The cron expression, six fields.
+    pub expression: String,
+    /// The last firing acted on (a cycle started or counted as missed), if any yet.
+    pub last: Option<DateTime<Utc>>,
+    /// The next firing, jitter not included; `None` when the schedule has no more.
+    pub next: Option<DateTime<Utc>>,
+    /// The interval that ends at `next` (see [`interval_before`]).
+    pub interval: Option<Duration>,
+    /// A longer cycle is cancelled.
+    pub timeout: Duration,
 }
 
 /// The time from the firing before `next` to `next`, by `schedule`: one interval of a
@@ -370,11 +384,20 @@ pub async fn run_target_plans(
     let mut plans_open = true;
     let mut running = JoinSet::new();
     let mut after = clock.now();
+    let mut last_fire = None;
     loop {
         let target = &plan.schedule;
         let next = target.schedule.after(&after).next();
-        let interval = next.and_then(|n| interval_before(&target.schedule, n));
-        sink.scheduled(&target.name, next, interval, target.timeout);
+        sink.scheduled(
+            &target.name,
+            &ScheduleView {
+                expression: target.schedule.to_string(),
+                last: last_fire,
+                next,
+                interval: next.and_then(|n| interval_before(&target.schedule, n)),
+                timeout: target.timeout,
+            },
+        );
         if next.is_none() && !plans_open {
             tracing::info!(target_name = %target.name, "schedule has no further firing times");
             break;
@@ -403,6 +426,7 @@ pub async fn run_target_plans(
         }
         let target = &plan.schedule;
         let (Some(fire), Some(wake)) = (next, wake) else { continue };
+        last_fire = Some(fire);
         sink.woke(&target.name, Instant::now().saturating_duration_since(wake));
         // Reap finished cycles so the set does not grow over months of uptime.
         while running.try_join_next().is_some() {}

@@ -37,6 +37,9 @@ pub struct TargetDocument {
     /// End of the last passed cycle.
     #[serde(with = "seconds::option")]
     pub last_success_at: Option<DateTime<Utc>>,
+    /// The schedule, its last and next firing (absent before the scheduler first looked).
+    #[serde(default)]
+    pub schedule: Option<ScheduleDocument>,
     /// Scheduled cycles that did not start.
     pub missed_schedules: u64,
     /// Declared, expected and observed convergence.
@@ -45,6 +48,22 @@ pub struct TargetDocument {
     pub percentiles: PercentilesDocument,
     /// The last cycles, newest first.
     pub last_cycles: Vec<CycleDocument>,
+}
+
+/// A target's schedule, as the scheduler last saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleDocument {
+    /// The cron expression, six fields (seconds first).
+    pub expression: String,
+    /// The interval that ends at the next firing.
+    pub interval_seconds: Option<f64>,
+    /// The last firing acted on (a cycle started or a firing missed).
+    #[serde(with = "seconds::option")]
+    pub last_firing_at: Option<DateTime<Utc>>,
+    /// The next firing, jitter not included; absent when the schedule has no more.
+    #[serde(with = "seconds::option")]
+    pub next_firing_at: Option<DateTime<Utc>>,
 }
 
 /// Convergence of one target, in seconds.
@@ -298,6 +317,7 @@ struct TargetStatus {
     last_success: Option<DateTime<Utc>>,
     missed: u64,
     cycles: VecDeque<CycleReport>,
+    schedule: Option<ScheduleDocument>,
 }
 
 /// Shared status of every target, updated by the scheduler, read by the HTTP server.
@@ -369,6 +389,25 @@ impl ProbeStatus {
             .map(|failure| format!("the state file refuses writes, so no pre-lock is sent: {failure}"))
     }
 
+    /// Records where `target`'s schedule stands (before each wait for a firing).
+    pub fn set_schedule(
+        &self,
+        target: &str,
+        expression: &str,
+        last: Option<DateTime<Utc>>,
+        next: Option<DateTime<Utc>>,
+        interval: Option<std::time::Duration>,
+    ) {
+        self.with(|t| {
+            t.entry(target.to_string()).or_default().schedule = Some(ScheduleDocument {
+                expression: expression.to_string(),
+                interval_seconds: interval.map(|i| i.as_secs_f64()),
+                last_firing_at: last,
+                next_firing_at: next,
+            })
+        });
+    }
+
     /// Counts missed schedules of `target`.
     pub fn add_missed(&self, target: &str, n: u64) {
         self.with(|t| t.entry(target.to_string()).or_default().missed += n);
@@ -414,6 +453,7 @@ impl ProbeStatus {
                     name: name.clone(),
                     instances: s.instances.clone(),
                     last_success_at: s.last_success,
+                    schedule: s.schedule.clone(),
                     missed_schedules: s.missed,
                     convergence: ConvergenceDocument {
                         declared_seconds: s.declared_convergence,

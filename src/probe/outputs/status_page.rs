@@ -23,7 +23,9 @@ use std::fmt::Write as _;
 use chrono::{DateTime, Utc};
 
 use super::metrics::PercentilesDocument;
-use super::status::{AssertionDocument, ConvergenceDocument, CycleDocument, StatusDocument, TargetDocument};
+use super::status::{
+    AssertionDocument, ConvergenceDocument, CycleDocument, ScheduleDocument, StatusDocument, TargetDocument,
+};
 use crate::html::{self, ago, anchor, esc, num, seconds, time};
 use crate::percentiles::Summary;
 use crate::probe::checks::report::CycleResult;
@@ -36,8 +38,10 @@ pub const TIMELINES: usize = 5;
 pub fn render(status: &StatusDocument) -> String {
     let mut page = String::with_capacity(64 * 1024);
     let (ready_class, ready_text) = if status.ready { ("ok", "ready") } else { ("bad", "not ready") };
+    let (health_class, health_text) = health(&status.targets);
     let meta = format!(
-        "<span class=\"badge {ready_class}\">{ready_text}</span> generated <time>{}</time>",
+        "<span class=\"badge {ready_class}\">{ready_text}</span> <span class=\"badge {health_class}\">{}</span> generated <time>{}</time>",
+        esc(&health_text),
         time(status.generated_at)
     );
     html::open(&mut page, "lockprobe status", "lockprobe", "/", &meta, &[]);
@@ -49,6 +53,29 @@ pub fn render(status: &StatusDocument) -> String {
     }
     html::close(&mut page);
     page
+}
+
+/// The worst target, for the header: "ready" says the process runs, this says whether
+/// what it probes holds. A target is failing when its newest cycle did not pass; one that
+/// has not passed yet (no cycle, or none finished) is counted apart.
+fn health(targets: &[TargetDocument]) -> (&'static str, String) {
+    let plural = |n: usize| if n == 1 { "target" } else { "targets" };
+    let failing =
+        targets.iter().filter(|t| t.last_cycles.first().is_some_and(|c| c.result != CycleResult::Passed)).count();
+    let waiting = targets.iter().filter(|t| t.last_cycles.is_empty() && t.last_success_at.is_none()).count();
+    if failing > 0 {
+        return ("fail", format!("{failing} of {} {} failing", targets.len(), plural(targets.len())));
+    }
+    if waiting > 0 {
+        return ("pending", format!("{waiting} {} without a cycle yet", plural(waiting)));
+    }
+    if targets.is_empty() {
+        return ("pending", "no targets".into());
+    }
+    match targets.len() {
+        1 => ("ok", "target passing".into()),
+        n => ("ok", format!("all {n} targets passing")),
+    }
 }
 
 fn render_target(page: &mut String, target: &TargetDocument, now: DateTime<Utc>) {
@@ -72,6 +99,7 @@ fn render_target(page: &mut String, target: &TargetDocument, now: DateTime<Utc>)
         }
     };
     let _ = writeln!(page, "<dt>Last success</dt><dd>{last_success}</dd>");
+    render_schedule(page, target.schedule.as_ref(), now);
     let missed_class = if target.missed_schedules > 0 { " class=\"warn\"" } else { "" };
     let _ = writeln!(page, "<dt>Missed schedules</dt><dd{missed_class}>{}</dd>\n</dl>", target.missed_schedules);
 
@@ -80,6 +108,30 @@ fn render_target(page: &mut String, target: &TargetDocument, now: DateTime<Utc>)
     render_percentiles(page, &target.percentiles);
     render_cycles(page, target);
     page.push_str("</section>\n");
+}
+
+/// The schedule, its last and next firing, as `<dt>`/`<dd>` pairs of the summary.
+fn render_schedule(page: &mut String, schedule: Option<&ScheduleDocument>, now: DateTime<Utc>) {
+    let Some(s) = schedule else {
+        page.push_str("<dt>Schedule</dt><dd>not started yet</dd>\n");
+        return;
+    };
+    let every = s.interval_seconds.map(|i| format!(" (every {})", seconds(Some(i)))).unwrap_or_default();
+    let _ = writeln!(page, "<dt>Schedule</dt><dd><code>{}</code>{every}</dd>", esc(&s.expression));
+    let last = match s.last_firing_at {
+        None => "none yet".to_string(),
+        Some(at) => {
+            format!("<time>{}</time>{}", time(at), ago(now, at).map(|a| format!(" ({a} ago)")).unwrap_or_default())
+        }
+    };
+    let _ = writeln!(page, "<dt>Last firing</dt><dd>{last}</dd>");
+    let next = match s.next_firing_at {
+        None => "<span class=\"bad\">none: the schedule has no further firing</span>".to_string(),
+        Some(at) => {
+            format!("<time>{}</time>{}", time(at), ago(at, now).map(|a| format!(" (in {a})")).unwrap_or_default())
+        }
+    };
+    let _ = writeln!(page, "<dt>Next firing</dt><dd>{next}</dd>");
 }
 
 /// The id of a cycle's `<details>`: stable across refreshes, so the refresh script keeps
@@ -1006,6 +1058,46 @@ mod tests {
         // Ids are derived from the name and resource without markup characters.
         assert!(html.contains("id=\"target-_script_alert__x_y____script__\""));
         assert!(html.contains("id=\"cycle-_script_alert__x_y____script__-1795991980-_script_alert__x_y____script__\""));
+    }
+
+    /// The header says whether what is probed holds, not only that the process runs:
+    /// "ready" above a failing target or one without a cycle yet is not the whole story.
+    #[test]
+    fn the_header_shows_the_worst_target() {
+        let html = render(&doc(sample()));
+        assert!(html.contains("badge ok\">ready</span> <span class=\"badge ok\">target passing<"), "{html}");
+        let html = render(&doc(failing()));
+        assert!(html.contains("badge ok\">ready</span> <span class=\"badge fail\">1 of 1 target failing"), "{html}");
+        let mut waiting = sample();
+        let second = {
+            let mut t = waiting["targets"][0].clone();
+            t["name"] = json!("new");
+            t["lastSuccessAt"] = Value::Null;
+            t["lastCycles"] = json!([]);
+            t
+        };
+        waiting["targets"].as_array_mut().unwrap().push(second);
+        let html = render(&doc(waiting));
+        assert!(html.contains("<span class=\"badge pending\">1 target without a cycle yet"), "{html}");
+    }
+
+    /// Each target shows its schedule, with its last and next firing.
+    #[test]
+    fn each_target_shows_its_schedule_and_firings() {
+        let mut status = sample();
+        status["targets"][0]["schedule"] = json!({
+            "expression": "0 0 */6 * * *", "intervalSeconds": 21600.0,
+            "lastFiringAt": "2026-11-29T18:00:00Z", "nextFiringAt": "2026-11-30T00:00:00Z"
+        });
+        let html = render(&doc(status.clone()));
+        assert!(html.contains("<dt>Schedule</dt><dd><code>0 0 */6 * * *</code> (every 6h 00m)</dd>"), "{html}");
+        assert!(html.contains("<dt>Last firing</dt><dd><time>2026-11-29T18:00:00Z</time> (4h 40m ago)</dd>"), "{html}");
+        assert!(html.contains("<dt>Next firing</dt><dd><time>2026-11-30T00:00:00Z</time> (in 1h 20m)</dd>"), "{html}");
+        status["targets"][0]["schedule"]["nextFiringAt"] = Value::Null;
+        status["targets"][0]["schedule"]["lastFiringAt"] = Value::Null;
+        let html = render(&doc(status));
+        assert!(html.contains("<dt>Last firing</dt><dd>none yet</dd>"), "{html}");
+        assert!(html.contains("none: the schedule has no further firing"), "{html}");
     }
 
     #[test]
