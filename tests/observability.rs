@@ -486,12 +486,50 @@ fn every_schedule_judged_alert_fires_and_stays_silent_at_every_schedule() {
     }
 }
 
+/// One unit per axis: a panel's queries are all of one kind (quantiles or ages in
+/// seconds, rates, counts, or plain values), so no rate shares an axis with seconds.
+#[test]
+fn every_panel_plots_one_kind_of_quantity() {
+    fn kind(expr: &str) -> &'static str {
+        if expr.contains("histogram_quantile(") {
+            "quantile"
+        } else if expr.contains("time() -") {
+            "age"
+        } else if expr.contains("rate(") {
+            "rate"
+        } else if expr.contains("increase(") {
+            "count"
+        } else {
+            "value"
+        }
+    }
+    for file in [DASHBOARD, MONITOR_DASHBOARD] {
+        let dash: Value =
+            serde_json::from_str(&std::fs::read_to_string(repo_path(file)).expect(file)).expect("dashboard is JSON");
+        for panel in dash["panels"].as_array().expect("panels") {
+            let kinds: BTreeSet<&str> = panel["targets"]
+                .as_array()
+                .map(|ts| ts.iter().filter_map(|t| t["expr"].as_str()).map(kind).collect())
+                .unwrap_or_default();
+            assert!(kinds.len() <= 1, "{file}: panel {:?} mixes {kinds:?} on one axis", panel["title"]);
+        }
+    }
+}
+
 /// The success-ratio panel's expression is the one `alerts/tests/schedules_6h_test.yml`
 /// evaluates at a 6-hourly schedule (not NaN when no cycle ran in the window), with the
-/// default window of 1h.
+/// dashboard's default window.
 #[test]
 fn the_success_ratio_tested_at_a_6_hourly_schedule_is_the_dashboards() {
-    let ratio = dashboard_exprs("1h")
+    let dash: Value = serde_json::from_str(&std::fs::read_to_string(repo_path(DASHBOARD)).expect(DASHBOARD))
+        .expect("dashboard is JSON");
+    let window = dash["templating"]["list"]
+        .as_array()
+        .and_then(|vars| vars.iter().find(|v| v["name"] == "window"))
+        .and_then(|v| v["current"]["value"].as_str())
+        .expect("a default $window")
+        .to_owned();
+    let ratio = dashboard_exprs(&window)
         .into_iter()
         .find(|e| e.origin.starts_with("panel \"Probe success ratio\""))
         .expect("a Probe success ratio panel");
@@ -1208,6 +1246,24 @@ async fn demo_metrics_lint_clean_and_a_real_prometheus_finds_every_expression() 
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+
+    // The violation panel's own query counts every violation from the first: the faulty
+    // demo's series were born non-zero (its first cycle ran before Prometheus' first
+    // scrape), which increase() alone would not count.
+    let panel = dashboard_exprs("10m")
+        .into_iter()
+        .find(|e| e.origin.starts_with("panel \"Enforcement violations\""))
+        .expect("an Enforcement violations panel");
+    let counted = format!("sum({}) - sum(lockprobe_enforcement_violations_total)", panel.expr);
+    let total = prom.query("sum(lockprobe_enforcement_violations_total)").await;
+    let total = total.first().and_then(sample_value).expect("the faulty demo's violations are scraped");
+    assert!(total > 0.0, "the faulty demo has violations");
+    let missed = prom.query(&counted).await;
+    assert_eq!(
+        missed.first().and_then(sample_value),
+        Some(0.0),
+        "the violation panel misses some of the {total} violations: `{counted}` gave {missed:?}"
+    );
 
     // And the healthy demo pages nobody: no alert about it fires, nor is even pending,
     // but LockprobeMissedSchedules (a warning, 5 m before it fires). On a loaded machine
