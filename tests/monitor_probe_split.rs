@@ -1,8 +1,9 @@
-//! The probe and the monitor know each other: `lockprobe demo` runs both over one store,
-//! so every migration the monitor sees is the probe's (owner `lockprobe/demo`). They must
-//! land under `source="probe"`, the lease-lapse check's expired lock included, and the
-//! fleet's series (what the fleet alerts read) must stay at zero: no orphan, no lapse,
-//! no anomaly.
+//! The probe and the monitor know each other: `lockprobe demo --no-fleet` runs both over
+//! one store, so every migration the monitor sees is the probe's (owner `lockprobe/demo`).
+//! They must land under `source="probe"`, the lease-lapse check's expired lock included,
+//! and the fleet's series (what the fleet alerts read) must stay at zero: no orphan, no
+//! lapse, no anomaly. With its simulated fleet (the default), the demo's monitor shows
+//! each anomaly kind the fleet makes, and the probe's locks still apart.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -16,7 +17,7 @@ fn metric(text: &str, series: &str) -> Option<f64> {
 #[test]
 fn the_probes_locks_are_reported_apart_and_its_lapse_is_no_fleet_anomaly() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
-        .args(["demo", "--cycles", "3", "--schedule", "*/2 * * * * *"])
+        .args(["demo", "--cycles", "3", "--schedule", "*/2 * * * * *", "--no-fleet"])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -100,4 +101,32 @@ fn the_probes_locks_are_reported_apart_and_its_lapse_is_no_fleet_anomaly() {
     assert!(out.contains("early escalations 0, partial cutovers 0, orphaned locks 0"), "{out}");
     assert!(out.contains("0 swapped, 0 released, 0 lapsed;"), "{out}");
     assert!(out.contains("monitor, the probe's own locks"), "{out}");
+}
+
+/// The default demo runs a simulated fleet beside the probe: the monitor sees in-flight
+/// and swapped migrations of its own, the one orphan and the one early escalation it
+/// makes, and keeps the probe's locks apart from them.
+#[test]
+fn the_demos_fleet_shows_what_the_monitor_is_for() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["demo", "--cycles", "2", "--schedule", "*/5 * * * * *"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let fleet =
+        stdout.lines().find(|l| l.starts_with("monitor: ")).unwrap_or_else(|| panic!("no monitor line: {stdout}"));
+    // "monitor: N swapped, N released, N lapsed; early escalations N, partial cutovers N, orphaned locks N"
+    let count = |after: &str| -> u64 {
+        let rest = &fleet[fleet.find(after).unwrap_or_else(|| panic!("no {after:?} in {fleet}")) + after.len()..];
+        rest.trim_start().split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    assert_eq!(count("early escalations"), 1, "{fleet}");
+    assert_eq!(count("orphaned locks"), 1, "{fleet}");
+    assert_eq!(count("partial cutovers"), 0, "{fleet}");
+    let swapped: u64 = fleet["monitor: ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert!(swapped >= 2, "the fleet's migrations get through: {fleet}");
+    let probe = stdout.lines().find(|l| l.starts_with("monitor, the probe's own locks")).expect("the probe's line");
+    assert!(probe.contains("swapped"), "{probe}");
 }

@@ -156,11 +156,14 @@ async fn a_passing_demo_draws_its_cycle_and_fits_a_phone_in_light_and_dark() {
     screenshots(&url, "demo-status");
     browser::assert_fits_and_accessible(&get(&url).await, "demo-status");
 
-    // The demo's monitor sees only the probe's locks, shown apart.
+    // The demo's monitor: its simulated fleet's anomalies (the early escalation of
+    // fleet-0001 comes first, within a second of the start), the probe's locks apart.
     let monitor = format!("{}/monitor", demo.base);
     let dom = browser::dump_dom(&monitor);
     assert!(dom.contains("<h2>The probe's test locks</h2>"), "{dom}");
-    assert!(dom.contains("<h2>Anomalies <span class=\"badge ok\">none</span></h2>"), "{dom}");
+    assert!(dom.contains("<h2>Anomalies <span class=\"badge fail\">"), "{dom}");
+    assert!(dom.contains("<td><code>fleet-0001</code></td>"), "the early escalation is listed: {dom}");
+    assert!(!dom.contains("<td><code>probe-"), "no probe lock among the anomalies: {dom}");
     screenshots(&monitor, "demo-monitor");
     browser::assert_fits_and_accessible(&get(&monitor).await, "demo-monitor");
 }

@@ -9,6 +9,8 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
+mod fleet;
+
 use super::store::{OpenStoreError, StoreArgs, StoreKind};
 use super::tasks::{Background, GRACE};
 use crate::app::usage::UsageError;
@@ -48,6 +50,11 @@ pub struct DemoArgs {
     /// for a slow or distant store, e.g. `--store cosmos` against a busy emulator.
     #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "1s")]
     pub max_decision_age: Duration,
+    /// Run no simulated fleet beside the probe: the monitor then sees only the probe's
+    /// own migrations. By default a few migrations a minute of `fleet-*` resources (one
+    /// orphaned, one escalated early) show what the monitor page is for.
+    #[arg(long)]
+    pub no_fleet: bool,
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]
     pub store: StoreArgs,
@@ -70,6 +77,14 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     let background = Background::new();
     let monitor = start_monitor(&args, &store, &clock, &probe, &background)?;
     probe.extra_routes = Some(monitor_http::router(monitor.clone()));
+    if !args.no_fleet {
+        let settings = fleet::FleetSettings {
+            cache_ttl: args.cache_ttl,
+            declared: args.cache_ttl + args.replication_bound,
+            buffer: args.buffer,
+        };
+        background.spawn("demo fleet", fleet::run(store.clone(), clock.clone(), settings, background.token()));
+    }
     let instances = start_service(&args, &api_key, store, clock, &background).await?;
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
