@@ -9,6 +9,8 @@
 //! - **Paths** (`src/...`, `tests/...`, `alerts/...`, and the like, in backticks or as
 //!   relative links) against the tree.
 //! - **Flags** of every `lockprobe <command> --flag` against that command's `--help`.
+//! - **Alert conditions**: each runbook section states its rule's expression and `for:`
+//!   as the rule files have them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -228,4 +230,67 @@ fn every_flag_the_docs_name_is_a_flag_of_its_command() {
     }
     assert!(checked > 20, "only {checked} flags found in the docs: the scan is broken");
     assert!(stale.is_empty(), "flags named but not in the command's --help:\n{}", stale.join("\n"));
+}
+
+/// `(alert, expression with whitespace collapsed, its `for:`)` of every rule of `file`:
+/// the files are ours, one rule per `- alert:`, `expr:` inline or a `|` block.
+fn rules(file: &str) -> Vec<(String, String, Option<String>)> {
+    let text = std::fs::read_to_string(repo().join(file)).expect(file);
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(name) = line.trim().strip_prefix("- alert:") else { continue };
+        let rule_indent = indent(line) + 2;
+        let body: Vec<&str> =
+            lines[i + 1..].iter().take_while(|l| l.trim().is_empty() || indent(l) >= rule_indent).copied().collect();
+        let mut expr = String::new();
+        let mut held = None;
+        for (j, l) in body.iter().enumerate() {
+            if indent(l) != rule_indent {
+                continue;
+            }
+            if let Some(v) = l.trim().strip_prefix("expr:") {
+                if v.trim() == "|" {
+                    let block = body[j + 1..].iter().take_while(|b| b.trim().is_empty() || indent(b) > rule_indent);
+                    expr = block.map(|b| b.trim()).collect::<Vec<_>>().join(" ");
+                } else {
+                    expr = v.trim().to_owned();
+                }
+            }
+            if let Some(v) = l.trim().strip_prefix("for:") {
+                held = Some(v.trim().to_owned());
+            }
+        }
+        out.push((name.trim().to_owned(), expr.split_whitespace().collect::<Vec<_>>().join(" "), held));
+    }
+    out
+}
+
+/// The runbook states each alert's condition as the rule file has it: its expression
+/// (thresholds and windows included) and how long it must hold, in the alert's section.
+#[test]
+fn every_runbook_section_states_its_rules_condition() {
+    let runbook = std::fs::read_to_string(repo().join("docs/runbook.md")).unwrap();
+    let mut wrong = Vec::new();
+    let all: Vec<_> =
+        ["alerts/lockprobe.rules.yml", "alerts/lockprobe-monitor.rules.yml"].iter().flat_map(|f| rules(f)).collect();
+    assert!(all.len() > 20, "only {} rules parsed", all.len());
+    for (alert, expr, held) in all {
+        let Some(start) = runbook.find(&format!("### {alert} (")) else {
+            wrong.push(format!("{alert}: no section"));
+            continue;
+        };
+        let section = &runbook[start..];
+        let section = &section[..section[4..].find("\n### ").map_or(section.len(), |e| e + 4)];
+        let want = format!(
+            "**Condition** (from the rule, {}): `{expr}`",
+            held.as_deref().map_or("at once".to_owned(), |h| format!("held for {h}"))
+        );
+        let stated: String = section.split_whitespace().collect::<Vec<_>>().join(" ");
+        if !stated.contains(&want) {
+            wrong.push(format!("{alert}: the runbook should say\n  {want}"));
+        }
+    }
+    assert!(wrong.is_empty(), "runbook sections out of step with the rules:\n{}", wrong.join("\n"));
 }
