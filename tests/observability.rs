@@ -432,7 +432,8 @@ fn alert_rule_unit_tests_pass_promtool_test_rules() {
     assert!(out.status.success(), "promtool test rules failed\n{}", out.describe());
 }
 
-/// Each alert has at least one case where it fires and one where it stays silent. The
+/// Each alert of both rule files has at least one case where it fires and one where it
+/// stays silent. The
 /// promtool files are ours and list `alertname:` followed by `exp_alerts:` (`[]` = silent).
 #[test]
 fn every_alert_has_a_firing_and_a_silent_unit_test() {
@@ -453,7 +454,14 @@ fn every_alert_has_a_firing_and_a_silent_unit_test() {
             }
         }
     }
-    for alert in alert_names() {
+    // Both rule files: the probe's and the monitor's.
+    let monitor_rules =
+        std::fs::read_to_string(repo_path("alerts/lockprobe-monitor.rules.yml")).expect("monitor rules");
+    let monitor_alerts =
+        monitor_rules.lines().filter_map(|l| l.trim().strip_prefix("- alert:")).map(|n| n.trim().to_string());
+    let all: BTreeSet<String> = alert_names().into_iter().chain(monitor_alerts).collect();
+    assert!(all.len() > alert_names().len(), "no monitor alert found");
+    for alert in all {
         assert!(fires.contains(&alert), "no unit test where {alert} fires");
         assert!(silent.contains(&alert), "no unit test where {alert} stays silent");
     }
