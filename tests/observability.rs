@@ -433,8 +433,8 @@ fn alert_rule_unit_tests_pass_promtool_test_rules() {
 }
 
 /// Each alert of both rule files has at least one case where it fires and one where it
-/// stays silent. The
-/// promtool files are ours and list `alertname:` followed by `exp_alerts:` (`[]` = silent).
+/// stays silent. The promtool files are ours and list `alertname:` followed by
+/// `exp_alerts:` (`[]` = silent).
 #[test]
 fn every_alert_has_a_firing_and_a_silent_unit_test() {
     let mut fires = BTreeSet::new();
