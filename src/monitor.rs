@@ -467,6 +467,13 @@ impl Monitor {
     fn apply(&self, inner: &mut Inner, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen) {
         let mut events = std::mem::take(&mut inner.events);
         let source = inner.tracker.observe(doc, at, seen, &mut events);
+        // Every version written is measured once, as it comes from the stream (a scan
+        // sees the same documents again and again).
+        if seen == Seen::Stream {
+            let phase = doc.primary.lock.as_ref().map_or("unlocked", |l| l.phase.as_str());
+            let bytes = serde_json::to_vec(&doc.to_json()).map_or(0, |b| b.len());
+            self.metrics.document_bytes.with_label_values(&[source.as_str(), phase]).observe(bytes as f64);
+        }
         for event in events.drain(..) {
             self.record(inner, &doc.id, source, event, at);
         }

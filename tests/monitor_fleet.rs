@@ -381,6 +381,20 @@ async fn a_clean_fleet_reports_no_anomaly() {
     let text = metrics_text(&registry);
     assert!(text.contains("lockprobe_monitor_early_escalations_total{source=\"fleet\"} 0"));
     assert!(text.contains("lockprobe_monitor_migrations_total{outcome=\"swapped\",source=\"fleet\"} 270"));
+    // Every version written was measured once, by the phase it is in, and a clean
+    // migration's documents stay well inside the contract's 4 KiB budget.
+    for phase in ["preLock", "hardDelete", "write", "unlocked"] {
+        let labels = format!("{{phase=\"{phase}\",source=\"fleet\"}}");
+        let count = series(&text, &format!("lockprobe_monitor_document_bytes_count{labels}"));
+        let sum = series(&text, &format!("lockprobe_monitor_document_bytes_sum{labels}"));
+        assert!(count >= 300.0, "{phase}: {count} versions measured");
+        let mean = sum / count;
+        println!("document bytes, {phase}: {count} versions, mean {mean:.0}");
+        assert!((150.0..4096.0).contains(&mean), "{phase}: mean {mean} bytes");
+        let within =
+            format!("lockprobe_monitor_document_bytes_bucket{{phase=\"{phase}\",source=\"fleet\",le=\"4096\"}}");
+        assert_eq!(series(&text, &within), count, "{phase}: every version within 4 KiB");
+    }
     assert_no_token_in(&fleet, &text, &status);
 }
 

@@ -14,6 +14,16 @@ use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_W
 
 const PHASES: [Phase; 3] = [Phase::PreLock, Phase::HardDelete, Phase::Write];
 
+/// The lock phase a document is in, as the size histogram labels it.
+pub(crate) const DOCUMENT_STATES: [&str; 4] = ["unlocked", "preLock", "hardDelete", "write"];
+
+/// Serialized document sizes, bytes: around the contract's 4 KiB budget at p99 and up
+/// to Cosmos DB's 2 MB item limit.
+const DOCUMENT_BYTES_BUCKETS: [f64; 14] = [
+    256.0, 512.0, 1024.0, 2048.0, 3072.0, 4096.0, 6144.0, 8192.0, 16384.0, 32768.0, 65536.0, 131072.0, 524288.0,
+    2097152.0,
+];
+
 /// Why the metrics could not be registered (a name already taken on the registry).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot register monitor metrics: {0}")]
@@ -38,6 +48,7 @@ pub struct MonitorMetrics {
     pub(crate) last_scan: IntGauge,
     pub(crate) unreadable_met: IntCounterVec,
     pub(crate) unreadable: IntGaugeVec,
+    pub(crate) document_bytes: HistogramVec,
 }
 
 impl MonitorMetrics {
@@ -120,8 +131,17 @@ impl MonitorMetrics {
                 ),
                 &["reason"],
             )?,
+            document_bytes: HistogramVec::new(
+                HistogramOpts::new(
+                    "lockprobe_monitor_document_bytes",
+                    "Serialized size of each routing document version read from the change stream, by the lock phase it is in (contract budget: 4 KiB at p99).",
+                )
+                .buckets(DOCUMENT_BYTES_BUCKETS.to_vec()),
+                &["source", "phase"],
+            )?,
         };
         registry.register(Box::new(m.phase_duration.clone()))?;
+        registry.register(Box::new(m.document_bytes.clone()))?;
         registry.register(Box::new(m.escalation_interval.clone()))?;
         registry.register(Box::new(m.migrations.clone()))?;
         registry.register(Box::new(m.early_escalations.clone()))?;
@@ -150,6 +170,9 @@ impl MonitorMetrics {
             m.orphaned_locks.with_label_values(&[source]);
             m.in_flight.with_label_values(&[source]);
             m.renewals.with_label_values(&[source]);
+            for state in DOCUMENT_STATES {
+                m.document_bytes.with_label_values(&[source, state]);
+            }
         }
         for op in ["read_changes", "scan"] {
             m.store_errors.with_label_values(&[op]);
