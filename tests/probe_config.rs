@@ -58,6 +58,29 @@ fn good_config_exits_0() {
     assert!(stdout.contains("ok (1 target;"), "{stdout}");
 }
 
+/// A pool reused more often within a contract-1.3 service's key window than it keeps
+/// records for gets a note with the arithmetic (its lock calls would be refused 429);
+/// the documented 6-hourly schedule does not, nor does a 1-minute one with a pool large
+/// enough.
+#[test]
+fn a_pool_reused_past_the_services_key_records_is_noted() {
+    let (code, stdout, stderr) = check(GOOD);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains("idempotency-records-full"), "{stdout}");
+    let every_minute = GOOD.replace(r#"schedule = "0 0 */6 * * *""#, r#"schedule = "0 * * * * *""#);
+    assert_ne!(every_minute, GOOD);
+    let (code, stdout, stderr) = check(&every_minute);
+    assert_eq!(code, Some(0), "a note, not a refusal: {stdout}{stderr}");
+    assert!(
+        stdout.contains("schedule and pool_size: each group of 7 resources is used about 1440 times in 48 h")
+            && stdout.contains("expect 429 idempotency-records-full; use at most 51 times a group"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = check(&every_minute.replace("pool_size = 14", "pool_size = 399"));
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains("idempotency-records-full"), "57 groups at 1-minute: {stdout}");
+}
+
 /// The state file's place: a directory missing on the checking host is a note (the
 /// configuration may be for another host); one that exists and cannot take the file's
 /// writes is refused, naming `state_file`.

@@ -39,11 +39,15 @@ use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor};
 use crate::probe::checks::observer::TracingObserver;
+use crate::probe::checks::settings::RESOURCES_PER_CYCLE;
 use crate::probe::checks::state::StateFile;
 use crate::probe::engine::config::{Config, ConfigError};
 use crate::probe::engine::reload::{Reload, ReloadMetrics};
 use crate::probe::engine::reloader::ConfigReloader;
 use crate::probe::engine::runtime::{target_control, Probe};
+use crate::probe::engine::scheduler::{
+    uses_per_group, TargetSchedule, DEFAULT_KEY_WINDOW, RECORDS_PER_CYCLE, SERVICE_KEYED_RECORDS,
+};
 
 /// Flags of `lockprobe serve`.
 #[derive(Debug, Clone, clap::Args)]
@@ -92,7 +96,10 @@ pub fn check_config(path: &Path) -> anyhow::Result<()> {
     // What `serve` builds at start, every target's lock API key included (from its
     // variable, read now, or its file, read by `load`): a key `serve` would refuse is
     // refused here too.
-    config.probe_targets().map_err(|e| UsageError::new(format!("{}: {e}", path.display())))?;
+    let targets = config.probe_targets().map_err(|e| UsageError::new(format!("{}: {e}", path.display())))?;
+    for (_, target) in &targets {
+        note_key_window(path, target);
+    }
     let directory = match config.state_file.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => std::path::PathBuf::from("."),
@@ -115,6 +122,27 @@ pub fn check_config(path: &Path) -> anyhow::Result<()> {
         if directory.is_dir() { ", the state file's place" } else { "" },
     );
     Ok(())
+}
+
+/// A note (not a refusal: the window is the service's) when `target` would reuse a group
+/// of its pool more often within a contract-1.3 service's default key window than the
+/// service keeps records for: its lock calls would then be refused with 429
+/// `idempotency-records-full` (docs/probe.md, "Redundancy").
+fn note_key_window(path: &Path, target: &TargetSchedule) {
+    let Some(uses) = uses_per_group(target, chrono::Utc::now(), DEFAULT_KEY_WINDOW) else { return };
+    let allowed = u64::from(SERVICE_KEYED_RECORDS / RECORDS_PER_CYCLE);
+    if uses > allowed {
+        println!(
+            "{}: note: targets {:?}: schedule and pool_size: each group of {} resources is used about {uses} times in 48 h, \
+             leaving about {} records of keyed lock calls on a resource a contract-1.3 service keeps at most {SERVICE_KEYED_RECORDS} of \
+             for that long (its default maximum pre-lock): expect 429 idempotency-records-full; use at most {allowed} times a group \
+             (a larger pool_size or a longer schedule)",
+            path.display(),
+            target.name,
+            RESOURCES_PER_CYCLE,
+            uses * u64::from(RECORDS_PER_CYCLE),
+        );
+    }
 }
 
 /// `lockprobe serve --config FILE`: runs until `shutdown`; SIGHUP reloads the config.

@@ -15,7 +15,7 @@ use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_W
 const PHASES: [Phase; 3] = [Phase::PreLock, Phase::HardDelete, Phase::Write];
 
 /// The lock phase a document is in, as the size histogram labels it.
-pub(crate) const DOCUMENT_STATES: [&str; 4] = ["unlocked", "preLock", "hardDelete", "write"];
+const DOCUMENT_STATES: [&str; 4] = ["unlocked", "preLock", "hardDelete", "write"];
 
 /// Serialized document sizes, bytes: around the contract's 4 KiB budget at p99 and up
 /// to Cosmos DB's 2 MB item limit.

@@ -121,6 +121,30 @@ pub fn interval_before(schedule: &cron::Schedule, next: DateTime<Utc>) -> Option
     (next - previous).to_std().ok()
 }
 
+/// Keyed lock calls a cycle leaves on its busiest resource, which a contract-1.3 service
+/// keeps a record of for each key's window: the pre-lock, two escalations, a renewal and
+/// the swap (the group's claim resource gets two: its pre-lock and release).
+pub const RECORDS_PER_CYCLE: u32 = 5;
+/// The records of keyed calls a contract-1.3 service keeps per document.
+pub const SERVICE_KEYED_RECORDS: u32 = 256;
+/// A contract-1.3 service's key window by default: its maximum pre-lock (48 h) and a
+/// little more.
+pub const DEFAULT_KEY_WINDOW: Duration = Duration::from_secs(48 * 3600);
+
+/// How often one group of `target`'s pool is used within `window` from `from`, when one
+/// replica runs every firing (firings counted up to 100,000): each use leaves
+/// [`RECORDS_PER_CYCLE`] keyed records a service keeps for the window, at most
+/// [`SERVICE_KEYED_RECORDS`] per resource.
+pub fn uses_per_group(target: &TargetSchedule, from: DateTime<Utc>, window: Duration) -> Option<u64> {
+    let groups = (target.pool.len() / RESOURCES_PER_CYCLE) as u64;
+    if groups == 0 {
+        return None;
+    }
+    let end = from + chrono::Duration::from_std(window).ok()?;
+    let firings = target.schedule.after(&from).take(100_000).take_while(|t| *t <= end).count() as u64;
+    Some(firings.div_ceil(groups))
+}
+
 /// The process's bound on cycles running at once, over all targets (`serve`'s
 /// `max_concurrent_cycles`). A cycle that finds every slot taken waits for one, first
 /// come first served, and is counted as held back; while it waits it counts against its
@@ -589,6 +613,26 @@ fn skipped_fires(
 
 #[cfg(test)]
 mod tests {
+    /// At 6-hourly a group of two is used 4 times in 48 h; at 1-minute 1,440 times,
+    /// past the 51 uses that 256 records allow.
+    #[test]
+    fn uses_per_group_counts_firings_over_groups() {
+        let at = DateTime::parse_from_rfc3339("2026-12-04T00:30:00Z").unwrap().to_utc();
+        let target = |cron: &str, pool: usize| TargetSchedule {
+            name: "t".into(),
+            schedule: parse_schedule(cron).unwrap(),
+            jitter: Duration::ZERO,
+            concurrency: 2,
+            timeout: Duration::from_secs(60),
+            pool: (1..=pool).map(|i| format!("probe-{i:04}")).collect(),
+        };
+        assert_eq!(uses_per_group(&target("0 0 */6 * * *", 14), at, DEFAULT_KEY_WINDOW), Some(4));
+        assert_eq!(uses_per_group(&target("0 * * * * *", 14), at, DEFAULT_KEY_WINDOW), Some(1440));
+        assert_eq!(uses_per_group(&target("0 * * * * *", 6), at, DEFAULT_KEY_WINDOW), None);
+        let budget = u64::from(SERVICE_KEYED_RECORDS / RECORDS_PER_CYCLE);
+        assert_eq!(budget, 51);
+    }
+
     /// A regular schedule's interval, and an irregular one's current gap.
     #[test]
     fn the_interval_is_the_gap_that_ends_at_the_next_firing() {
