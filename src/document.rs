@@ -706,6 +706,28 @@ impl LocationDocument {
         }
     }
 
+    /// The size in bytes of [`Self::to_json`] serialized, counted as it is written rather
+    /// than built: the monitor measures every version it reads, so this is on its hot
+    /// path.
+    pub fn serialized_len(&self) -> usize {
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0 += bytes.len();
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let digits = |n: u64| n.to_string().len();
+        let mut count = Count(0);
+        // As `to_json`: a location document always serializes.
+        serde_json::to_writer(&mut count, self).expect("a location document always serializes");
+        // `to_json` writes the format in place of the `schemaVersion` the document was read with.
+        count.0 + digits(self.format()) - digits(self.schema_version)
+    }
+
     /// The JSON form written to the store, unknown fields included, its
     /// `schemaVersion` the [`Self::format`] of what it holds.
     pub fn to_json(&self) -> Value {
@@ -724,6 +746,23 @@ impl LocationDocument {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The counted size is the size of what `to_json` writes, whatever `schemaVersion`
+    /// the document was read with and whatever it carries.
+    #[test]
+    fn the_serialized_len_is_the_written_jsons() {
+        let stored = json!({
+            "id": "probe-1", "schemaVersion": 1, "migrating": false, "secondary": null,
+            "primary": {"location": "westeurope", "lock": null, "tier": "gold"},
+            "addedByV1_3": {"nested": [1, 2.5, "\u{e9}\"quoted\""]}
+        });
+        let mut doc = LocationDocument::from_json(stored).unwrap();
+        let written = |d: &LocationDocument| serde_json::to_vec(&d.to_json()).unwrap().len();
+        assert_eq!(doc.serialized_len(), written(&doc));
+        // Read under another version than it is written in.
+        doc.schema_version = 12;
+        assert_eq!(doc.serialized_len(), written(&doc));
+    }
 
     #[test]
     fn unknown_fields_survive_a_rewrite() {

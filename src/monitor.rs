@@ -471,8 +471,10 @@ impl Monitor {
         // sees the same documents again and again).
         if seen == Seen::Stream {
             let phase = doc.primary.lock.as_ref().map_or("unlocked", |l| l.phase.as_str());
-            let bytes = serde_json::to_vec(&doc.to_json()).map_or(0, |b| b.len());
-            self.metrics.document_bytes.with_label_values(&[source.as_str(), phase]).observe(bytes as f64);
+            self.metrics
+                .document_bytes
+                .with_label_values(&[source.as_str(), phase])
+                .observe(doc.serialized_len() as f64);
         }
         for event in events.drain(..) {
             self.record(inner, &doc.id, source, event, at);
