@@ -49,6 +49,7 @@ pub struct MonitorMetrics {
     pub(crate) unreadable_met: IntCounterVec,
     pub(crate) unreadable: IntGaugeVec,
     pub(crate) document_bytes: HistogramVec,
+    pub(crate) untracked: IntCounter,
 }
 
 impl MonitorMetrics {
@@ -113,6 +114,10 @@ impl MonitorMetrics {
                 &["op"],
             )?,
             scans: IntCounter::new("lockprobe_monitor_scans_total", "Completed full scans of the store.")?,
+            untracked: IntCounter::new(
+                "lockprobe_monitor_untracked_versions_total",
+                "Lock versions of migrations the monitor could not follow: its table of timelines was full.",
+            )?,
             last_scan: IntGauge::new(
                 "lockprobe_monitor_last_scan_timestamp_seconds",
                 "When the last full scan completed (Unix time).",
@@ -152,6 +157,7 @@ impl MonitorMetrics {
         registry.register(Box::new(m.changes.clone()))?;
         registry.register(Box::new(m.store_errors.clone()))?;
         registry.register(Box::new(m.scans.clone()))?;
+        registry.register(Box::new(m.untracked.clone()))?;
         registry.register(Box::new(m.last_scan.clone()))?;
         registry.register(Box::new(m.unreadable_met.clone()))?;
         registry.register(Box::new(m.unreadable.clone()))?;

@@ -39,6 +39,9 @@ pub struct Timeline {
     pub(crate) phase: Phase,
     /// `EARLY_JUDGED`, `PARTIAL_COUNTED`, `LAPSED`, `ENDED`, `PROBE`.
     pub(crate) flags: u8,
+    /// Where the table keeps this migration's resource id (see [`super::table`]): here,
+    /// the four bytes fill what would otherwise be padding.
+    pub(crate) id_at: u32,
 }
 
 /// The escalation to hardDelete has been judged against delay + buffer.
@@ -87,6 +90,7 @@ impl Timeline {
             renewals,
             phase,
             flags: 0,
+            id_at: 0,
         }
     }
 
@@ -132,7 +136,8 @@ mod tests {
 
     #[test]
     fn stays_small() {
-        // Three i64, six u32, a phase and flags: the budget a million of them share.
+        // Three i64, seven u32 (the id's address included), a phase and flags: the
+        // budget a million of them share.
         assert!(std::mem::size_of::<Timeline>() <= 56, "{}", std::mem::size_of::<Timeline>());
     }
 

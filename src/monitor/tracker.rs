@@ -10,12 +10,12 @@
 //!
 //! Pure and synchronous: the caller supplies time and turns [`Event`]s into metrics.
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::table::TimelineTable;
 use super::timeline::{ms, Timeline, EARLY_JUDGED, ENDED, LAPSED, PARTIAL_COUNTED, PROBE};
 use crate::document::{LocationDocument, LockInfo, Phase};
 
@@ -136,6 +136,9 @@ pub enum Event {
     OrphanFound,
     /// A previously orphaned lock is gone (replaced or cleared).
     OrphanCleared,
+    /// The migration could not be followed: the table of timelines is full (see
+    /// [`super::table::TableFull`]). Nothing else is learned about it.
+    Untracked,
 }
 
 /// What the tracker needs to judge escalations.
@@ -155,7 +158,7 @@ pub struct Rules {
 /// The timelines of every in-flight (or orphaned) migration, by resource id.
 #[derive(Debug)]
 pub struct Tracker {
-    timelines: HashMap<Box<str>, Timeline>,
+    timelines: TimelineTable,
     rules: Rules,
     /// Keyed with a per-process random key, so a token hash says nothing outside it.
     hasher: std::collections::hash_map::RandomState,
@@ -178,7 +181,20 @@ fn dur(from_ms: i64, to_ms: i64) -> Duration {
 impl Tracker {
     /// An empty tracker judging escalations by `rules`.
     pub fn new(rules: Rules) -> Self {
-        Self { timelines: HashMap::new(), rules, hasher: Default::default(), orphans: [0; 2], ended: 0, probe_live: 0 }
+        Self {
+            timelines: TimelineTable::new(),
+            rules,
+            hasher: Default::default(),
+            orphans: [0; 2],
+            ended: 0,
+            probe_live: 0,
+        }
+    }
+
+    /// A tracker over `table` (tests of a full table).
+    #[cfg(test)]
+    pub(crate) fn with_table(rules: Rules, table: TimelineTable) -> Self {
+        Self { timelines: table, ..Self::new(rules) }
     }
 
     /// Migrations in flight (tracked and not lapsed), the probe's included.
@@ -262,11 +278,10 @@ impl Tracker {
         self.timelines.len()
     }
 
-    /// An estimate of the heap the timelines take: every slot of the table (key, value
-    /// and a control byte, spare capacity included) and each id's bytes.
+    /// The heap the timelines take: the table's slots and index, spare capacity
+    /// included, and the chunks holding the ids.
     pub fn retained_bytes(&self) -> usize {
-        let slot = std::mem::size_of::<(Box<str>, Timeline)>() + 1;
-        self.timelines.capacity() * slot + self.timelines.keys().map(|id| id.len()).sum::<usize>()
+        self.timelines.heap_bytes()
     }
 
     /// Reserves room for `n` more timelines (for bulk loads).
@@ -330,8 +345,7 @@ impl Tracker {
             return;
         };
         let rules = self.rules;
-        let created = !self.timelines.contains_key(doc.id.as_str());
-        let tl = self.timelines.entry(Box::from(doc.id.as_str())).or_insert_with(|| {
+        let made = self.timelines.get_or_insert_with(&doc.id, || {
             Timeline::new(
                 acquired_ms,
                 // The declared delay, not effectiveAt: that also holds the skew
@@ -344,6 +358,10 @@ impl Tracker {
                 lock.renewals,
             )
         });
+        let Ok((tl, created)) = made else {
+            out.push(Event::Untracked);
+            return;
+        };
         if created {
             if source == Source::Probe {
                 tl.set(PROBE);
@@ -395,16 +413,20 @@ impl Tracker {
             self.timelines.remove(id);
             self.ended -= 1;
         } else if !same {
-            let mut prev = self.timelines.remove(id).expect("just looked up");
+            let prev = prev.clone();
             self.end_previous(&prev, location_hash, current.map(|(l, _, _)| l), at_ms, out);
-            if current.is_none() {
-                // Remember the end for a while: a lagging stream may still deliver
-                // this migration's older versions after a scan saw it end, and they
-                // must not start it again.
-                prev.flags = ENDED | (prev.flags & PROBE);
-                prev.last_seen_ms = at_ms;
-                self.timelines.insert(Box::from(id), prev);
-                self.ended += 1;
+            match self.timelines.get_mut(id) {
+                Some(ended) if current.is_none() => {
+                    // Remember the end for a while: a lagging stream may still deliver
+                    // this migration's older versions after a scan saw it end, and they
+                    // must not start it again.
+                    ended.flags = ENDED | (prev.flags & PROBE);
+                    ended.last_seen_ms = at_ms;
+                    self.ended += 1;
+                }
+                _ => {
+                    self.timelines.remove(id);
+                }
             }
         }
         true
@@ -484,9 +506,7 @@ impl Tracker {
     /// observed more than the grace ago.
     pub fn sweep(&mut self, now: DateTime<Utc>, out: &mut Vec<(String, Event)>) {
         let cutoff = ms(now).saturating_sub(millis(self.rules.lapse_grace));
-        let before = self.timelines.len();
-        self.timelines.retain(|_, t| !(t.has(ENDED) && t.last_seen_ms <= cutoff));
-        self.ended -= before - self.timelines.len();
+        self.ended -= self.timelines.retain(|t| !(t.has(ENDED) && t.last_seen_ms <= cutoff));
         let mut events = Vec::new();
         for (id, tl) in
             self.timelines.iter_mut().filter(|(_, t)| !t.has(LAPSED) && !t.has(ENDED) && t.expires_ms <= cutoff)

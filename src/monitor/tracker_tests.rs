@@ -460,3 +460,29 @@ fn a_forgotten_migration_leaves_every_count_and_is_never_judged() {
     assert!(tracker.forget("probe-1"));
     assert_eq!((tracker.in_flight_of(Source::Probe), tracker.in_flight()), (0, 0));
 }
+
+#[test]
+fn a_full_table_follows_what_it_holds_and_says_what_it_refused() {
+    // One 64 KiB chunk of ids: room for a few migrations with 20 KiB ids.
+    let mut tracker = Tracker::with_table(rules(), crate::monitor::table::TimelineTable::with_max_chunks(1));
+    let mut events = Vec::new();
+    let mut refused = 0;
+    for i in 0..5 {
+        let doc = LocationDocument::new(format!("{i}{}", "r".repeat(20_000)), "westeurope");
+        let locked = lifecycle::pre_lock(&doc, &req(), LockToken::generate(), &policy(), t0()).unwrap();
+        events.clear();
+        tracker.observe(&locked, t0(), Seen::Stream, &mut events);
+        if events == [Event::Untracked] {
+            refused += 1;
+        } else {
+            assert_eq!(events, [Event::Started], "{i}");
+        }
+    }
+    assert_eq!((tracker.in_flight(), refused), (3, 2));
+    // The migrations it holds are still judged to the end.
+    let doc = LocationDocument::new(format!("0{}", "r".repeat(20_000)), "westeurope");
+    events.clear();
+    tracker.observe(&doc, at(20), Seen::Stream, &mut events);
+    assert!(events.contains(&Event::Ended(Outcome::Released)), "{events:?}");
+    assert_eq!(tracker.in_flight(), 2);
+}
