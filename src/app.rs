@@ -14,12 +14,15 @@
 //! - [`monitor`]: `lockprobe monitor`: the convergence monitor alone.
 //! - [`store`]: `--store memory|cosmos` and the `--cosmos-*` flags, and opening the store
 //!   they name.
+//! - [`listen`]: `--header-read-timeout` and `--max-connections`, the listener bounds
+//!   of every command that listens.
 //! - [`usage`]: usage errors (exit 64).
 //! - [`tasks`]: how `serve` and `demo` run their background parts and stop them.
 
 pub mod bench;
 pub mod demo;
 pub mod gate;
+pub mod listen;
 pub mod monitor;
 pub mod serve;
 pub mod service;

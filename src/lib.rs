@@ -20,6 +20,8 @@
 //!    - [`html`]: what the probe's status page and the monitor's page share: escaping,
 //!      durations for people, the light and dark palette (contrast-checked), the page
 //!      frame with its refresh, sparklines.
+//!    - [`listener`]: the one accept path of every HTTP server the package runs, with
+//!      its bounds (connections, the time to send a request head, body size) and TLS.
 //! 2. [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
 //!    [`store::cosmos`] the Azure Cosmos DB backend (which discovers the account's write
 //!    region and follows a failover), [`store::faults`] a wrapper around either and the
@@ -46,7 +48,7 @@
 //!      [`probe::engine`] (`serve`'s configuration and its reload, the runtime and its
 //!      scheduler, the HTTP server, one-shot runs and the release gate's runs). It
 //!      speaks HTTP to the service it judges and uses only [`clock`], [`duration`],
-//!      [`percentiles`], [`exposition`] and [`html`].
+//!      [`percentiles`], [`exposition`], [`html`] and [`listener`].
 //! 5. [`harness`]: the runs that measure the package at scale, for `BENCHMARKS.md`
 //!    (`lockprobe bench`'s head-to-head load, a paper-scale day of migrations replayed
 //!    on a manual clock, a thousand probe targets in one process) and the one way they
@@ -64,6 +66,7 @@ pub mod duration;
 pub mod exposition;
 pub mod harness;
 pub mod html;
+pub mod listener;
 pub mod monitor;
 pub mod percentiles;
 pub mod probe;

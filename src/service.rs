@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Clock, SkewedClock};
 use crate::duration::MAX_DURATION;
 use crate::exposition;
+use crate::listener::{self, Limits};
 use crate::routing::cache::TieredCache;
 use crate::routing::client::DEFAULT_MAX_DECISION_AGE;
 use crate::routing::lifecycle::{DEFAULT_KEYED_RECORDS, DEFAULT_SKEW_MARGIN};
@@ -132,6 +133,9 @@ pub struct ServiceConfig {
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     /// Where locks live (see [`design`]).
     pub lock_design: LockDesign,
+    /// The listeners' bounds: connections, the time to send a request head (the body
+    /// limit is `max_body_bytes`).
+    pub limits: Limits,
 }
 
 impl ServiceConfig {
@@ -154,6 +158,7 @@ impl ServiceConfig {
             metrics: None,
             tls: None,
             lock_design: LockDesign::default(),
+            limits: Limits::default(),
         }
     }
 
@@ -178,6 +183,7 @@ impl ServiceConfig {
         input::check_name("home location", &self.home_location).map_err(|e| anyhow::anyhow!(e.detail))?;
         anyhow::ensure!(!self.cache_ttls.is_empty(), "at least one --cache-ttl is needed");
         anyhow::ensure!(!self.max_pre_lock.is_zero(), "--max-prelock must be positive");
+        self.limits.validate()?;
         // The CLI bounds these already; a config built in code must not get past either,
         // since dates computed from them (now + delay + lease) would overflow and panic.
         let mut durations = vec![
@@ -407,24 +413,15 @@ pub async fn start(
         tasks.push(tokio::spawn(evict_periodically(state.clone(), shutdown.clone())));
         let app = router(state);
         let stop = shutdown.clone();
-        tasks.push(match &config.tls {
-            None => tokio::spawn(serve(listener, app, stop, index)),
-            Some(tls) => tokio::spawn(serve(tls::TlsListener::new(listener, tls.clone())?, app, stop, index)),
-        });
+        let tls = config.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+        let limits = Limits { max_request_body: config.max_body_bytes, ..config.limits };
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = listener::serve(listener, tls, app, limits, stop).await {
+                tracing::error!(instance = index, error = %e, "service instance failed");
+            }
+        }));
     }
     Ok(RunningService { addrs, tasks })
-}
-
-/// Serves `app` on `listener` (plain TCP or TLS) until `stop`.
-async fn serve<L>(listener: L, app: Router, stop: CancellationToken, index: usize)
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
-    let served = axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await;
-    if let Err(e) = served {
-        tracing::error!(instance = index, error = %e, "service instance failed");
-    }
 }
 
 /// Keeps caches from growing without bound in a long-running service.

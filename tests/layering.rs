@@ -47,8 +47,16 @@ enum Layer {
     Root,
 }
 
-const BOTTOM: [&[&str]; 7] =
-    [&["versions"], &["clock"], &["duration"], &["percentiles"], &["exposition"], &["html"], &["document"]];
+const BOTTOM: [&[&str]; 8] = [
+    &["versions"],
+    &["clock"],
+    &["duration"],
+    &["percentiles"],
+    &["exposition"],
+    &["html"],
+    &["listener"],
+    &["document"],
+];
 
 fn layer_of(module: &[String]) -> Option<Layer> {
     let m: Vec<&str> = module.iter().map(String::as_str).collect();

@@ -196,3 +196,19 @@ fn drain(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     });
     rx
 }
+
+/// The listener's bounds are flags of every command that listens, refused alike.
+#[test]
+fn listener_bounds_are_usage_errors_naming_the_flag_on_serve_and_monitor() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("none.toml");
+    for command in [vec!["monitor"], vec!["serve", "--config", config.to_str().unwrap()]] {
+        for (flag, value) in [("--header-read-timeout", "10ms"), ("--max-connections", "0")] {
+            let out =
+                Command::new(env!("CARGO_BIN_EXE_lockprobe")).args(&command).args([flag, value]).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{command:?} {flag}: {stderr}");
+            assert!(stderr.contains(flag), "{command:?} {flag}: {stderr}");
+        }
+    }
+}

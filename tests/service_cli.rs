@@ -28,6 +28,11 @@ fn bad_flags_are_usage_errors_naming_the_flag() {
         (vec!["--skew-margin", "500000years"], "--skew-margin"),
         (vec!["--max-decision-age", "soon"], "--max-decision-age"),
         (vec!["--lock-design", "table"], "--lock-design"),
+        (vec!["--header-read-timeout", "0s"], "--header-read-timeout"),
+        (vec!["--header-read-timeout", "1h"], "--header-read-timeout"),
+        (vec!["--header-read-timeout", "soon"], "--header-read-timeout"),
+        (vec!["--max-connections", "0"], "--max-connections"),
+        (vec!["--max-connections=-3"], "--max-connections"),
     ] {
         let out = lockprobe().arg("service").args(&args).env("LOCKPROBE_LOCK_API_KEY", "k").output().unwrap();
         assert_eq!(out.status.code(), Some(64), "{args:?}");

@@ -12,10 +12,12 @@ use prometheus::Registry;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::listen::ListenArgs;
 use super::store::{CosmosArgs, OpenStoreError, StoreArgs, StoreKind};
 use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::exposition;
+use crate::listener::{self, Limits};
 use crate::monitor::{http, Monitor, MonitorConfig, MonitorConfigError};
 
 /// The store to watch and the monitor's settings: the flags of `lockprobe monitor`, and
@@ -49,6 +51,9 @@ pub struct MonitorCommand {
     /// picks a free one).
     #[arg(long, default_value = "127.0.0.1:9108")]
     pub listen: SocketAddr,
+    /// The listener's bounds.
+    #[command(flatten)]
+    pub bounds: ListenArgs,
 }
 
 /// A bad monitor setting as a usage error naming its flag.
@@ -63,6 +68,7 @@ fn flag_error(e: MonitorConfigError) -> UsageError {
 /// whatever the real one does. (`serve` and `demo` hand their monitor the store they
 /// run on; tests call [`run_on`] with any store.)
 pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let limits = cmd.bounds.limits()?;
     if cmd.section.store.kind == StoreKind::Memory {
         return Err(UsageError::new(
             "--store: `lockprobe monitor` watches the store the services use: pass --store cosmos and the --cosmos-* flags \
@@ -74,7 +80,7 @@ pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Re
     cmd.section.monitor.validate().map_err(flag_error)?;
     let listener =
         tokio::net::TcpListener::bind(cmd.listen).await.with_context(|| format!("binding --listen {}", cmd.listen))?;
-    serve(cmd.section, listener, shutdown).await
+    serve(cmd.section, listener, limits, shutdown).await
 }
 
 /// Like [`run`], on a listener the caller bound (`--listen` is ignored), so a test
@@ -86,12 +92,14 @@ pub async fn run_on(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     cmd.section.monitor.validate().map_err(flag_error)?;
-    serve(cmd.section, listener, shutdown).await
+    let limits = cmd.bounds.limits()?;
+    serve(cmd.section, listener, limits, shutdown).await
 }
 
 async fn serve(
     section: MonitorSection,
     listener: tokio::net::TcpListener,
+    limits: Limits,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -108,7 +116,7 @@ async fn serve(
         .merge(http::health_router(monitor.clone()))
         .route(exposition::PATH, exposition::route(registry));
     println!("lockprobe monitor: listening on http://{}", listener.local_addr()?);
-    let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let serve = listener::serve(listener, None, app, limits, shutdown.clone());
     let (_, served) = tokio::join!(monitor.run(shutdown.clone()), serve);
     served.context("serving the monitor's endpoints")
 }

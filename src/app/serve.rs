@@ -32,6 +32,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
+use super::listen::ListenArgs;
 use super::monitor::MonitorSection;
 use super::store::OpenStoreError;
 use super::tasks::{Background, GRACE};
@@ -60,6 +61,9 @@ pub struct ServeArgs {
     /// a container without editing the mounted config.
     #[arg(long)]
     pub listen: Option<std::net::SocketAddr>,
+    /// The HTTP server's bounds.
+    #[command(flatten)]
+    pub bounds: ListenArgs,
 }
 
 /// `serve`'s configuration file: the probe's targets and, typed, the monitor's table.
@@ -149,6 +153,7 @@ fn note_key_window(path: &Path, target: &TargetSchedule) {
 pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     // First of all: SIGHUP's default action ends the process.
     let hangups = Hangups::listen()?;
+    args.bounds.limits()?;
     let config = load(&args.config)?;
     check_state_file(&args.config, &config)?;
     let mut probe = Probe::new()?;
@@ -183,6 +188,7 @@ async fn serve_config(
 ) -> anyhow::Result<()> {
     let targets = config.probe_targets().map_err(|e| UsageError::new(format!("{}: {e}", args.config.display())))?;
     probe.max_concurrent_cycles = config.max_concurrent_cycles;
+    probe.limits = args.bounds.limits()?;
     let state = Arc::new(StateFile::open(&config.state_file)?);
     let listen = args.listen.unwrap_or(config.listen);
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::listen::ListenArgs;
 use super::store::{OpenStoreError, StoreArgs};
 use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
@@ -90,6 +91,9 @@ pub struct ServiceArgs {
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Each instance's listener bounds (its body limit is --max-body-bytes).
+    #[command(flatten)]
+    pub bounds: ListenArgs,
 }
 
 impl ServiceArgs {
@@ -111,6 +115,7 @@ impl ServiceArgs {
             clock_skews: self.clock_skews.clone(),
             tls: self.tls()?,
             lock_design: self.lock_design,
+            limits: self.bounds.limits()?,
             ..ServiceConfig::new(api_key)
         };
         if let Some(skew) = self.clock_skews.iter().find(|s| s.instance >= usize::from(self.instances)) {

@@ -3,24 +3,16 @@
 //! deployment behind TLS, and a real server for the probe's CA and client-certificate
 //! settings to be tested against.
 //!
-//! Handshakes run on tasks of their own, so a slow or refused client never holds up the
-//! next connection; a refused handshake is logged and never reaches the router.
+//! Handshakes run in each connection's own task, inside its slot and under a timeout
+//! ([`crate::listener`]), so a slow or refused client never holds up the next
+//! connection; a refused handshake is logged and never reaches the router.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_rustls::rustls;
-use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
-
-/// A handshake that takes longer is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Which file a TLS setting problem is about; the wiring names it as its flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,64 +94,4 @@ pub fn server_config(files: &ServerTlsFiles) -> Result<Arc<rustls::ServerConfig>
     })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// A listener that hands axum only connections whose TLS handshake succeeded.
-pub struct TlsListener {
-    established: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    /// Accepts on `tcp` and shakes hands with `config`, until the listener is dropped.
-    pub fn new(tcp: TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
-        let local = tcp.local_addr()?;
-        let (sender, established) = mpsc::channel(64);
-        let acceptor = TlsAcceptor::from(config);
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    () = sender.closed() => return,
-                    accepted = tcp.accept() => accepted,
-                };
-                let (stream, peer) = match accepted {
-                    Ok(pair) => pair,
-                    Err(e) => {
-                        // Out of file descriptors and the like: pause rather than spin.
-                        tracing::warn!(error = %e, "accepting a connection failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, sender) = (acceptor.clone(), sender.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = sender.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::info!(%peer, error = %e, "tls handshake refused"),
-                        Err(_) => tracing::info!(%peer, "tls handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(Self { established, local })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.established.recv().await {
-            Some(connection) => connection,
-            // The accepting task only ends when this listener is dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
 }

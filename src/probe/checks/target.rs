@@ -196,11 +196,19 @@ impl HttpClients {
 
 /// A client trusting the system's roots and `tls`'s extra ones, presenting its identity.
 /// No client-wide timeout: each request carries its target's own.
+///
+/// Idle connections are dropped after [`POOL_IDLE`]: a server closes its idle ones too
+/// (Node's default after 5 s, this package's own listener after its 10 s
+/// `--header-read-timeout`), and a request sent on a connection the server is closing at
+/// that moment fails for no fault of the lock: a false alarm the probe must not raise.
 fn build_client(tls: &TargetTls) -> Result<reqwest::Client, TargetError> {
-    tls.apply(reqwest::Client::builder())
+    tls.apply(reqwest::Client::builder().pool_idle_timeout(POOL_IDLE))
         .and_then(reqwest::ClientBuilder::build)
         .map_err(|e| TargetError::Transport(e.to_string()))
 }
+
+/// How long the probe keeps an idle connection: below the servers' idle timeouts.
+const POOL_IDLE: Duration = Duration::from_secs(4);
 
 /// Contract client for all instances of one target.
 #[derive(Clone)]

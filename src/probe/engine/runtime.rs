@@ -184,6 +184,8 @@ pub struct Probe {
     /// More routes for the probe's HTTP server (the process hosting the probe may run
     /// other parts, such as the convergence monitor, that the probe knows nothing of).
     pub extra_routes: Option<axum::Router>,
+    /// The HTTP server's bounds (connections, the time to send a request head).
+    pub limits: crate::listener::Limits,
     /// What `POST /-/reload` calls (`serve`, which knows the configuration file); without
     /// it the route does not exist.
     pub reload: Option<Arc<dyn Reload>>,
@@ -202,6 +204,7 @@ impl Probe {
             metrics: Arc::new(Metrics::new()?),
             status: Arc::new(ProbeStatus::new()),
             extra_routes: None,
+            limits: crate::listener::Limits::default(),
             reload: None,
             max_concurrent_cycles: DEFAULT_MAX_CONCURRENT_CYCLES,
             clients: Arc::default(),
@@ -268,6 +271,7 @@ impl Probe {
             listener,
             AppState { metrics: self.metrics.clone(), status: self.status.clone(), reload: self.reload.clone() },
             self.extra_routes.clone(),
+            self.limits,
             server_stop.clone(),
         ));
 
