@@ -375,6 +375,13 @@ impl Clone for LockInfo {
     }
 }
 
+/// [`LocationDocument::lock_state`] of a version without a lock.
+pub const UNLOCKED: &str = "unlocked";
+
+/// Every [`LocationDocument::lock_state`], in a migration's order: the label values of
+/// the document-size metrics, pre-registered so every series exists at 0.
+pub const LOCK_STATES: [&str; 4] = ["preLock", "hardDelete", "write", UNLOCKED];
+
 /// The lock phases, in escalation order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -720,7 +727,8 @@ impl LocationDocument {
                 Ok(())
             }
         }
-        let digits = |n: u64| n.to_string().len();
+        // Counted, not formatted: a formatted number would be an allocation per call.
+        let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d as usize + 1);
         let mut count = Count(0);
         // As `to_json`: a location document always serializes.
         serde_json::to_writer(&mut count, self).expect("a location document always serializes");
@@ -734,6 +742,13 @@ impl LocationDocument {
         let mut json = serde_json::to_value(self).expect("a location document always serializes");
         json["schemaVersion"] = Value::from(self.format());
         json
+    }
+
+    /// The lock state of this version as size metrics label it: the primary lock's
+    /// phase, or `unlocked` (one of [`LOCK_STATES`]). The lease is not judged: a
+    /// version is labelled by what it stores.
+    pub fn lock_state(&self) -> &'static str {
+        self.primary.lock.as_ref().map_or(UNLOCKED, |l| l.phase.as_str())
     }
 
     /// The primary lock if its lease has not lapsed.
@@ -759,9 +774,12 @@ mod tests {
         let mut doc = LocationDocument::from_json(stored).unwrap();
         let written = |d: &LocationDocument| serde_json::to_vec(&d.to_json()).unwrap().len();
         assert_eq!(doc.serialized_len(), written(&doc));
-        // Read under another version than it is written in.
-        doc.schema_version = 12;
-        assert_eq!(doc.serialized_len(), written(&doc));
+        // Read under another version than it is written in, of every width the digit
+        // count meets.
+        for version in [0, 9, 10, 12, 99, 100, 1000, u64::MAX] {
+            doc.schema_version = version;
+            assert_eq!(doc.serialized_len(), written(&doc), "read as version {version}");
+        }
     }
 
     #[test]
