@@ -16,6 +16,8 @@
 //! A migration's document is retired from the store once it ends, and the monitor
 //! forgets ended migrations on its sweeps, so memory follows the migrations in flight
 //! rather than the day's total.
+//! The size of every version the lock calls write is counted by lock phase
+//! ([`super::sizes`]; [`ReplayConfig::document_sizes`]), for contract 1.3's budget.
 //!
 //! `examples/replay.rs` runs it from the command line (BENCHMARKS.md has the figures);
 //! `tests/replay_day.rs` runs a small day in the suite. No command of its own.
@@ -30,12 +32,14 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::sizes::{DocumentSizes, SizeTable, SizingStore};
 use crate::clock::{Clock, ManualClock};
 use crate::monitor::{Monitor, MonitorConfig, MonitorError, Outcome};
 use crate::routing::cache::TieredCache;
 use crate::routing::{ClientOptions, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient, RoutingError};
 use crate::store::counting::{CountingStore, OpCounts};
 use crate::store::memory::{MemoryStore, MemoryStoreConfig};
+use crate::store::LocationStore;
 
 /// The shape of the replayed day. Durations are virtual (the manual clock's).
 #[derive(Debug, Clone)]
@@ -65,6 +69,9 @@ pub struct ReplayConfig {
     /// Most changes the monitor may be behind before the driver waits for it; the
     /// store's change log holds twice this, so none is ever dropped unread.
     pub max_monitor_lag: usize,
+    /// Count the size of every version the lock calls write, by lock phase (off: to
+    /// measure what counting costs).
+    pub document_sizes: bool,
 }
 
 impl Default for ReplayConfig {
@@ -82,6 +89,7 @@ impl Default for ReplayConfig {
             release_every: 100,
             // Small: a long log of retained documents only churns the allocator.
             max_monitor_lag: 4_096,
+            document_sizes: true,
         }
     }
 }
@@ -129,6 +137,9 @@ pub struct ReplayReport {
     pub wall: Duration,
     /// Virtual time the replay covered.
     pub virtual_span: Duration,
+    /// Sizes of the versions the lock calls wrote, by lock phase (empty when
+    /// [`ReplayConfig::document_sizes`] is off).
+    pub document_sizes: SizeTable,
 }
 
 impl ReplayReport {
@@ -169,10 +180,18 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     // itself only stores).
     let counted = Arc::new(CountingStore::new(store.clone()));
     let monitor = Arc::new(Monitor::new(counted.clone(), dyn_clock.clone(), monitor_config, &registry)?);
+    // The clients' writes are measured in front of the counting store; the monitor's
+    // reads are not writes, and go to it directly.
+    let sizes = Arc::new(DocumentSizes::new());
+    let client_store: Arc<dyn LocationStore> = if config.document_sizes {
+        Arc::new(SizingStore::new(counted.clone(), sizes.clone()))
+    } else {
+        counted.clone()
+    };
     let clients: Vec<RoutingClient> = (0..config.instances.max(1))
         .map(|_| {
             RoutingClient::new(
-                counted.clone(),
+                client_store.clone(),
                 dyn_clock.clone(),
                 TieredCache::try_new(&[config.cache_ttl]).expect("one tier"),
                 policy.clone(),
@@ -203,6 +222,9 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     report.orphaned_locks = monitor.orphaned_locks();
     report.in_flight_at_end = monitor.in_flight();
     (report.peak_in_flight, report.peak_timelines, report.peak_monitor_bytes) = followed.peaks;
+    if config.document_sizes {
+        report.document_sizes = sizes.table();
+    }
     Ok(report)
 }
 
