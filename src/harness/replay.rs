@@ -32,14 +32,13 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::sizes::{DocumentSizes, SizeTable, SizingStore};
+use super::sizes::{DocumentSizes, SizeTable};
 use crate::clock::{Clock, ManualClock};
 use crate::monitor::{Monitor, MonitorConfig, MonitorError, Outcome};
 use crate::routing::cache::TieredCache;
 use crate::routing::{ClientOptions, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient, RoutingError};
 use crate::store::counting::{CountingStore, OpCounts};
 use crate::store::memory::{MemoryStore, MemoryStoreConfig};
-use crate::store::LocationStore;
 
 /// The shape of the replayed day. Durations are virtual (the manual clock's).
 #[derive(Debug, Clone)]
@@ -180,23 +179,23 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     // itself only stores).
     let counted = Arc::new(CountingStore::new(store.clone()));
     let monitor = Arc::new(Monitor::new(counted.clone(), dyn_clock.clone(), monitor_config, &registry)?);
-    // The clients' writes are measured in front of the counting store; the monitor's
-    // reads are not writes, and go to it directly.
+    // Every version the lock calls write, handed over by the clients as written: a
+    // store wrapper in front of them would add a boxed call to every read as well.
     let sizes = Arc::new(DocumentSizes::new());
-    let client_store: Arc<dyn LocationStore> = if config.document_sizes {
-        Arc::new(SizingStore::new(counted.clone(), sizes.clone()))
-    } else {
-        counted.clone()
-    };
     let clients: Vec<RoutingClient> = (0..config.instances.max(1))
         .map(|_| {
-            RoutingClient::new(
-                client_store.clone(),
+            let client = RoutingClient::new(
+                counted.clone(),
                 dyn_clock.clone(),
                 TieredCache::try_new(&[config.cache_ttl]).expect("one tier"),
                 policy.clone(),
                 ClientOptions::default(),
-            )
+            );
+            if !config.document_sizes {
+                return client;
+            }
+            let sizes = sizes.clone();
+            client.with_commit_observer(Arc::new(move |doc| sizes.record(doc)))
         })
         .collect();
 

@@ -6,8 +6,11 @@
 //! and hands every version the store committed to a [`DocumentSizes`]: the bytes the
 //! store holds, pending record included, each version once (a write the store refused
 //! is not counted). The size is counted as the JSON is written
-//! ([`LocationDocument::serialized_len`]), never built; an HDR histogram per phase keeps
-//! p50 and p99 to three significant digits, the largest exactly.
+//! ([`LocationDocument::serialized_len`]), never built, and kept exactly per byte count
+//! up to 16 KiB (an HDR histogram to three significant digits above, past the budget),
+//! so p50, p99 and the largest are exact for documents within it. A client of the routing
+//! library can hand versions over itself instead ([`DocumentSizes::record`] as its
+//! [`crate::routing::CommitObserver`]), as the replay does.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,21 +29,29 @@ pub const P99_BUDGET_BYTES: u64 = 4 * 1024;
 /// The contract's hard maximum: the record budget's worst case stays under it.
 pub const MAX_BYTES: u64 = 100 * 1024;
 
-/// Largest size the histograms hold: Cosmos DB's item limit. A larger version (which the
-/// store would refuse) is clamped to it, and its exact size still shows as the largest.
+/// Sizes below this are counted exactly, one counter per byte count, without a lock:
+/// the replay's drivers record side by side, often in the same phase, and a lock shared
+/// by them cost it more than measuring did. A routing document is a few KiB.
+const EXACT: usize = 16 * 1024;
+
+/// Largest size the overflow histogram holds: Cosmos DB's item limit. A larger version
+/// (which the store would refuse) is clamped to it, and its exact size still shows as
+/// the largest.
 const HIGHEST: u64 = 2 * 1024 * 1024;
 
 /// Sizes of the versions written, by lock phase ([`LocationDocument::lock_state`]).
 #[derive(Debug)]
 pub struct DocumentSizes {
-    /// One per [`LOCK_STATES`] entry, in its order. A lock each, not one for all: the
-    /// drivers writing side by side mostly write versions of different phases.
+    /// One per [`LOCK_STATES`] entry, in its order.
     phases: [Phase; 4],
 }
 
 #[derive(Debug)]
 struct Phase {
-    histogram: Mutex<Histogram<u64>>,
+    /// `exact[b]`: versions of `b` bytes, for `b` below [`EXACT`].
+    exact: Box<[AtomicU64]>,
+    /// Versions of [`EXACT`] bytes or more (rare: past the budget), to three digits.
+    over: Mutex<Histogram<u64>>,
     max: AtomicU64,
 }
 
@@ -51,11 +62,13 @@ impl Default for DocumentSizes {
 }
 
 impl DocumentSizes {
-    /// Empty histograms.
+    /// Nothing counted yet.
     pub fn new() -> Self {
         let phase = || Phase {
-            // Three significant digits from 1 byte to the item limit: a few tens of KiB.
-            histogram: Mutex::new(
+            exact: (0..EXACT).map(|_| AtomicU64::new(0)).collect(),
+            over: Mutex::new(
+                // From 1, not EXACT: the lowest bound sets the unit, and EXACT as the
+                // unit would make the buckets 16 KiB wide.
                 Histogram::new_with_bounds(1, HIGHEST, 3).expect("1 to HIGHEST at 3 digits is valid"),
             ),
             max: AtomicU64::new(0),
@@ -67,28 +80,57 @@ impl DocumentSizes {
     pub fn record(&self, doc: &LocationDocument) {
         let state = doc.lock_state();
         let Some(phase) = LOCK_STATES.iter().position(|s| *s == state).map(|i| &self.phases[i]) else { return };
-        let bytes = doc.serialized_len() as u64;
-        phase.max.fetch_max(bytes, Ordering::Relaxed);
-        // A histogram left by a panicking holder is whole: `record` is one update.
-        let mut histogram = phase.histogram.lock().unwrap_or_else(PoisonError::into_inner);
-        histogram.saturating_record(bytes.clamp(1, HIGHEST));
+        let bytes = doc.serialized_len();
+        phase.max.fetch_max(bytes as u64, Ordering::Relaxed);
+        match phase.exact.get(bytes) {
+            Some(count) => {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                // A histogram left by a panicking holder is whole: `record` is one update.
+                let mut over = phase.over.lock().unwrap_or_else(PoisonError::into_inner);
+                over.saturating_record((bytes as u64).min(HIGHEST));
+            }
+        }
     }
 
     /// The figures per phase, in [`LOCK_STATES`] order, phases with no version included.
+    /// Read once the writers are done: counts taken while they write may be mid-update.
     pub fn table(&self) -> SizeTable {
-        let rows = LOCK_STATES
-            .iter()
-            .zip(&self.phases)
-            .map(|(state, phase)| {
-                let histogram = phase.histogram.lock().unwrap_or_else(PoisonError::into_inner);
-                let max = phase.max.load(Ordering::Relaxed);
-                // A quantile is the top of its bucket, which can pass the exact largest
-                // size by a few bytes: no quantile is above the largest.
-                let at = |q: f64| if histogram.is_empty() { 0 } else { histogram.value_at_quantile(q).min(max) };
-                PhaseSizes { phase: state, versions: histogram.len(), p50: at(0.5), p99: at(0.99), max }
-            })
-            .collect();
+        let rows = LOCK_STATES.iter().zip(&self.phases).map(|(state, phase)| phase.sizes(state)).collect();
         SizeTable { rows }
+    }
+}
+
+impl Phase {
+    fn sizes(&self, state: &'static str) -> PhaseSizes {
+        let exact: Vec<u64> = self.exact.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        let over = self.over.lock().unwrap_or_else(PoisonError::into_inner);
+        let versions = exact.iter().sum::<u64>() + over.len();
+        let max = self.max.load(Ordering::Relaxed);
+        // The size at rank ceil(q * n), walking the exact counts, then the overflow's
+        // buckets (whose tops are capped at the exact largest).
+        let at = |q: f64| -> u64 {
+            if versions == 0 {
+                return 0;
+            }
+            let rank = ((q * versions as f64).ceil() as u64).clamp(1, versions);
+            let mut seen = 0;
+            for (bytes, count) in exact.iter().enumerate() {
+                seen += count;
+                if seen >= rank {
+                    return bytes as u64;
+                }
+            }
+            for v in over.iter_recorded() {
+                seen += v.count_at_value();
+                if seen >= rank {
+                    return over.highest_equivalent(v.value_iterated_to()).min(max);
+                }
+            }
+            max
+        };
+        PhaseSizes { phase: state, versions, p50: at(0.5), p99: at(0.99), max }
     }
 }
 
@@ -99,9 +141,9 @@ pub struct PhaseSizes {
     pub phase: &'static str,
     /// Versions written in it.
     pub versions: u64,
-    /// Median size (three significant digits).
+    /// Median size (exact under 16 KiB, three significant digits above).
     pub p50: u64,
-    /// 99th percentile (three significant digits).
+    /// 99th percentile (likewise).
     pub p99: u64,
     /// Largest size, exact.
     pub max: u64,
@@ -243,7 +285,9 @@ mod tests {
         let unlocked = table.phase("unlocked").unwrap();
         assert_eq!(unlocked.versions, 2);
         assert_eq!(unlocked.max, large.serialized_len() as u64);
-        assert!(unlocked.p50 >= small.serialized_len() as u64 && unlocked.p50 < 200, "{unlocked:?}");
+        // Two versions: the median is the smaller, exactly; the p99 the larger.
+        assert_eq!(unlocked.p50, small.serialized_len() as u64, "{unlocked:?}");
+        assert_eq!(unlocked.p99, large.serialized_len() as u64, "{unlocked:?}");
         assert!(unlocked.p99 > P99_BUDGET_BYTES, "{unlocked:?}");
         assert_eq!(table.phase("preLock").unwrap().versions, 0);
         assert_eq!(table.rows.len(), 4);
@@ -256,5 +300,27 @@ mod tests {
         let two = SizeTable { rows: vec![row("preLock", 2, 950, 990, 1200)] };
         let worst = SizeTable::worst_of([&one, &two]);
         assert_eq!(worst.rows, vec![row("preLock", 5, 950, 1000, 1200), row("write", 1, 2000, 2000, 2000)]);
+    }
+
+    #[test]
+    fn sizes_past_the_exact_counts_are_ranked_after_them() {
+        let sizes = DocumentSizes::new();
+        let padded = |n: usize| {
+            let mut doc = LocationDocument::new("r1", "westeurope");
+            doc.extra.insert("padding".into(), "x".repeat(n).into());
+            doc
+        };
+        for _ in 0..100 {
+            sizes.record(&padded(10));
+        }
+        let (big, bigger) = (padded(20_000), padded(40_000));
+        sizes.record(&big);
+        sizes.record(&bigger);
+        let unlocked = *sizes.table().phase("unlocked").unwrap();
+        assert_eq!((unlocked.versions, unlocked.p50), (102, padded(10).serialized_len() as u64));
+        // Rank 101 of 102 is the first past the exact counts, to three digits.
+        let expected = big.serialized_len() as u64;
+        assert!(unlocked.p99 >= expected && unlocked.p99 <= expected + expected / 1000, "{unlocked:?}");
+        assert_eq!(unlocked.max, bigger.serialized_len() as u64);
     }
 }
