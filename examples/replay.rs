@@ -7,8 +7,10 @@
 //!
 //! Prints what the monitor saw, the wall time, events (changes the monitor applied)
 //! per second, the monitor's peak timelines and its own estimate of their heap, and
-//! the process's peak RSS. Exits 1 if any migration failed or the monitor found an
-//! anomaly. Figures are in BENCHMARKS.md.
+//! the process's peak RSS, and the size of the documents the lock calls wrote per lock
+//! phase (p50, p99, max; `--no-document-sizes` leaves that count out, to time it). Exits
+//! 1 if any migration failed, the monitor found an anomaly, or the sizes broke contract
+//! 1.3's budget (p99 over 4 KiB, a version over 100 KiB). Figures are in BENCHMARKS.md.
 
 use std::time::Duration;
 
@@ -43,6 +45,9 @@ struct Args {
     /// Most changes the monitor may fall behind before the drivers wait for it.
     #[arg(long, default_value_t = ReplayConfig::default().max_monitor_lag)]
     max_monitor_lag: usize,
+    /// Do not count the size of the documents written (to measure what counting costs).
+    #[arg(long)]
+    no_document_sizes: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -63,6 +68,7 @@ fn main() -> std::process::ExitCode {
         drivers: args.drivers,
         release_every: args.release_every,
         max_monitor_lag: args.max_monitor_lag,
+        document_sizes: !args.no_document_sizes,
         ..ReplayConfig::default()
     };
     let runtime =
@@ -103,6 +109,16 @@ fn main() -> std::process::ExitCode {
     if let Some(kib) = lockprobe::harness::measure::peak_rss_bytes().map(|b| b / 1024) {
         println!("peak RSS            {:.1} MiB (whole process)", kib as f64 / 1024.0);
     }
+    let over_budget = r.document_sizes.over_budget();
+    if args.no_document_sizes {
+        println!("document sizes      not counted (--no-document-sizes)");
+    } else {
+        println!("document sizes      bytes as stored, of every version the lock calls wrote, by lock phase");
+        print!("{}", r.document_sizes.text("  "));
+        for over in &over_budget {
+            println!("  OVER BUDGET: {over}");
+        }
+    }
     println!("failures            {}", r.failures);
     for f in &r.first_failures {
         println!("  {f}");
@@ -112,7 +128,8 @@ fn main() -> std::process::ExitCode {
         && r.lapsed == 0
         && r.early_escalations == 0
         && r.partial_cutovers == 0
-        && r.orphaned_locks == 0;
+        && r.orphaned_locks == 0
+        && over_budget.is_empty();
     if clean {
         std::process::ExitCode::SUCCESS
     } else {

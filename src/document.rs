@@ -191,7 +191,7 @@ pub struct PendingEffect {
     pub effective_after_commit_seconds: Option<f64>,
     /// The write relied on a lease ending here: committed then or later, it takes no
     /// effect and readers see `previous`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "json_time::serialize_option")]
     pub void_if_committed_after: Option<DateTime<Utc>>,
     /// The document this write replaced (settled), restored when the write is void.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -253,6 +253,7 @@ pub struct OperationRecord {
     /// Digest of the token of the lock the call created or acted on (never the token).
     pub lock: Arc<str>,
     /// Kept at least until then (the lock's ceiling, so it outlives every lease).
+    #[serde(serialize_with = "json_time::serialize")]
     pub keep_until: DateTime<Utc>,
     /// Fields written by other versions, preserved while the record is kept.
     #[serde(flatten)]
@@ -283,14 +284,19 @@ pub struct LockInfo {
     /// Free text naming the orchestrator, for operators.
     pub owner: String,
     /// When the pre-lock was granted.
+    #[serde(serialize_with = "json_time::serialize")]
     pub acquired_at: DateTime<Utc>,
     /// acquiredAt + convergence delay: no user operation is restricted before it.
+    #[serde(serialize_with = "json_time::serialize")]
     pub effective_at: DateTime<Utc>,
     /// This phase's lease.
+    #[serde(serialize_with = "json_time::serialize")]
     pub expires_at: DateTime<Utc>,
     /// The parent lease: no phase outlives it.
+    #[serde(serialize_with = "json_time::serialize")]
     pub pre_lock_expires_at: DateTime<Utc>,
     /// Ceiling renewals can never pass.
+    #[serde(serialize_with = "json_time::serialize")]
     pub max_expires_at: DateTime<Utc>,
     /// How many times the lease was renewed.
     pub renewals: u32,
@@ -300,7 +306,7 @@ pub struct LockInfo {
     pub convergence_delay_seconds: Option<f64>,
     /// When the store committed the write that began the current phase (absent until
     /// known, and in documents of earlier versions).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "json_time::serialize_option")]
     pub phase_since: Option<DateTime<Utc>>,
     /// Fields written by other versions, preserved on rewrite.
     #[serde(flatten)]
@@ -374,6 +380,13 @@ impl Clone for LockInfo {
         }
     }
 }
+
+/// [`LocationDocument::lock_state`] of a version without a lock.
+pub const UNLOCKED: &str = "unlocked";
+
+/// Every [`LocationDocument::lock_state`], in a migration's order: the label values of
+/// the document-size metrics, pre-registered so every series exists at 0.
+pub const LOCK_STATES: [&str; 4] = ["preLock", "hardDelete", "write", UNLOCKED];
 
 /// The lock phases, in escalation order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -518,51 +531,119 @@ fn write_json_str(out: &mut Vec<u8>, s: &str) {
 /// A time as chrono's `Serialize` writes it (RFC 3339, `Z`, 0, 3, 6 or 9 fractional
 /// digits), quoted. Years outside 0..=9999 (never a lock's) take chrono's own path.
 fn write_json_time(out: &mut Vec<u8>, at: DateTime<Utc>) {
-    use chrono::{Datelike, Timelike};
-    // Once: every accessor of a `DateTime` converts it to local (here UTC) time anew.
-    let at = at.naive_utc();
-    let year = at.year();
-    if !(0..=9999).contains(&year) {
-        serde_json::to_writer(&mut *out, &at.and_utc()).expect("writing to a Vec cannot fail");
-        return;
+    match JsonTime::of(at) {
+        Some(text) => {
+            out.push(b'"');
+            out.extend_from_slice(text.as_bytes());
+            out.push(b'"');
+        }
+        None => serde_json::to_writer(&mut *out, &at).expect("writing to a Vec cannot fail"),
     }
-    let two = |out: &mut Vec<u8>, n: u32| out.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
-    out.push(b'"');
-    two(out, year as u32 / 100);
-    two(out, year as u32 % 100);
-    out.push(b'-');
-    two(out, at.month());
-    out.push(b'-');
-    two(out, at.day());
-    out.push(b'T');
-    // A leap second's nanoseconds run past 1e9; chrono writes it as second 60.
-    let (mut second, mut nano) = (at.second(), at.nanosecond());
-    if nano >= 1_000_000_000 {
-        second += 1;
-        nano -= 1_000_000_000;
+}
+
+/// A time's text as chrono's `Serialize` writes it, unquoted, on the stack: at most
+/// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ`.
+struct JsonTime {
+    bytes: [u8; 30],
+    len: usize,
+}
+
+impl JsonTime {
+    /// The text of `at`; `None` for years outside 0..=9999 (never a lock's), which
+    /// chrono writes its own way.
+    fn of(at: DateTime<Utc>) -> Option<Self> {
+        use chrono::{Datelike, Timelike};
+        // Once: every accessor of a `DateTime` converts it to local (here UTC) time anew.
+        let at = at.naive_utc();
+        let year = at.year();
+        if !(0..=9999).contains(&year) {
+            return None;
+        }
+        let mut text = Self { bytes: [0; 30], len: 0 };
+        // A leap second's nanoseconds run past 1e9; chrono writes it as second 60.
+        let (mut second, mut nano) = (at.second(), at.nanosecond());
+        if nano >= 1_000_000_000 {
+            second += 1;
+            nano -= 1_000_000_000;
+        }
+        let fields = [
+            (year as u32 / 100, b'\0'),
+            (year as u32 % 100, b'-'),
+            (at.month(), b'-'),
+            (at.day(), b'T'),
+            (at.hour(), b':'),
+            (at.minute(), b':'),
+            (second, b'\0'),
+        ];
+        for (n, after) in fields {
+            text.push(b'0' + (n / 10) as u8);
+            text.push(b'0' + (n % 10) as u8);
+            if after != b'\0' {
+                text.push(after);
+            }
+        }
+        let (digits, mut value) = match nano {
+            0 => (0, 0),
+            n if n % 1_000_000 == 0 => (3, n / 1_000_000),
+            n if n % 1_000 == 0 => (6, n / 1_000),
+            n => (9, n),
+        };
+        if digits > 0 {
+            text.push(b'.');
+            let start = text.len;
+            text.len += digits;
+            for slot in text.bytes[start..text.len].iter_mut().rev() {
+                *slot = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        }
+        text.push(b'Z');
+        Some(text)
     }
-    two(out, at.hour());
-    out.push(b':');
-    two(out, at.minute());
-    out.push(b':');
-    two(out, second);
-    let (digits, value) = match nano {
-        0 => (0, 0),
-        n if n % 1_000_000 == 0 => (3, n / 1_000_000),
-        n if n % 1_000 == 0 => (6, n / 1_000),
-        n => (9, n),
-    };
-    if digits > 0 {
-        out.push(b'.');
-        let start = out.len();
-        out.resize(start + digits, b'0');
-        let mut rest = value;
-        for slot in out[start..].iter_mut().rev() {
-            *slot = b'0' + (rest % 10) as u8;
-            rest /= 10;
+
+    fn push(&mut self, byte: u8) {
+        self.bytes[self.len] = byte;
+        self.len += 1;
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII digits and separators were pushed.
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+}
+
+/// The stored form of a time, as chrono's `Serialize` writes it but in one string
+/// rather than character by character through `Display` (which cost most of counting a
+/// document's size, [`LocationDocument::serialized_len`]). Reading is chrono's.
+mod json_time {
+    use chrono::{DateTime, Utc};
+    use serde::{Serialize, Serializer};
+
+    use super::JsonTime;
+
+    pub(super) fn serialize<S: Serializer>(at: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        match JsonTime::of(*at) {
+            Some(text) => s.serialize_str(text.as_str()),
+            None => at.serialize(s),
         }
     }
-    out.extend_from_slice(b"Z\"");
+
+    pub(super) fn serialize_option<S: Serializer>(at: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+        struct Time(DateTime<Utc>);
+        impl Serialize for Time {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                serialize(&self.0, s)
+            }
+        }
+        match at {
+            Some(at) => s.serialize_some(&Time(*at)),
+            None => s.serialize_none(),
+        }
+    }
 }
 
 impl fmt::Debug for LockToken {
@@ -720,7 +801,8 @@ impl LocationDocument {
                 Ok(())
             }
         }
-        let digits = |n: u64| n.to_string().len();
+        // Counted, not formatted: a formatted number would be an allocation per call.
+        let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d as usize + 1);
         let mut count = Count(0);
         // As `to_json`: a location document always serializes.
         serde_json::to_writer(&mut count, self).expect("a location document always serializes");
@@ -734,6 +816,13 @@ impl LocationDocument {
         let mut json = serde_json::to_value(self).expect("a location document always serializes");
         json["schemaVersion"] = Value::from(self.format());
         json
+    }
+
+    /// The lock state of this version as size metrics label it: the primary lock's
+    /// phase, or `unlocked` (one of [`LOCK_STATES`]). The lease is not judged: a
+    /// version is labelled by what it stores.
+    pub fn lock_state(&self) -> &'static str {
+        self.primary.lock.as_ref().map_or(UNLOCKED, |l| l.phase.as_str())
     }
 
     /// The primary lock if its lease has not lapsed.
@@ -759,9 +848,12 @@ mod tests {
         let mut doc = LocationDocument::from_json(stored).unwrap();
         let written = |d: &LocationDocument| serde_json::to_vec(&d.to_json()).unwrap().len();
         assert_eq!(doc.serialized_len(), written(&doc));
-        // Read under another version than it is written in.
-        doc.schema_version = 12;
-        assert_eq!(doc.serialized_len(), written(&doc));
+        // Read under another version than it is written in, of every width the digit
+        // count meets.
+        for version in [0, 9, 10, 12, 99, 100, 1000, u64::MAX] {
+            doc.schema_version = version;
+            assert_eq!(doc.serialized_len(), written(&doc), "read as version {version}");
+        }
     }
 
     #[test]
@@ -930,6 +1022,13 @@ mod tests {
         use super::*;
         use proptest::prelude::*;
 
+        /// A time through the fields' serializer.
+        #[derive(serde::Serialize)]
+        struct LockInfoTimes(#[serde(serialize_with = "json_time::serialize")] DateTime<Utc>);
+
+        #[derive(serde::Serialize)]
+        struct OptionalTime(#[serde(serialize_with = "json_time::serialize_option")] Option<DateTime<Utc>>);
+
         fn nanos() -> impl Strategy<Value = u32> {
             prop_oneof![
                 Just(0u32),
@@ -940,6 +1039,26 @@ mod tests {
         }
 
         proptest! {
+            /// The stored form of a time is chrono's own, byte for byte (leap seconds and
+            /// years outside 0..=9999 included), so documents read and written by earlier
+            /// versions are unchanged.
+            #[test]
+            fn a_time_is_written_as_chrono_writes_it(
+                secs in prop_oneof![-62_000_000_000i64..250_000_000_000, -70_000_000_000i64..-62_000_000_000],
+                nanos in nanos(),
+            ) {
+                let at = DateTime::from_timestamp(secs, nanos)
+                    .or_else(|| DateTime::from_timestamp(secs, nanos % 1_000_000_000))
+                    .unwrap();
+                let chrono = serde_json::to_string(&at).unwrap();
+                let ours = serde_json::to_string(&LockInfoTimes(at)).unwrap();
+                prop_assert_eq!(&ours, &chrono);
+                let mut digest_form = Vec::new();
+                write_json_time(&mut digest_form, at);
+                prop_assert_eq!(String::from_utf8(digest_form).unwrap(), chrono);
+                prop_assert_eq!(serde_json::to_string(&OptionalTime(Some(at))).unwrap(), serde_json::to_string(&Some(at)).unwrap());
+            }
+
             #[test]
             fn the_state_json_is_the_serde_form(
                 location in "\\PC{0,12}",

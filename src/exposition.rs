@@ -29,6 +29,15 @@ pub const PHASE_BUCKETS: &[f64] = &[
     1800.0, 3600.0, 7200.0, 14400.0, 21600.0, 43200.0, 86400.0, 172800.0, 259200.0,
 ];
 
+/// Buckets for serialized routing-document sizes, bytes, shared by the monitor's
+/// `lockprobe_monitor_document_bytes` and the service's `lockprobe_service_document_bytes`
+/// so the two views compare bucket for bucket: around the contract's 4 KiB budget at
+/// p99 and up to Cosmos DB's 2 MB item limit.
+pub const DOCUMENT_BYTES_BUCKETS: &[f64] = &[
+    256.0, 512.0, 1024.0, 2048.0, 3072.0, 4096.0, 6144.0, 8192.0, 16384.0, 32768.0, 65536.0, 131072.0, 524288.0,
+    2097152.0,
+];
+
 /// Buckets for read-through latency: sub-millisecond (the demo) to seconds, with
 /// 40 / 50 / 60 / 75 ms around the paper's production p99 of about 50 ms.
 pub const READ_THROUGH_BUCKETS: &[f64] =

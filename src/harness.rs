@@ -9,8 +9,11 @@
 //! - [`replay`]: a paper-scale day of migrations on a manual clock, the monitor
 //!   following it (`examples/replay.rs`).
 //! - [`measure`]: the CPU time and memory every run reports, read one way.
+//! - [`sizes`]: the size of the documents a run writes, by lock phase (the load and the
+//!   replay report it).
 
 pub mod load;
 pub mod measure;
 pub mod probe_scale;
 pub mod replay;
+pub mod sizes;

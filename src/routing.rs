@@ -14,6 +14,6 @@ pub mod freshness;
 pub mod lifecycle;
 
 pub use crate::document::{LocationDocument, LockInfo, LockToken, Phase};
-pub use client::{ClientOptions, Grant, Lent, Resolved, RoutingClient, RoutingError, Source, SwapPlan};
+pub use client::{ClientOptions, CommitObserver, Grant, Lent, Resolved, RoutingClient, RoutingError, Source, SwapPlan};
 pub use enforce::{enforce, Decision, Operation};
 pub use lifecycle::{Deviations, LockCall, LockError, LockPolicy, PreLockRequest};

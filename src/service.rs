@@ -10,6 +10,8 @@
 //! - [`items`]: user data, one item store per location.
 //! - [`input`], [`error`]: request checks and problem+json errors.
 //! - [`openapi`]: the contract's OpenAPI 3.1 description, served at `GET /openapi.json`.
+//! - [`metrics`]: the service's own metrics on `GET /metrics` (the size of the documents
+//!   its lock calls write).
 //! - [`tls`]: HTTPS, optionally requiring client certificates.
 //!
 //! Every answer names the contract version and the library version that made it
@@ -25,6 +27,7 @@ pub mod error;
 pub mod input;
 pub mod items;
 pub mod lock_api;
+pub mod metrics;
 pub mod openapi;
 pub mod tls;
 
@@ -51,6 +54,7 @@ use crate::store::LocationStore;
 use crate::versions;
 pub use design::LockDesign;
 use items::ItemStores;
+use metrics::ServiceMetrics;
 
 /// Deliberate misbehaviour, for proving that a probe catches it. Off by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -127,7 +131,10 @@ pub struct ServiceConfig {
     /// Instances whose clock is off by a set amount (rehearsing clock skew; a skew
     /// within `skew_margin` must change nothing a client can see).
     pub clock_skews: Vec<ClockSkew>,
-    /// Store metrics (e.g. Cosmos request charges), served at `GET /metrics` when set.
+    /// The registry served at `GET /metrics`: the store's metrics (e.g. Cosmos request
+    /// charges) and, registered on it by [`start`], the service's own ([`metrics`]).
+    /// [`start`] makes one for its own metrics when none is set; an instance built
+    /// alone ([`instance`]) serves this as it is, nothing when unset.
     pub metrics: Option<prometheus::Registry>,
     /// Serve HTTPS with this configuration ([`tls::server_config`]) instead of HTTP.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
@@ -261,13 +268,28 @@ pub struct Instance {
     pub config: Arc<ServiceConfig>,
 }
 
-/// Builds one instance's state over the shared store and data.
+/// Builds one instance's state over the shared store and data, without the service's
+/// own metrics (see [`instance_with_metrics`]).
 pub fn instance(
     index: usize,
     config: Arc<ServiceConfig>,
     store: Arc<dyn LocationStore>,
     clock: Arc<dyn Clock>,
     items: Arc<ItemStores>,
+) -> anyhow::Result<Arc<Instance>> {
+    instance_with_metrics(index, config, store, clock, items, None)
+}
+
+/// [`instance`], observing what its lock calls write into `metrics`: registered once on
+/// a registry and shared by every instance serving it (a second registration of the
+/// same names on one registry is refused).
+pub fn instance_with_metrics(
+    index: usize,
+    config: Arc<ServiceConfig>,
+    store: Arc<dyn LocationStore>,
+    clock: Arc<dyn Clock>,
+    items: Arc<ItemStores>,
+    metrics: Option<ServiceMetrics>,
 ) -> anyhow::Result<Arc<Instance>> {
     let cache = TieredCache::try_new(&config.cache_ttls)?;
     let deviations = Deviations {
@@ -288,7 +310,13 @@ pub fn instance(
         deviations,
     };
     let options = ClientOptions { max_decision_age: config.max_decision_age, ..ClientOptions::default() };
-    let routing = RoutingClient::new(store, clock, cache, policy, options);
+    let mut routing = RoutingClient::new(store, clock, cache, policy, options);
+    if let Some(metrics) = metrics {
+        // The library hands over each version as written: the version a call returns
+        // is settled (its pending record dropped), and a call repeated under its
+        // idempotency key returns one without writing anything.
+        routing = routing.with_commit_observer(Arc::new(move |doc| metrics.document_committed(doc)));
+    }
     Ok(Arc::new(Instance { index, routing, items, config }))
 }
 
@@ -395,6 +423,11 @@ pub async fn start(
     for fault in &config.faults {
         tracing::warn!(?fault, "FAULT INJECTION ON: this service deliberately violates the lock contract");
     }
+    let mut config = config;
+    // The service's own metrics are served even when the caller has no registry for the
+    // store's: /metrics then shows them alone.
+    let registry = config.metrics.get_or_insert_with(prometheus::Registry::new).clone();
+    let metrics = ServiceMetrics::register(&registry)?;
     let config = Arc::new(config);
     let items = Arc::new(ItemStores::default());
     let mut addrs = Vec::new();
@@ -404,7 +437,8 @@ pub async fn start(
             Some(skew) => Arc::new(SkewedClock::new(clock.clone(), skew.offset)) as Arc<dyn Clock>,
             None => clock.clone(),
         };
-        let state = instance(index, config.clone(), store.clone(), clock, items.clone())?;
+        let state =
+            instance_with_metrics(index, config.clone(), store.clone(), clock, items.clone(), Some(metrics.clone()))?;
         let listener =
             tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding instance {index} to {addr}"))?;
         let bound = listener.local_addr()?;

@@ -1,12 +1,13 @@
 //! `lockprobe bench` in seconds: the load generator drives both lock designs through the
 //! service's handlers, and the store's own counts show what each design costs. Counts
-//! are asserted, never timings (this machine is shared).
+//! and document sizes are asserted, never timings (this machine is shared).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::SystemClock;
 use lockprobe::harness::load::{self, LoadResult, LoadSpec};
+use lockprobe::harness::sizes::{MAX_BYTES, P99_BUDGET_BYTES};
 use lockprobe::service::LockDesign;
 use lockprobe::store::latency::{LatencyModel, LatencyStore};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
@@ -73,6 +74,32 @@ async fn each_design_pays_for_the_lock_as_it_must() {
     assert_eq!(record.user_calls.lock.writes(), 0);
     assert!(record.orchestration_calls.lock.writes() > 0);
     assert_eq!(embedded.orchestration_calls.lock.writes(), 0);
+
+    // Every version the lock calls wrote was measured, in every phase a migration goes
+    // through, and within contract 1.3's budget.
+    for r in [&embedded, &record] {
+        let sizes = &r.document_sizes;
+        let shown = sizes.text("");
+        for phase in ["preLock", "hardDelete", "write", "unlocked"] {
+            let row = sizes.phase(phase).unwrap_or_else(|| panic!("{:?}: no {phase} row:\n{shown}", r.design));
+            assert!(row.versions > 0, "{:?}: no {phase} version measured:\n{shown}", r.design);
+            assert!(row.p50 > 200 && row.p50 <= row.p99 && row.p99 <= row.max, "{:?}: {row:?}", r.design);
+            assert!(row.p99 < P99_BUDGET_BYTES && row.max < MAX_BYTES, "{:?}: {row:?}", r.design);
+        }
+        assert!(sizes.over_budget().is_empty(), "{:?}: {:?}", r.design, sizes.over_budget());
+        // The sizes cover the whole run, the counts only its window.
+        let measured: u64 = sizes.rows.iter().map(|p| p.versions).sum();
+        let written = r.orchestration_calls.routing.writes() + r.orchestration_calls.lock.writes();
+        assert!(measured >= written && written > 0, "{:?}: {measured} measured, {written} written", r.design);
+        // A migration writes one version of each lock phase, then its swap's.
+        let at = |phase: &str| sizes.phase(phase).map_or(0, |p| p.versions);
+        assert!(at("preLock") >= r.migrations && at("write") >= r.migrations, "{:?}:\n{shown}", r.design);
+    }
+    // The embedded design's routing document carries the lock and its call records; the
+    // record design's lock record does the same, so its lock phases are alike in size.
+    let p50 = |r: &LoadResult, phase: &str| r.document_sizes.phase(phase).map_or(0, |p| p.p50);
+    assert!(p50(&embedded, "write") > p50(&embedded, "preLock"));
+    assert!(p50(&record, "write") > p50(&record, "preLock"));
 }
 
 fn lockprobe() -> std::process::Command {
@@ -117,6 +144,14 @@ fn the_command_reports_both_designs_and_their_ratio_as_json() {
     };
     assert!((0.9..=1.1).contains(&lock_reads("record")), "{report}");
     assert!(lock_reads("embedded") < 0.3, "{report}");
+    for row in results {
+        let sizes = row["documentSizes"].as_array().unwrap();
+        assert_eq!(sizes.len(), 4, "{report}");
+        for phase in sizes {
+            assert!(phase["versions"].as_u64().unwrap() > 0, "{report}");
+            assert!(phase["p99"].as_u64().unwrap() < 4096, "{report}");
+        }
+    }
     let ratio = &report["ratios"][0]["median"];
     assert!(ratio["lockReads"].as_f64().unwrap() > 3.0, "{report}");
 }

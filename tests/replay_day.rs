@@ -1,10 +1,12 @@
 //! A small day of the paper-scale replay (`harness::replay`): every migration goes through
 //! the routing client's full lifecycle and the monitor, reading the memory store's own
-//! change stream, sees each one end as it did, with no anomaly. Counts, not timings.
+//! change stream, sees each one end as it did, with no anomaly; the documents it wrote keep
+//! to contract 1.3's size budget. Counts and sizes, not timings.
 
 use std::time::Duration;
 
 use lockprobe::harness::replay::{self, ReplayConfig};
+use lockprobe::harness::sizes::{MAX_BYTES, P99_BUDGET_BYTES};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_migration_of_a_day_is_seen_ending_as_it_did() {
@@ -50,4 +52,23 @@ async fn replay_a_day(drivers: usize) {
     assert!(r.peak_in_flight > 100, "the replay overlaps migrations: {}", r.peak_in_flight);
     assert!(r.peak_documents < 1_000, "{}", r.peak_documents);
     assert!(r.peak_timelines < 1_000, "{}", r.peak_timelines);
+
+    // Every version written was measured once, under the phase it stores: a pre-lock,
+    // a hardDelete and a write per migration, and its swap or release unlocked.
+    let sizes = &r.document_sizes;
+    let versions = |phase: &str| sizes.phase(phase).map_or(0, |p| p.versions);
+    for phase in ["preLock", "hardDelete", "write", "unlocked"] {
+        assert_eq!(versions(phase), migrations, "{phase}: {sizes:?}");
+    }
+    assert_eq!(sizes.rows.iter().map(|p| p.versions).sum::<u64>(), r.store.writes());
+    // Within the budget, and plausible: a document carries a location, a lock and a
+    // few call records (the records of each call, so later phases are larger), never
+    // under a few hundred bytes nor near the budget.
+    assert!(sizes.over_budget().is_empty(), "{:?}\n{}", sizes.over_budget(), sizes.text(""));
+    for p in &sizes.rows {
+        assert!(p.p50 > 200 && p.p50 <= p.p99 && p.p99 <= p.max, "{p:?}");
+        assert!(p.p99 < P99_BUDGET_BYTES && p.max < MAX_BYTES, "{p:?}");
+    }
+    let p50 = |phase: &str| sizes.phase(phase).map_or(0, |p| p.p50);
+    assert!(p50("preLock") < p50("hardDelete") && p50("hardDelete") < p50("write"), "{}", sizes.text(""));
 }

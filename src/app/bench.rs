@@ -15,6 +15,10 @@
 //! record design's routing documents never carry a lock, and the embedded design has no
 //! lock records). Routing reads are the replica reads of cache misses, the same cache
 //! tiers in both designs.
+//!
+//! Document sizes: every version the orchestration's lock calls write is measured as
+//! stored, by lock phase ([`crate::harness::sizes`]), and reported per design and
+//! fraction (over several runs, each figure's largest), against contract 1.3's budget.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +32,7 @@ use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::duration::parse_bounded_duration;
 use crate::harness::load::{self, LoadResult, LoadSpec};
+use crate::harness::sizes::SizeTable;
 use crate::service::LockDesign;
 use crate::store::latency::{LatencyModel, LatencyStore};
 use crate::store::memory::{MemoryStore, MemoryStoreConfig};
@@ -329,6 +334,13 @@ impl Matrix {
         })
     }
 
+    /// The sizes of the documents written over the runs of one cell (each figure's
+    /// largest over the runs, see [`SizeTable::worst_of`]).
+    pub fn document_sizes(&self, fraction: f64, design: LockDesign) -> Option<SizeTable> {
+        let results = self.results(fraction, design);
+        (!results.is_empty()).then(|| SizeTable::worst_of(results.iter().map(|r| &r.document_sizes)))
+    }
+
     /// The median of each ratio over the runs (each ratio taken within one run).
     pub fn median_ratios(&self, fraction: f64) -> Option<Ratios> {
         let (e, r) = (self.results(fraction, LockDesign::Embedded), self.results(fraction, LockDesign::Record));
@@ -403,7 +415,8 @@ pub fn report_json(args: &BenchArgs, matrix: &Matrix) -> Value {
     for &fraction in &args.fractions {
         for &design in &args.designs {
             if let Some(figures) = matrix.median_figures(fraction, design) {
-                rows.push(json!({"fraction": fraction, "design": design, "median": figures}));
+                let sizes = matrix.document_sizes(fraction, design).unwrap_or_default();
+                rows.push(json!({"fraction": fraction, "design": design, "median": figures, "documentSizes": sizes}));
             }
         }
         if let Some(r) = matrix.median_ratios(fraction) {
@@ -496,6 +509,34 @@ pub fn report_text(args: &BenchArgs, matrix: &Matrix) -> String {
                 r.p99,
                 r.ops_per_cpu_second
             ));
+        }
+    }
+    out.push_str(
+        "document sizes: bytes as stored of every version the lock calls wrote (record: lock records and routing \
+         moves), by lock phase; largest over the runs\n",
+    );
+    out.push_str(&format!(
+        "{:<7} {:<9} {:<11} {:>9} {:>7} {:>7} {:>7}\n",
+        "f", "design", "phase", "versions", "p50 B", "p99 B", "max B"
+    ));
+    for &fraction in &args.fractions {
+        for &design in &args.designs {
+            let Some(sizes) = matrix.document_sizes(fraction, design) else { continue };
+            for r in &sizes.rows {
+                out.push_str(&format!(
+                    "{:<7} {:<9} {:<11} {:>9} {:>7} {:>7} {:>7}\n",
+                    percent(fraction),
+                    design.as_str(),
+                    r.phase,
+                    r.versions,
+                    r.p50,
+                    r.p99,
+                    r.max
+                ));
+            }
+            for over in sizes.over_budget() {
+                out.push_str(&format!("{:<7} {:<9} OVER BUDGET: {over}\n", percent(fraction), design.as_str()));
+            }
         }
     }
     out

@@ -85,7 +85,8 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         };
         background.spawn("demo fleet", fleet::run(store.clone(), clock.clone(), settings, background.token()));
     }
-    let instances = start_service(&args, &api_key, store, clock, &background).await?;
+    let registry = probe.metrics.registry().clone();
+    let instances = start_service(&args, &api_key, store, clock, registry, &background).await?;
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     print_banner(&args, &instances, listener.local_addr()?);
@@ -143,12 +144,14 @@ fn start_monitor(
     Ok(monitor)
 }
 
-/// The reference service, two instances on loopback; returns their base URLs.
+/// The reference service, two instances on loopback, its metrics (the size of what its
+/// lock calls write) joining the probe's on `registry`; returns their base URLs.
 async fn start_service(
     args: &DemoArgs,
     api_key: &str,
     store: Arc<dyn LocationStore>,
     clock: Arc<dyn Clock>,
+    registry: prometheus::Registry,
     background: &Background,
 ) -> anyhow::Result<Vec<String>> {
     let config = ServiceConfig {
@@ -156,6 +159,7 @@ async fn start_service(
         replication_bound: args.replication_bound,
         test_prefix: Some("probe-".into()),
         max_decision_age: args.max_decision_age,
+        metrics: Some(registry),
         ..ServiceConfig::new(api_key)
     };
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));

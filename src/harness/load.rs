@@ -7,6 +7,11 @@
 //! user operations and the orchestration (each has its own instance and so its own
 //! counting wrapper over the shared store), so the reads charged to user operations are
 //! exactly the reads user operations made.
+//!
+//! The size of every version the orchestration writes is counted by lock phase
+//! ([`super::sizes`]), in front of its counting wrapper: in the embedded design the
+//! routing documents carrying the lock, in the record design the lock records and the
+//! routing documents' moves after a swap (unlocked).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,6 +30,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use super::measure;
+use super::sizes::{DocumentSizes, SizeTable, SizingStore};
 use crate::clock::{Clock, SystemClock};
 use crate::document::LocationDocument;
 use crate::service::items::ItemStores;
@@ -102,6 +108,9 @@ pub struct LoadResult {
     pub wall: Duration,
     /// CPU time the process used in the window (every thread).
     pub cpu: Duration,
+    /// Sizes of the versions the orchestration's lock calls wrote over the whole run
+    /// (warm-up included), by lock phase.
+    pub document_sizes: SizeTable,
 }
 
 #[derive(Default)]
@@ -139,8 +148,10 @@ pub async fn run(spec: &LoadSpec, store: Arc<dyn LocationStore>) -> anyhow::Resu
             Ok(router(instance(i, config.clone(), store, clock.clone(), items.clone())?))
         })
         .collect::<anyhow::Result<_>>()?;
+    let sizes = Arc::new(DocumentSizes::new());
     let orchestrator = {
-        let store: Arc<dyn LocationStore> = Arc::new(orchestration_store.clone());
+        let store: Arc<dyn LocationStore> =
+            Arc::new(SizingStore::new(Arc::new(orchestration_store.clone()), sizes.clone()));
         router(instance(spec.instances, config.clone(), store, clock.clone(), items.clone())?)
     };
 
@@ -274,6 +285,7 @@ pub async fn run(spec: &LoadSpec, store: Arc<dyn LocationStore>) -> anyhow::Resu
         latency_us,
         wall,
         cpu,
+        document_sizes: sizes.table(),
     })
 }
 

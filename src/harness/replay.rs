@@ -16,6 +16,8 @@
 //! A migration's document is retired from the store once it ends, and the monitor
 //! forgets ended migrations on its sweeps, so memory follows the migrations in flight
 //! rather than the day's total.
+//! The size of every version the lock calls write is counted by lock phase
+//! ([`super::sizes`]; [`ReplayConfig::document_sizes`]), for contract 1.3's budget.
 //!
 //! `examples/replay.rs` runs it from the command line (BENCHMARKS.md has the figures);
 //! `tests/replay_day.rs` runs a small day in the suite. No command of its own.
@@ -30,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::sizes::{DocumentSizes, SizeTable};
 use crate::clock::{Clock, ManualClock};
 use crate::monitor::{Monitor, MonitorConfig, MonitorError, Outcome};
 use crate::routing::cache::TieredCache;
@@ -65,6 +68,9 @@ pub struct ReplayConfig {
     /// Most changes the monitor may be behind before the driver waits for it; the
     /// store's change log holds twice this, so none is ever dropped unread.
     pub max_monitor_lag: usize,
+    /// Count the size of every version the lock calls write, by lock phase (off: to
+    /// measure what counting costs).
+    pub document_sizes: bool,
 }
 
 impl Default for ReplayConfig {
@@ -82,6 +88,7 @@ impl Default for ReplayConfig {
             release_every: 100,
             // Small: a long log of retained documents only churns the allocator.
             max_monitor_lag: 4_096,
+            document_sizes: true,
         }
     }
 }
@@ -129,6 +136,9 @@ pub struct ReplayReport {
     pub wall: Duration,
     /// Virtual time the replay covered.
     pub virtual_span: Duration,
+    /// Sizes of the versions the lock calls wrote, by lock phase (empty when
+    /// [`ReplayConfig::document_sizes`] is off).
+    pub document_sizes: SizeTable,
 }
 
 impl ReplayReport {
@@ -169,15 +179,23 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     // itself only stores).
     let counted = Arc::new(CountingStore::new(store.clone()));
     let monitor = Arc::new(Monitor::new(counted.clone(), dyn_clock.clone(), monitor_config, &registry)?);
+    // Every version the lock calls write, handed over by the clients as written: a
+    // store wrapper in front of them would add a boxed call to every read as well.
+    let sizes = Arc::new(DocumentSizes::new());
     let clients: Vec<RoutingClient> = (0..config.instances.max(1))
         .map(|_| {
-            RoutingClient::new(
+            let client = RoutingClient::new(
                 counted.clone(),
                 dyn_clock.clone(),
                 TieredCache::try_new(&[config.cache_ttl]).expect("one tier"),
                 policy.clone(),
                 ClientOptions::default(),
-            )
+            );
+            if !config.document_sizes {
+                return client;
+            }
+            let sizes = sizes.clone();
+            client.with_commit_observer(Arc::new(move |doc| sizes.record(doc)))
         })
         .collect();
 
@@ -203,6 +221,9 @@ pub async fn run(config: ReplayConfig) -> Result<ReplayReport, MonitorError> {
     report.orphaned_locks = monitor.orphaned_locks();
     report.in_flight_at_end = monitor.in_flight();
     (report.peak_in_flight, report.peak_timelines, report.peak_monitor_bytes) = followed.peaks;
+    if config.document_sizes {
+        report.document_sizes = sizes.table();
+    }
     Ok(report)
 }
 

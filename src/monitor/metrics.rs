@@ -9,20 +9,13 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaug
 
 use super::tracker::{Outcome, Source};
 use crate::document::{DocumentError, Phase};
-use crate::exposition::PHASE_BUCKETS;
+use crate::exposition::{DOCUMENT_BYTES_BUCKETS, PHASE_BUCKETS};
 use crate::percentiles::{PhaseSummaries, Summary, WindowedPercentiles, DEFAULT_WINDOW};
 
 const PHASES: [Phase; 3] = [Phase::PreLock, Phase::HardDelete, Phase::Write];
 
 /// The lock phase a document is in, as the size histogram labels it.
 const DOCUMENT_STATES: [&str; 4] = ["unlocked", "preLock", "hardDelete", "write"];
-
-/// Serialized document sizes, bytes: around the contract's 4 KiB budget at p99 and up
-/// to Cosmos DB's 2 MB item limit.
-const DOCUMENT_BYTES_BUCKETS: [f64; 14] = [
-    256.0, 512.0, 1024.0, 2048.0, 3072.0, 4096.0, 6144.0, 8192.0, 16384.0, 32768.0, 65536.0, 131072.0, 524288.0,
-    2097152.0,
-];
 
 /// Why the metrics could not be registered (a name already taken on the registry).
 #[derive(Debug, thiserror::Error)]

@@ -196,6 +196,23 @@ pub enum SwapPlan {
     AlreadySwapped(Arc<Versioned>),
 }
 
+/// Called with each document version a lock call of the client wrote, as written: what
+/// the store holds, pending record included, which the version a call returns (settled)
+/// no longer carries. Once per version the store committed, whether or not the call then
+/// took effect; a call answered from its idempotency record writes nothing and is not
+/// seen. Runs on the caller's task right after the store's answer: keep it cheap.
+pub type CommitObserver = Arc<dyn Fn(&LocationDocument) + Send + Sync>;
+
+/// The observer, if any, shown in `Debug` only by its presence.
+#[derive(Default)]
+struct Observer(Option<CommitObserver>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(CommitObserver)" } else { "None" })
+    }
+}
+
 /// The routing library's entry point for one service instance (one cache).
 #[derive(Debug)]
 pub struct RoutingClient {
@@ -204,6 +221,7 @@ pub struct RoutingClient {
     cache: TieredCache,
     policy: LockPolicy,
     options: ClientOptions,
+    observer: Observer,
 }
 
 impl RoutingClient {
@@ -215,7 +233,20 @@ impl RoutingClient {
         policy: LockPolicy,
         options: ClientOptions,
     ) -> Self {
-        Self { store, clock, cache, policy, options }
+        Self { store, clock, cache, policy, options, observer: Observer::default() }
+    }
+
+    /// This client, calling `observer` with every version its lock calls write (see
+    /// [`CommitObserver`]): how a service measures the documents it commits.
+    pub fn with_commit_observer(mut self, observer: CommitObserver) -> Self {
+        self.observer = Observer(Some(observer));
+        self
+    }
+
+    fn committed(&self, written: &LocationDocument) {
+        if let Some(observe) = &self.observer.0 {
+            observe(written);
+        }
     }
 
     /// The lock policy (declared convergence delay, maximum pre-lock, skew margin).
@@ -571,6 +602,7 @@ impl RoutingClient {
             };
             match written {
                 Ok(committed) => {
+                    self.committed(&doc);
                     let record =
                         Arc::new(Versioned { doc, etag: committed.etag, committed_at: committed.committed_at });
                     self.remember(id, record.clone(), fetched);
@@ -686,7 +718,10 @@ impl RoutingClient {
                 None => self.store.create(&next).await,
             };
             match written {
-                Ok(committed) => return self.judge(id, next, committed, &key, fetched),
+                Ok(committed) => {
+                    self.committed(&next);
+                    return self.judge(id, next, committed, &key, fetched);
+                }
                 Err(StoreError::PreconditionFailed) if condition.is_some() => unresolved = None,
                 Err(StoreError::Conflict) if condition.is_none() => unresolved = None,
                 Err(StoreError::OutcomeUnknown(why)) => unresolved = Some((condition, why)),
