@@ -10,7 +10,7 @@
 //!   that opens a connection and sends its head slowly, or never, or idles between
 //!   requests, is disconnected, so a slowloris holds a slot for at most that long.
 //! - **Request bodies and heads are bounded** ([`Limits::max_request_body`] on every body,
-//!   whatever the handler reads it with; heads through hyper's buffer size): 413 and 431.
+//!   whatever the handler reads it with; heads at 64 KiB): 413 and 431.
 //! - **TLS handshakes** run inside the connection's slot, under the same timeout as a
 //!   request head.
 //! - **Memory returns after a flood**: the allocator is asked to give freed pages back once
@@ -18,8 +18,8 @@
 //!   requests", has the measurement).
 //!
 //! Errors hyper answers itself, before any handler runs (a malformed request line or
-//! header, a head over the limit: 400 and 431 with an empty body), cannot be shaped into
-//! problem+json; docs/contract.md lists them.
+//! header: 400; a head over the limit, a long request target included: 431; both with an
+//! empty body), cannot be shaped into problem+json; docs/contract.md lists them.
 
 use std::io;
 use std::net::SocketAddr;
@@ -263,7 +263,7 @@ where
         app.clone().oneshot(request)
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).max_buf_size(MAX_HEAD_BYTES);
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).max_header_size(MAX_HEAD_BYTES);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     tokio::select! {

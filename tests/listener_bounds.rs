@@ -145,3 +145,38 @@ async fn a_body_over_the_limit_is_refused_as_problem_json_whatever_its_framing()
     }
     shutdown.cancel();
 }
+
+/// What the HTTP layer answers itself, before any handler, as docs/contract.md
+/// ("Connections") lists it: the status, an empty body, and the connection closed.
+#[tokio::test]
+async fn errors_below_the_handlers_are_the_ones_the_contract_lists() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let (addr, shutdown) = service(Limits::default()).await;
+    let long = "a".repeat(70_000);
+    for (request, status) in [
+        (format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {long}\r\n\r\n"), "431"),
+        (format!("GET /{long} HTTP/1.1\r\nHost: x\r\n\r\n"), "431"),
+        ("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: a\x7fb\r\n\r\n".to_owned(), "400"),
+        ("POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n".to_owned(), "400"),
+    ] {
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        // The server may answer and close before it has read everything sent.
+        let _ = s.write_all(request.as_bytes()).await;
+        let mut response = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut response)).await;
+        assert!(read.is_ok(), "{status}: the connection was not closed");
+        let text = String::from_utf8_lossy(&response).to_lowercase();
+        assert!(text.starts_with(&format!("http/1.1 {status}")), "{status}: {text}");
+        assert!(text.contains("content-length: 0"), "{status}: {text}");
+    }
+    // A head just under the limit is served.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let under = "a".repeat(60_000);
+    s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {under}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    s.read_to_end(&mut response).await.unwrap();
+    assert!(String::from_utf8_lossy(&response).starts_with("HTTP/1.1 200"));
+    shutdown.cancel();
+}
