@@ -196,7 +196,8 @@ impl Monitor {
                     continue; // older than the unreadable version already met
                 }
                 let at = change.doc.committed_at.min(now);
-                self.apply(&mut inner, &settled(&change.doc, at), at, Seen::Stream);
+                let stored = Some(&change.doc.doc);
+                self.apply(&mut inner, &settled(&change.doc, at), stored, at, Seen::Stream);
             }
             for met in &batch.unreadable {
                 self.skip_unreadable(&mut inner, met, "change stream");
@@ -243,7 +244,7 @@ impl Monitor {
                 let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 for v in &page.documents {
                     inner.unreadable.readable(&v.doc.id, None);
-                    self.apply(&mut inner, &settled(v, v.committed_at.min(read_at)), read_at, Seen::Scan);
+                    self.apply(&mut inner, &settled(v, v.committed_at.min(read_at)), None, read_at, Seen::Scan);
                 }
                 for met in &page.unreadable {
                     self.skip_unreadable(&mut inner, met, "scan");
@@ -285,7 +286,7 @@ impl Monitor {
     /// so benches and embedders can feed observations directly.
     pub fn observe(&self, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen) {
         let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.apply(&mut inner, doc, at, seen);
+        self.apply(&mut inner, doc, (seen == Seen::Stream).then_some(doc), at, seen);
         self.refresh_gauges(&inner);
     }
 
@@ -467,17 +468,28 @@ impl Monitor {
         info!("monitor stopped");
     }
 
-    fn apply(&self, inner: &mut Inner, doc: &LocationDocument, at: DateTime<Utc>, seen: Seen) {
+    /// Applies `doc` (settled, as readers take it) to the timelines; `stored`, the same
+    /// version as the store holds it, is measured for the size histogram.
+    fn apply(
+        &self,
+        inner: &mut Inner,
+        doc: &LocationDocument,
+        stored: Option<&LocationDocument>,
+        at: DateTime<Utc>,
+        seen: Seen,
+    ) {
         let mut events = std::mem::take(&mut inner.events);
         let source = inner.tracker.observe(doc, at, seen, &mut events);
         // Every version written is measured once, as it comes from the stream (a scan
-        // sees the same documents again and again).
-        if seen == Seen::Stream {
+        // sees the same documents again and again), at its stored size: settling drops
+        // a write's pending record, which the store, every read and every cache still
+        // carry. Labelled by the phase readers see.
+        if let Some(stored) = stored {
             let phase = doc.primary.lock.as_ref().map_or("unlocked", |l| l.phase.as_str());
             self.metrics
                 .document_bytes
                 .with_label_values(&[source.as_str(), phase])
-                .observe(doc.serialized_len() as f64);
+                .observe(stored.serialized_len() as f64);
         }
         for event in events.drain(..) {
             self.record(inner, &doc.id, source, event, at);

@@ -79,6 +79,15 @@ async fn the_loop_follows_the_stream_finds_a_lapse_and_stops_on_shutdown() {
     let failed_poll = "lockprobe_monitor_store_errors_total{op=\"read_changes\"} 1";
     eventually("the failed poll is counted", || metrics_text(&registry).contains(failed_poll)).await;
     eventually("the pre-lock is seen", || monitor.in_flight() == 1).await;
+    // The version is measured as the store holds it, its pending record included (the
+    // settled view the monitor judges by drops it).
+    let stored = store.store().read("r1", ReadFrom::WriteRegion).await.unwrap();
+    assert!(stored.doc.pending.is_some(), "a pre-lock's version carries its pending record");
+    let measured = format!(
+        "lockprobe_monitor_document_bytes_sum{{phase=\"preLock\",source=\"fleet\"}} {}\n",
+        stored.doc.serialized_len()
+    );
+    assert!(metrics_text(&registry).contains(&measured), "{measured}");
 
     // The lease (2 s delay + 5 s) runs out; no event follows; the sweep notices.
     clock.advance(10 * S);
