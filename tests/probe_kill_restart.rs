@@ -61,7 +61,7 @@ fn serve(config: &Path, key: &str) -> Serve {
 fn serve_listening(config: &Path, key: &str) -> (Serve, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+        .args(["serve", "--web.enable-lifecycle", "--listen", &format!("127.0.0.1:{port}"), "--config"])
         .arg(config)
         .env(KEY_ENV, key)
         .stdout(Stdio::null())

@@ -1,4 +1,5 @@
-//! `lockprobe serve` reloads its configuration (SIGHUP, `POST /-/reload`) without losing
+//! `lockprobe serve` reloads its configuration (SIGHUP, and `POST /-/reload` only with
+//! `--web.enable-lifecycle`) without losing
 //! work, against the real reference service: a cycle in flight finishes with exactly one
 //! pre-lock (counted in the service's own store), a removed target leaves no lock, no
 //! state-file entry and no series, an added one cycles, and a bad file is refused while
@@ -79,10 +80,17 @@ impl Drop for Serve {
 }
 
 impl Serve {
+    /// `serve` with `POST /-/reload` enabled (`--web.enable-lifecycle`).
     fn start(config: &Path, key: &str) -> Self {
+        Self::start_with(config, key, &["--web.enable-lifecycle"])
+    }
+
+    fn start_with(config: &Path, key: &str, flags: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--config"])
+            .arg("serve")
+            .args(flags)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--config"])
             .arg(config)
             .env(KEY_ENV, key)
             .env("RUST_LOG", "info")
@@ -283,6 +291,31 @@ async fn a_reload_mid_cycle_keeps_the_cycle_retires_a_removed_target_and_starts_
         metric_line(&metrics, "lockprobe_config_last_reload_successful"),
         Some("lockprobe_config_last_reload_successful 1")
     );
+    serve.assert_running();
+}
+
+/// Without `--web.enable-lifecycle` nobody who merely reaches the port can make the
+/// process re-read its file (as in Prometheus); SIGHUP still does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_lifecycle_flag_there_is_no_reload_route_and_sighup_still_reloads() {
+    let (svc, _store) =
+        start_service_keeping_store(vec![], Duration::from_secs(1), Duration::from_millis(500), &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path: PathBuf = dir.path().join("probe.toml");
+    std::fs::write(&path, config_text(dir.path(), &svc, &[A], "1s")).unwrap();
+    let mut serve = Serve::start_with(&path, &svc.key, &[]);
+    wait_for("the probe is ready", Duration::from_secs(60), async || {
+        reqwest::get(format!("{}/readyz", serve.base)).await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let reload = reqwest::Client::new().post(format!("{}/-/reload", serve.base)).send().await.unwrap();
+    assert_eq!(reload.status(), 404, "no reload route without --web.enable-lifecycle");
+    std::fs::write(&path, config_text(dir.path(), &svc, &[A, B], "1s")).unwrap();
+    serve.hangup();
+    wait_for("the added target's first cycle", Duration::from_secs(60), async || {
+        !serve.cycles(B.name).await.is_empty()
+    })
+    .await;
     serve.assert_running();
 }
 

@@ -20,7 +20,7 @@
 //! monitor_declared_delay = "2h"
 //! ```
 //!
-//! SIGHUP and `POST /-/reload` re-read the file
+//! SIGHUP and, with `--web.enable-lifecycle`, `POST /-/reload` re-read the file
 //! ([`crate::probe::engine::reloader::ConfigReloader`]): targets are
 //! compared by name and by every field (and the key their variable holds); `listen`
 //! (unless `--listen` overrides it), `state_file`, `max_concurrent_cycles` and the
@@ -64,6 +64,10 @@ pub struct ServeArgs {
     /// The HTTP server's bounds.
     #[command(flatten)]
     pub bounds: ListenArgs,
+    /// Serve `POST /-/reload` (off by default, as in Prometheus: anyone who can reach
+    /// the port could make the process re-read its file). SIGHUP reloads either way.
+    #[arg(long = "web.enable-lifecycle")]
+    pub enable_lifecycle: bool,
 }
 
 /// `serve`'s configuration file: the probe's targets and, typed, the monitor's table.
@@ -204,7 +208,9 @@ async fn serve_config(
         shutdown.clone(),
         metrics,
     ));
-    probe.reload = Some(reloader.clone());
+    if args.enable_lifecycle {
+        probe.reload = Some(reloader.clone());
+    }
     let on_hangup = tokio::spawn(hangups.reload_each(reloader, shutdown.clone()));
     let run =
         probe.run_controlled(targets, state, Arc::new(TracingObserver), listener, None, shutdown.clone(), Some(inbox));
