@@ -427,6 +427,20 @@ fn kubernetes_objects_agree_with_each_other_and_the_config() {
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "http");
     assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
 
+    // Only Prometheus reaches the pods' HTTP port, and a drain takes one replica at a
+    // time: both select exactly the StatefulSet's pods.
+    let policy = find(&objects, "NetworkPolicy", "lockprobe");
+    let budget = find(&objects, "PodDisruptionBudget", "lockprobe");
+    for (kind, selector) in [("NetworkPolicy", &policy["spec"]["podSelector"]), ("PDB", &budget["spec"]["selector"])] {
+        assert_eq!(&selector["matchLabels"], pod_labels, "the {kind} does not select the pods");
+    }
+    assert_eq!(policy["spec"]["policyTypes"], serde_json::json!(["Ingress"]));
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress.len(), 1, "one rule: Prometheus");
+    assert_eq!(ingress[0]["ports"], serde_json::json!([{"port": "http", "protocol": "TCP"}]));
+    assert_eq!(ingress[0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"], "prometheus");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1, "two replicas: one stays through a drain");
+
     // Dashboards: one ConfigMap per dashboards/*.json, holding it byte for byte.
     for entry in std::fs::read_dir(root().join("dashboards")).unwrap() {
         let path = entry.unwrap().path();
