@@ -586,3 +586,70 @@ fn every_alert_has_a_runbook_section() {
         assert!(runbook.contains(&section), "docs/runbook.md has no section for {alert} (expected {section:?})");
     }
 }
+
+/// Every `kubectl` command in the docs names what the manifests make: a `kind/name` is a
+/// rendered object (a `deploy/lockprobe` once stood for a StatefulSet), a `-l` selector
+/// matches a rendered object's labels, and the Secret it creates is the one the pod reads.
+#[test]
+fn kubectl_commands_in_the_docs_name_rendered_objects() {
+    let mut objects = rendered_objects();
+    objects.extend(objects_of(&root().join("deploy/kubernetes/secret.example.yaml")));
+    let kinds = [
+        ("statefulset", "StatefulSet"),
+        ("sts", "StatefulSet"),
+        ("deploy", "Deployment"),
+        ("deployment", "Deployment"),
+        ("svc", "Service"),
+        ("service", "Service"),
+        ("configmap", "ConfigMap"),
+        ("cm", "ConfigMap"),
+        ("secret", "Secret"),
+        ("pod", "Pod"),
+        ("pdb", "PodDisruptionBudget"),
+        ("networkpolicy", "NetworkPolicy"),
+    ];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs")).unwrap().map(|e| e.unwrap().path()).collect();
+    docs.push(root().join("README.md"));
+    let mut checked = 0;
+    let mut stale = Vec::new();
+    for doc in docs.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+        let text = read(doc);
+        let rel = doc.strip_prefix(root()).unwrap().display().to_string();
+        // A command may continue on the next line (a trailing backslash).
+        let joined = text.replace("\\\n", " ");
+        for (n, line) in joined.lines().enumerate() {
+            for call in line.split("kubectl ").skip(1) {
+                let words: Vec<&str> =
+                    call.split(|c: char| c.is_whitespace() || c == '`').take_while(|w| !w.is_empty()).collect();
+                for (i, word) in words.iter().enumerate() {
+                    let a_path = i > 0 && matches!(words[i - 1], "-k" | "-f" | "--kustomize" | "--filename");
+                    if a_path {
+                        continue;
+                    }
+                    if let Some((short, name)) = word.split_once('/') {
+                        let Some((_, kind)) = kinds.iter().find(|(k, _)| *k == short) else { continue };
+                        checked += 1;
+                        if !objects.iter().any(|o| o["kind"] == *kind && o["metadata"]["name"] == name) {
+                            stale.push(format!("{rel}:{}: {word} (no {kind} named {name})", n + 1));
+                        }
+                    } else if *word == "-l" {
+                        let Some((key, value)) = words.get(i + 1).and_then(|s| s.split_once('=')) else { continue };
+                        checked += 1;
+                        if !objects.iter().any(|o| o["metadata"]["labels"][key] == value) {
+                            stale.push(format!("{rel}:{}: -l {key}={value} selects nothing", n + 1));
+                        }
+                    } else if *word == "generic" {
+                        let name = words.get(i + 1).copied().unwrap_or_default();
+                        checked += 1;
+                        let pod = &find(&objects, "StatefulSet", "lockprobe")["spec"]["template"]["spec"];
+                        if pod["containers"][0]["envFrom"][0]["secretRef"]["name"] != name {
+                            stale.push(format!("{rel}:{}: secret {name} is not the one the pod reads", n + 1));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 3, "only {checked} kubectl references found: the scan is broken");
+    assert!(stale.is_empty(), "kubectl commands naming what the manifests do not make:\n{}", stale.join("\n"));
+}
