@@ -95,8 +95,20 @@ const CONDITIONAL: &[(&str, &str)] = &[
     ("lockprobe_store_document_calls_total", "`lockprobe bench` (the counting store)"),
 ];
 
-/// A demo's `/metrics` after its first finished cycle.
-fn demo_metrics() -> String {
+/// What a demo serves after its first finished cycle: `/metrics`, `/api/v1/status` and
+/// `/api/v1/monitor`. Run once for every test that reads it.
+struct DemoScrape {
+    metrics: String,
+    status: serde_json::Value,
+    monitor: serde_json::Value,
+}
+
+fn demo() -> &'static DemoScrape {
+    static DEMO: std::sync::OnceLock<DemoScrape> = std::sync::OnceLock::new();
+    DEMO.get_or_init(demo_scrape)
+}
+
+fn demo_scrape() -> DemoScrape {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
         .args(["demo", "--cycles", "2", "--schedule", "*/2 * * * * *", "--listen", &format!("127.0.0.1:{port}")])
@@ -129,15 +141,34 @@ fn demo_metrics() -> String {
             break;
         }
     }
-    let url = format!("http://127.0.0.1:{port}/metrics");
-    let text = tokio::runtime::Runtime::new().unwrap().block_on(async {
+    let base = format!("http://127.0.0.1:{port}");
+    let scrape = tokio::runtime::Runtime::new().unwrap().block_on(async {
         // The monitor's sweep and the cycle's own series land within a second or two.
         tokio::time::sleep(Duration::from_secs(2)).await;
-        reqwest::get(&url).await.expect("scrape").text().await.unwrap()
+        let get = |path: &str| reqwest::get(format!("{base}{path}"));
+        DemoScrape {
+            metrics: get("/metrics").await.expect("scrape").text().await.unwrap(),
+            status: get("/api/v1/status").await.expect("status").json().await.unwrap(),
+            monitor: get("/api/v1/monitor").await.expect("monitor").json().await.unwrap(),
+        }
     });
     let _ = child.kill();
     let _ = child.wait();
-    text
+    scrape
+}
+
+/// Every key of a JSON value, at any depth.
+fn keys_of(value: &serde_json::Value, into: &mut BTreeSet<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                into.insert(k.clone());
+                keys_of(v, into);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| keys_of(v, into)),
+        _ => {}
+    }
 }
 
 fn registered_in_source(name: &str) -> bool {
@@ -146,9 +177,64 @@ fn registered_in_source(name: &str) -> bool {
         .any(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains(&format!("\"{name}\""))))
 }
 
+/// A `camelCase` field the docs name beside `/api/v1/status` or `/api/v1/monitor` (in
+/// the same paragraph) is one the demo serves there, or a stored document's (the
+/// compatibility corpus); a `snake_case` one must not be a served field misspelt (the
+/// runbook once said `recent_anomalies` where the API says `recentAnomalies`).
+#[test]
+fn every_json_field_the_docs_name_is_served() {
+    let scrape = demo();
+    let mut known = BTreeSet::new();
+    keys_of(&scrape.status, &mut known);
+    keys_of(&scrape.monitor, &mut known);
+    assert!(known.contains("targets") && known.contains("recentAnomalies"), "not the demo's status: {known:?}");
+    for corpus in files(&["json"], &["tests/compat"]) {
+        let stored: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(corpus).unwrap()).unwrap();
+        keys_of(&stored, &mut known);
+    }
+    let camel_of = |t: &str| {
+        let mut words = t.split('_');
+        let first = words.next().unwrap_or_default().to_owned();
+        words.fold(first, |acc, w| acc + &w[..1].to_uppercase() + &w[1..])
+    };
+    let field_like = |t: &str| {
+        t.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+            && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && (t.chars().any(|c| c.is_ascii_uppercase()) || t.contains('_'))
+            && !t.ends_with('_')
+            && !t.contains("__")
+    };
+    let mut checked = 0;
+    let mut stale = Vec::new();
+    for file in prose() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut line_no = 1;
+        for paragraph in text.split("\n\n") {
+            let about_the_api = paragraph.contains("/api/v1/status") || paragraph.contains("/api/v1/monitor");
+            for (n, line) in paragraph.lines().enumerate() {
+                // Metric names and flags are checked by their own tests.
+                let fields =
+                    line.split('`').skip(1).step_by(2).filter(|t| field_like(t) && !t.starts_with("lockprobe_"));
+                for field in fields.filter(|_| about_the_api) {
+                    checked += 1;
+                    let misspelt = field.contains('_') && known.contains(&camel_of(field));
+                    let unknown = !field.contains('_') && !known.contains(field);
+                    if misspelt || unknown {
+                        let rel = file.strip_prefix(repo()).unwrap().display();
+                        stale.push(format!("{rel}:{}: `{field}`", line_no + n));
+                    }
+                }
+            }
+            line_no += paragraph.lines().count() + 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} fields found in the docs: the scan is broken");
+    assert!(stale.is_empty(), "fields the docs name that nothing serves:\n{}", stale.join("\n"));
+}
+
 #[test]
 fn every_metric_the_docs_name_is_exported() {
-    let scrape = demo_metrics();
+    let scrape = &demo().metrics;
     let exported: BTreeSet<&str> = scrape
         .lines()
         .filter(|l| !l.starts_with('#'))
