@@ -49,7 +49,7 @@ use crate::listener::{self, Limits};
 use crate::routing::cache::TieredCache;
 use crate::routing::client::DEFAULT_MAX_DECISION_AGE;
 use crate::routing::lifecycle::{DEFAULT_KEYED_RECORDS, DEFAULT_SKEW_MARGIN};
-use crate::routing::{ClientOptions, Deviations, LockPolicy, RoutingClient};
+use crate::routing::{ClientOptions, CommitObserver, Deviations, LockPolicy, RoutingClient};
 use crate::store::LocationStore;
 use crate::versions;
 pub use design::LockDesign;
@@ -268,8 +268,8 @@ pub struct Instance {
     pub config: Arc<ServiceConfig>,
 }
 
-/// Builds one instance's state over the shared store and data, without the service's
-/// own metrics (see [`instance_with_metrics`]).
+/// Builds one instance's state over the shared store and data, its writes observed by
+/// nobody (see [`instance_observed`]).
 pub fn instance(
     index: usize,
     config: Arc<ServiceConfig>,
@@ -277,19 +277,18 @@ pub fn instance(
     clock: Arc<dyn Clock>,
     items: Arc<ItemStores>,
 ) -> anyhow::Result<Arc<Instance>> {
-    instance_with_metrics(index, config, store, clock, items, None)
+    instance_observed(index, config, store, clock, items, None)
 }
 
-/// [`instance`], observing what its lock calls write into `metrics`: registered once on
-/// a registry and shared by every instance serving it (a second registration of the
-/// same names on one registry is refused).
-pub fn instance_with_metrics(
+/// [`instance`], handing every version its lock calls write to `observer`: the
+/// service's own metrics ([`start`]), or a harness measuring document sizes.
+pub fn instance_observed(
     index: usize,
     config: Arc<ServiceConfig>,
     store: Arc<dyn LocationStore>,
     clock: Arc<dyn Clock>,
     items: Arc<ItemStores>,
-    metrics: Option<ServiceMetrics>,
+    observer: Option<CommitObserver>,
 ) -> anyhow::Result<Arc<Instance>> {
     let cache = TieredCache::try_new(&config.cache_ttls)?;
     let deviations = Deviations {
@@ -311,11 +310,11 @@ pub fn instance_with_metrics(
     };
     let options = ClientOptions { max_decision_age: config.max_decision_age, ..ClientOptions::default() };
     let mut routing = RoutingClient::new(store, clock, cache, policy, options);
-    if let Some(metrics) = metrics {
+    if let Some(observer) = observer {
         // The library hands over each version as written: the version a call returns
         // is settled (its pending record dropped), and a call repeated under its
         // idempotency key returns one without writing anything.
-        routing = routing.with_commit_observer(Arc::new(move |doc| metrics.document_committed(doc)));
+        routing = routing.with_commit_observer(observer);
     }
     Ok(Arc::new(Instance { index, routing, items, config }))
 }
@@ -428,6 +427,8 @@ pub async fn start(
     // store's: /metrics then shows them alone.
     let registry = config.metrics.get_or_insert_with(prometheus::Registry::new).clone();
     let metrics = ServiceMetrics::register(&registry)?;
+    // One histogram, registered once, shared by every instance.
+    let observer: CommitObserver = Arc::new(move |doc| metrics.document_committed(doc));
     let config = Arc::new(config);
     let items = Arc::new(ItemStores::default());
     let mut addrs = Vec::new();
@@ -438,7 +439,7 @@ pub async fn start(
             None => clock.clone(),
         };
         let state =
-            instance_with_metrics(index, config.clone(), store.clone(), clock, items.clone(), Some(metrics.clone()))?;
+            instance_observed(index, config.clone(), store.clone(), clock, items.clone(), Some(observer.clone()))?;
         let listener =
             tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding instance {index} to {addr}"))?;
         let bound = listener.local_addr()?;

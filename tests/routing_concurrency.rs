@@ -294,3 +294,34 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
         assert_eq!(changes.iter().filter(|c| c.doc.doc.id == id).count(), 1, "{id}: the pre-lock is the only write");
     }
 }
+
+/// The commit observer (how the service's document-size metric and the harnesses see
+/// what a client writes) is handed exactly the versions the store holds: a write that
+/// lost its race is refused by the store and not seen, the retry that landed is seen
+/// once, pending record included.
+#[tokio::test]
+async fn the_commit_observer_sees_each_committed_version_once_and_no_refused_one() {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store = stores::Instrumented::new(clock.clone(), MemoryStoreConfig::default());
+    store.memory.create(&LocationDocument::new("r1", "westeurope")).await.unwrap();
+    let seen: Arc<Mutex<Vec<LocationDocument>>> = Arc::default();
+    let log = seen.clone();
+    let client = RoutingClient::new(
+        store.store(),
+        clock,
+        TieredCache::try_new(&[Duration::from_secs(5)]).unwrap(),
+        LockPolicy::new(Duration::from_secs(1), Duration::from_secs(600)),
+        ClientOptions::default(),
+    )
+    .with_commit_observer(Arc::new(move |doc| log.lock().unwrap().push(doc.clone())));
+    store.inject(OpKind::Replace, FaultAction::LostRace, 1);
+    let req = PreLockRequest { owner: "o".into(), duration: Duration::from_secs(60), target_location: None };
+    client.pre_lock("r1", &req).await.unwrap();
+    assert_eq!(store.counts().replace, 2, "the first replace lost its race, the retry landed");
+
+    let changes = store.memory.read_changes(&ChangeCursor::beginning(), 100).await.unwrap().changes;
+    let written: Vec<&LocationDocument> = changes.iter().skip(1).map(|c| &c.doc.doc).collect();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.iter().collect::<Vec<_>>(), written, "the seed is not the client's; the pre-lock is seen once");
+    assert!(seen[0].pending.is_some(), "seen as stored, pending record included");
+}

@@ -30,11 +30,12 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use super::measure;
-use super::sizes::{DocumentSizes, SizeTable, SizingStore};
+use super::sizes::{DocumentSizes, SizeTable};
 use crate::clock::{Clock, SystemClock};
 use crate::document::LocationDocument;
+use crate::routing::CommitObserver;
 use crate::service::items::ItemStores;
-use crate::service::{instance, router, LockDesign, ServiceConfig};
+use crate::service::{instance, instance_observed, router, LockDesign, ServiceConfig};
 use crate::store::counting::{CountingStore, StoreCounts};
 use crate::store::LocationStore;
 
@@ -150,9 +151,10 @@ pub async fn run(spec: &LoadSpec, store: Arc<dyn LocationStore>) -> anyhow::Resu
         .collect::<anyhow::Result<_>>()?;
     let sizes = Arc::new(DocumentSizes::new());
     let orchestrator = {
-        let store: Arc<dyn LocationStore> =
-            Arc::new(SizingStore::new(Arc::new(orchestration_store.clone()), sizes.clone()));
-        router(instance(spec.instances, config.clone(), store, clock.clone(), items.clone())?)
+        let store: Arc<dyn LocationStore> = Arc::new(orchestration_store.clone());
+        let sizes = sizes.clone();
+        let observer: CommitObserver = Arc::new(move |doc| sizes.record(doc));
+        router(instance_observed(spec.instances, config.clone(), store, clock.clone(), items.clone(), Some(observer))?)
     };
 
     // The population: every resource has its routing document, old enough for the

@@ -2,26 +2,21 @@
 //! at the p99 of a fleet's versions, never more than the record budget's worst case,
 //! under 100 KiB) checked on the versions a harness run makes.
 //!
-//! [`SizingStore`] sits in front of the store of the clients whose writes are measured
-//! and hands every version the store committed to a [`DocumentSizes`]: the bytes the
-//! store holds, pending record included, each version once (a write the store refused
-//! is not counted). The size is counted as the JSON is written
-//! ([`LocationDocument::serialized_len`]), never built, and kept exactly per byte count
-//! up to 16 KiB (an HDR histogram to three significant digits above, past the budget),
-//! so p50, p99 and the largest are exact for documents within it. A client of the routing
-//! library can hand versions over itself instead ([`DocumentSizes::record`] as its
-//! [`crate::routing::CommitObserver`]), as the replay does.
+//! The routing clients whose writes are measured hand every version the store committed
+//! to a [`DocumentSizes`] ([`DocumentSizes::record`] as their
+//! [`crate::routing::CommitObserver`]): the bytes the store holds, pending record
+//! included, each version once (a write the store refused is not counted). The size is
+//! counted as the JSON is written ([`LocationDocument::serialized_len`]), never built, and
+//! kept exactly per byte count up to 16 KiB (an HDR histogram to three significant digits
+//! above, past the budget), so p50, p99 and the largest are exact for documents within
+//! it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
-use async_trait::async_trait;
 use hdrhistogram::Histogram;
 
 use crate::document::{LocationDocument, LOCK_STATES};
-use crate::store::{
-    ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
-};
 
 /// The contract's budget at the 99th percentile of the versions written.
 pub const P99_BUDGET_BYTES: u64 = 4 * 1024;
@@ -213,74 +208,18 @@ impl SizeTable {
     }
 }
 
-/// A store that hands every version committed through it to a [`DocumentSizes`], and
-/// otherwise passes every call on.
-#[derive(Debug, Clone)]
-pub struct SizingStore {
-    inner: Arc<dyn LocationStore>,
-    sizes: Arc<DocumentSizes>,
-}
-
-impl SizingStore {
-    /// Measures the writes made through it to `inner` into `sizes`.
-    pub fn new(inner: Arc<dyn LocationStore>, sizes: Arc<DocumentSizes>) -> Self {
-        Self { inner, sizes }
-    }
-}
-
-#[async_trait]
-impl LocationStore for SizingStore {
-    async fn read(&self, id: &str, from: ReadFrom) -> Result<Versioned, StoreError> {
-        self.inner.read(id, from).await
-    }
-
-    async fn read_shared(&self, id: &str, from: ReadFrom) -> Result<Arc<Versioned>, StoreError> {
-        self.inner.read_shared(id, from).await
-    }
-
-    async fn create(&self, doc: &LocationDocument) -> Result<Committed, StoreError> {
-        let committed = self.inner.create(doc).await?;
-        self.sizes.record(doc);
-        Ok(committed)
-    }
-
-    async fn replace(&self, doc: &LocationDocument, if_match: &ETag) -> Result<Committed, StoreError> {
-        let committed = self.inner.replace(doc, if_match).await?;
-        self.sizes.record(doc);
-        Ok(committed)
-    }
-
-    async fn read_changes(&self, cursor: &ChangeCursor, limit: usize) -> Result<ChangeBatch, StoreError> {
-        self.inner.read_changes(cursor, limit).await
-    }
-
-    async fn scan(&self, after: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
-        self.inner.scan(after, limit).await
-    }
-
-    fn region(&self) -> Option<String> {
-        self.inner.region()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
-    use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 
-    #[tokio::test]
-    async fn committed_versions_are_counted_by_phase_and_refused_ones_are_not() {
-        let memory = Arc::new(MemoryStore::new(Arc::new(ManualClock::at_epoch()), MemoryStoreConfig::default()));
-        let sizes = Arc::new(DocumentSizes::new());
-        let store = SizingStore::new(memory, sizes.clone());
+    #[test]
+    fn versions_are_counted_by_phase_and_ranked_exactly() {
+        let sizes = DocumentSizes::new();
         let small = LocationDocument::new("r1", "westeurope");
-        let created = store.create(&small).await.unwrap();
-        // A second create of the same id conflicts: nothing was committed.
-        assert!(store.create(&small).await.is_err());
+        sizes.record(&small);
         let mut large = LocationDocument::new("r1", "northeurope");
         large.extra.insert("padding".into(), "x".repeat(5_000).into());
-        store.replace(&large, &created.etag).await.unwrap();
+        sizes.record(&large);
         let table = sizes.table();
         let unlocked = table.phase("unlocked").unwrap();
         assert_eq!(unlocked.versions, 2);

@@ -198,9 +198,11 @@ pub enum SwapPlan {
 
 /// Called with each document version a lock call of the client wrote, as written: what
 /// the store holds, pending record included, which the version a call returns (settled)
-/// no longer carries. Once per version the store committed, whether or not the call then
-/// took effect; a call answered from its idempotency record writes nothing and is not
-/// seen. Runs on the caller's task right after the store's answer: keep it cheap.
+/// no longer carries. Once per version the store confirmed it committed, whether or not
+/// the call then took effect; a write refused by the store, and one whose outcome the
+/// store left unknown (which may have landed), is not seen; a call answered from its
+/// idempotency record writes nothing and is not seen. Runs on the caller's task right
+/// after the store's answer: keep it cheap.
 pub type CommitObserver = Arc<dyn Fn(&LocationDocument) + Send + Sync>;
 
 /// The observer, if any, shown in `Debug` only by its presence.
