@@ -52,6 +52,17 @@ async fn closed_by_server(mut s: TcpStream, within: Duration) -> bool {
     }
 }
 
+/// Sends `request` on a fresh connection and reads until the server closes it, for at
+/// most 10 s: whether it closed, and what came back, lower-cased. The server may answer
+/// and close before it has read everything sent, so a write cut short is no error.
+async fn exchange(addr: &str, request: &str) -> (bool, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let _ = s.write_all(request.as_bytes()).await;
+    let mut response = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut response)).await.is_ok();
+    (closed, String::from_utf8_lossy(&response).to_lowercase())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowloris_holds_a_connection_only_until_the_header_timeout_and_never_more_than_the_cap() {
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -133,12 +144,7 @@ async fn a_body_over_the_limit_is_refused_as_problem_json_whatever_its_framing()
     let requests =
         [head(&format!("Content-Length: {}\r\n", big.len())) + &big, head("Transfer-Encoding: chunked\r\n") + &chunked];
     for request in requests {
-        let mut s = TcpStream::connect(&addr).await.unwrap();
-        s.write_all(request.as_bytes()).await.unwrap();
-        let mut response = Vec::new();
-        // The server may answer before reading the whole body and close: read what came.
-        let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut response)).await;
-        let text = String::from_utf8_lossy(&response).to_lowercase();
+        let (_, text) = exchange(&addr, &request).await;
         assert!(text.starts_with("http/1.1 413"), "{text}");
         assert!(text.contains("content-type: application/problem+json"), "{text}");
         assert!(text.contains("urn:lockprobe:error:payload-too-large"), "{text}");
@@ -159,24 +165,15 @@ async fn errors_below_the_handlers_are_the_ones_the_contract_lists() {
         ("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: a\x7fb\r\n\r\n".to_owned(), "400"),
         ("POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n".to_owned(), "400"),
     ] {
-        let mut s = TcpStream::connect(&addr).await.unwrap();
-        // The server may answer and close before it has read everything sent.
-        let _ = s.write_all(request.as_bytes()).await;
-        let mut response = Vec::new();
-        let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut response)).await;
-        assert!(read.is_ok(), "{status}: the connection was not closed");
-        let text = String::from_utf8_lossy(&response).to_lowercase();
+        let (closed, text) = exchange(&addr, &request).await;
+        assert!(closed, "{status}: the connection was not closed");
         assert!(text.starts_with(&format!("http/1.1 {status}")), "{status}: {text}");
         assert!(text.contains("content-length: 0"), "{status}: {text}");
     }
     // A head just under the limit is served.
-    let mut s = TcpStream::connect(&addr).await.unwrap();
     let under = "a".repeat(60_000);
-    s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {under}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut response = Vec::new();
-    s.read_to_end(&mut response).await.unwrap();
-    assert!(String::from_utf8_lossy(&response).starts_with("HTTP/1.1 200"));
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {under}\r\nConnection: close\r\n\r\n");
+    let (closed, text) = exchange(&addr, &request).await;
+    assert!(closed && text.starts_with("http/1.1 200"), "{text:.200}");
     shutdown.cancel();
 }
