@@ -21,7 +21,9 @@
 //!      durations for people, the light and dark palette (contrast-checked), the page
 //!      frame with its refresh, sparklines.
 //!    - [`listener`]: the one accept path of every HTTP server the package runs, with
-//!      its bounds (connections, the time to send a request head, body size) and TLS.
+//!      its bounds (connections, the time to send a request head, body size), TLS from
+//!      files, and `--web.config.file` (TLS, client certificates, bcrypt basic
+//!      authentication; re-read on change).
 //! 2. [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
 //!    [`store::cosmos`] the Azure Cosmos DB backend (which discovers the account's write
 //!    region and follows a failover), [`store::faults`] a wrapper around either and the

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use lockprobe::app::usage::{exit_code, EXIT_USAGE};
-use lockprobe::app::{bench, demo, gate, monitor, serve, service, validate};
+use lockprobe::app::{bench, demo, gate, listen, monitor, serve, service, validate};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,10 +50,15 @@ enum Command {
     /// Measure the embedded lock design against the lock-record baseline: store reads
     /// per user operation, latency and throughput, at several fractions migrating.
     Bench(Box<bench::BenchArgs>),
-    /// Check a probe configuration file; exit 64 naming the bad field.
+    /// Check a probe configuration file and/or a web configuration file, as `serve`
+    /// and `monitor` load them; exit 64 naming the bad field.
+    #[command(arg_required_else_help = true)]
     CheckConfig {
         /// The TOML configuration file.
-        file: std::path::PathBuf,
+        file: Option<std::path::PathBuf>,
+        /// A web configuration file (TLS and basic authentication of the endpoints).
+        #[arg(long = "web.config.file", value_name = "FILE")]
+        web_config_file: Option<std::path::PathBuf>,
     },
 }
 
@@ -102,7 +107,15 @@ fn main() -> ExitCode {
             Command::Bench(args) => bench::run(*args, shutdown).await,
             Command::Serve(args) => serve::run(args, shutdown).await.map(|()| 0),
             Command::Monitor(cmd) => monitor::run(*cmd, shutdown).await.map(|()| 0),
-            Command::CheckConfig { file } => serve::check_config(&file).map(|()| 0),
+            Command::CheckConfig { file, web_config_file } => {
+                if let Some(file) = &file {
+                    serve::check_config(file)?;
+                }
+                if let Some(web) = &web_config_file {
+                    listen::check_web_config(web)?;
+                }
+                Ok(0)
+            }
         }
     });
     match result {

@@ -12,7 +12,7 @@
 //! - [`openapi`]: the contract's OpenAPI 3.1 description, served at `GET /openapi.json`.
 //! - [`metrics`]: the service's own metrics on `GET /metrics` (the size of the documents
 //!   its lock calls write).
-//! - [`tls`]: HTTPS, optionally requiring client certificates.
+//! - HTTPS, optionally requiring client certificates: [`crate::listener::tls`].
 //!
 //! Every answer names the contract version and the library version that made it
 //! ([`CONTRACT_HEADER`], [`LIBRARY_HEADER`]), so a client sees a mixed fleet.
@@ -29,7 +29,6 @@ pub mod items;
 pub mod lock_api;
 pub mod metrics;
 pub mod openapi;
-pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -136,7 +135,7 @@ pub struct ServiceConfig {
     /// [`start`] makes one for its own metrics when none is set; an instance built
     /// alone ([`instance`]) serves this as it is, nothing when unset.
     pub metrics: Option<prometheus::Registry>,
-    /// Serve HTTPS with this configuration ([`tls::server_config`]) instead of HTTP.
+    /// Serve HTTPS with this configuration ([`crate::listener::tls::server_config`]) instead of HTTP.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     /// Where locks live (see [`design`]).
     pub lock_design: LockDesign,
@@ -451,7 +450,7 @@ pub async fn start(
         let tls = config.tls.clone().map(tokio_rustls::TlsAcceptor::from);
         let limits = Limits { max_request_body: config.max_body_bytes, ..config.limits };
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = listener::serve(listener, tls, app, limits, stop).await {
+            if let Err(e) = listener::serve(listener, listener::Guards::tls(tls), app, limits, stop).await {
                 tracing::error!(instance = index, error = %e, "service instance failed");
             }
         }));

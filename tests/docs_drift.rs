@@ -93,6 +93,8 @@ const CONDITIONAL: &[(&str, &str)] = &[
     ("lockprobe_enforcement_violations_total", "a cycle that found a violation"),
     ("lockprobe_enforcement_violation_unresolved", "a cycle that found a violation"),
     ("lockprobe_store_document_calls_total", "`lockprobe bench` (the counting store)"),
+    ("lockprobe_web_config_last_reload_success_timestamp_seconds", "`--web.config.file`"),
+    ("lockprobe_web_config_last_reload_successful", "`--web.config.file`"),
 ];
 
 /// What a demo serves after its first finished cycle: `/metrics`, `/api/v1/status` and

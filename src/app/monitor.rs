@@ -12,7 +12,7 @@ use prometheus::Registry;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use super::listen::ListenArgs;
+use super::listen::{ListenArgs, WebArgs};
 use super::store::{CosmosArgs, OpenStoreError, StoreArgs, StoreKind};
 use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
@@ -54,6 +54,9 @@ pub struct MonitorCommand {
     /// The listener's bounds.
     #[command(flatten)]
     pub bounds: ListenArgs,
+    /// The endpoints' TLS and authentication.
+    #[command(flatten)]
+    pub web: WebArgs,
 }
 
 /// A bad monitor setting as a usage error naming its flag.
@@ -80,7 +83,7 @@ pub async fn run(cmd: MonitorCommand, shutdown: CancellationToken) -> anyhow::Re
     cmd.section.monitor.validate().map_err(flag_error)?;
     let listener =
         tokio::net::TcpListener::bind(cmd.listen).await.with_context(|| format!("binding --listen {}", cmd.listen))?;
-    serve(cmd.section, listener, limits, shutdown).await
+    serve(cmd.section, listener, limits, &cmd.web, shutdown).await
 }
 
 /// Like [`run`], on a listener the caller bound (`--listen` is ignored), so a test
@@ -93,18 +96,20 @@ pub async fn run_on(
 ) -> anyhow::Result<()> {
     cmd.section.monitor.validate().map_err(flag_error)?;
     let limits = cmd.bounds.limits()?;
-    serve(cmd.section, listener, limits, shutdown).await
+    serve(cmd.section, listener, limits, &cmd.web, shutdown).await
 }
 
 async fn serve(
     section: MonitorSection,
     listener: tokio::net::TcpListener,
     limits: Limits,
+    web: &WebArgs,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let registry = Registry::new();
     exposition::register_process_metrics(&registry)?;
+    let guards = web.guards(&registry, shutdown.clone())?;
     // `memory` only through `run_on` (tests): an empty store of this process.
     let store = section
         .store
@@ -115,8 +120,9 @@ async fn serve(
     let app = http::router(monitor.clone())
         .merge(http::health_router(monitor.clone()))
         .route(exposition::PATH, exposition::route(registry));
-    println!("lockprobe monitor: listening on http://{}", listener.local_addr()?);
-    let serve = listener::serve(listener, None, app, limits, shutdown.clone());
+    let scheme = if guards.tls_now() { "https" } else { "http" };
+    println!("lockprobe monitor: listening on {scheme}://{}", listener.local_addr()?);
+    let serve = listener::serve(listener, guards, app, limits, shutdown.clone());
     let (_, served) = tokio::join!(monitor.run(shutdown.clone()), serve);
     served.context("serving the monitor's endpoints")
 }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use super::listen::ListenArgs;
+use super::listen::{ListenArgs, WebArgs};
 use super::monitor::MonitorSection;
 use super::store::OpenStoreError;
 use super::tasks::{Background, GRACE};
@@ -68,6 +68,9 @@ pub struct ServeArgs {
     /// the port could make the process re-read its file). SIGHUP reloads either way.
     #[arg(long = "web.enable-lifecycle")]
     pub enable_lifecycle: bool,
+    /// The HTTP server's TLS and authentication.
+    #[command(flatten)]
+    pub web: WebArgs,
 }
 
 /// `serve`'s configuration file: the probe's targets and, typed, the monitor's table.
@@ -161,6 +164,7 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> anyhow::Result
     let config = load(&args.config)?;
     check_state_file(&args.config, &config)?;
     let mut probe = Probe::new()?;
+    probe.guards = args.web.guards(probe.metrics.registry(), shutdown.clone())?;
     // The monitor runs beside the probe, on the tracker, and stops after it.
     let background = Background::new();
     if let Some(section) = config.monitor.clone() {

@@ -11,7 +11,7 @@ use super::listen::ListenArgs;
 use super::store::{OpenStoreError, StoreArgs};
 use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
-use crate::service::tls::{server_config, ServerTlsFile, ServerTlsFiles};
+use crate::listener::tls::{server_config, ServerTlsFile, ServerTlsFiles};
 use crate::service::{start, ClockSkew, Fault, LockDesign, ServiceConfig};
 use crate::store::counting::CountingStore;
 use crate::store::faults::{FaultRule, FaultyStore};
@@ -134,7 +134,7 @@ impl ServiceArgs {
                 _ => Err(UsageError::new("--tls-cert and --tls-key go together (and --tls-client-ca needs them)")),
             };
         };
-        let files = ServerTlsFiles { cert: cert.clone(), key: key.clone(), client_ca: self.tls_client_ca.clone() };
+        let files = ServerTlsFiles::new(cert.clone(), key.clone(), self.tls_client_ca.clone());
         let config = server_config(&files).map_err(|e| {
             let flag = match e.file {
                 ServerTlsFile::Cert => "--tls-cert",

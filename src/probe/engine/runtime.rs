@@ -186,6 +186,8 @@ pub struct Probe {
     pub extra_routes: Option<axum::Router>,
     /// The HTTP server's bounds (connections, the time to send a request head).
     pub limits: crate::listener::Limits,
+    /// The HTTP server's TLS and authentication (`--web.config.file`); none by default.
+    pub guards: crate::listener::Guards,
     /// What `POST /-/reload` calls (`serve`, which knows the configuration file); without
     /// it the route does not exist.
     pub reload: Option<Arc<dyn Reload>>,
@@ -205,6 +207,7 @@ impl Probe {
             status: Arc::new(ProbeStatus::new()),
             extra_routes: None,
             limits: crate::listener::Limits::default(),
+            guards: crate::listener::Guards::open(),
             reload: None,
             max_concurrent_cycles: DEFAULT_MAX_CONCURRENT_CYCLES,
             clients: Arc::default(),
@@ -272,6 +275,7 @@ impl Probe {
             AppState { metrics: self.metrics.clone(), status: self.status.clone(), reload: self.reload.clone() },
             self.extra_routes.clone(),
             self.limits,
+            self.guards.clone(),
             server_stop.clone(),
         ));
 

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::reload::{Reload, ReloadError, TYPE_PREFIX};
 use crate::exposition;
-use crate::listener::{self, Limits};
+use crate::listener::{self, Guards, Limits};
 use crate::probe::outputs::metrics::Metrics;
 use crate::probe::outputs::status::{ProbeStatus, StatusDocument};
 
@@ -42,20 +42,21 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Serves `router(state)`, plus `extra` routes when given (e.g. the monitor's
-/// `/api/v1/monitor` in `serve` and `demo`), on `listener` within `limits` until
-/// `shutdown` fires.
+/// `/api/v1/monitor` in `serve` and `demo`), on `listener` within `limits`, behind
+/// `guards`, until `shutdown` fires.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     extra: Option<Router>,
     limits: Limits,
+    guards: Guards,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let app = match extra {
         Some(extra) => router(state).merge(extra),
         None => router(state),
     };
-    listener::serve(listener, None, app, limits, shutdown).await
+    listener::serve(listener, guards, app, limits, shutdown).await
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {

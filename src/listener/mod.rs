@@ -17,10 +17,20 @@
 //!   the connections of a flood have closed (RELIABILITY.md, "A flood of half-sent
 //!   requests", has the measurement).
 //!
+//! - **TLS and basic authentication** come from a [`Guards`]: none, the reference
+//!   service's TLS flags, or a web configuration file that is re-read when it changes
+//!   ([`web_config`]). A connection's TLS is what was in force when it was accepted; its
+//!   every request is checked against the users in force when it arrives.
+//!
 //! Errors hyper answers itself, before any handler runs (a malformed request line or
 //! header: 400; a head over the limit, a long request target included: 431; both with an
 //! empty body), cannot be shaped into problem+json; docs/contract.md lists them.
 
+pub mod basic_auth;
+pub mod tls;
+pub mod web_config;
+
+use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,11 +38,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -124,6 +136,72 @@ fn descriptor_limit() -> Option<u64> {
     (got == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
+/// What a connection and its requests must pass before they reach the app.
+#[derive(Clone, Default)]
+pub struct Guard {
+    /// TLS first, when set.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// When set, every request but [`UNGUARDED_PATHS`] needs HTTP basic authentication
+    /// as one of these users.
+    pub users: Option<Arc<basic_auth::BasicAuthUsers>>,
+    /// Headers added to every response.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("tls", &self.tls.is_some())
+            .field("users", &self.users.as_ref().map(|u| u.len()))
+            .field("headers", &self.headers)
+            .finish()
+    }
+}
+
+/// Paths answered without basic authentication: a liveness or readiness check (a
+/// kubelet's, a load balancer's) carries no credentials, and their answers say no more
+/// than whether the process is up. TLS, when on, still applies to them.
+pub const UNGUARDED_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+
+/// The [`Guard`] in force for a listener: fixed, or replaced as a web configuration
+/// changes.
+#[derive(Clone, Debug)]
+pub struct Guards(watch::Receiver<Arc<Guard>>);
+
+impl Guards {
+    /// Plain HTTP, no authentication.
+    pub fn open() -> Self {
+        Self::fixed(Guard::default())
+    }
+
+    /// TLS with `acceptor` when given, no authentication (the reference service, whose
+    /// lock API has its own).
+    pub fn tls(acceptor: Option<tokio_rustls::TlsAcceptor>) -> Self {
+        Self::fixed(Guard { tls: acceptor, ..Guard::default() })
+    }
+
+    /// Always `guard`.
+    pub fn fixed(guard: Guard) -> Self {
+        // The sender may go: a receiver keeps the last value.
+        let (_sender, receiver) = watch::channel(Arc::new(guard));
+        Self(receiver)
+    }
+
+    /// Whatever `receiver` holds at the time.
+    pub fn watching(receiver: watch::Receiver<Arc<Guard>>) -> Self {
+        Self(receiver)
+    }
+
+    /// Whether connections accepted now start with TLS.
+    pub fn tls_now(&self) -> bool {
+        self.current().tls.is_some()
+    }
+
+    fn current(&self) -> Arc<Guard> {
+        self.0.borrow().clone()
+    }
+}
+
 /// Connections open now, across every listener of the process (the flood test and the
 /// allocator's trim read it).
 static OPEN: AtomicUsize = AtomicUsize::new(0);
@@ -133,12 +211,12 @@ pub fn open_connections() -> usize {
     OPEN.load(Ordering::Relaxed)
 }
 
-/// Serves `app` on `listener` within `limits` (TLS first when `tls` is given) until
-/// `shutdown`; then stops accepting, lets each open connection finish the request it is
-/// serving, and returns once they are closed.
+/// Serves `app` on `listener` within `limits`, behind `guards`, until `shutdown`; then
+/// stops accepting, lets each open connection finish the request it is serving, and
+/// returns once they are closed.
 pub async fn serve(
     listener: TcpListener,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    guards: Guards,
     app: Router,
     limits: Limits,
     shutdown: CancellationToken,
@@ -179,10 +257,10 @@ pub async fn serve(
                 continue;
             }
         };
-        let (app, tls, closing) = (app.clone(), tls.clone(), closing.clone());
+        let (app, guards, closing) = (app.clone(), guards.clone(), closing.clone());
         tokio::spawn(async move {
             let _open = Open::new();
-            connection(stream, peer, tls, app, limits, closing).await;
+            connection(stream, peer, guards, app, limits, closing).await;
             drop(slot);
         });
     }
@@ -237,30 +315,41 @@ fn trim() {}
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    guards: Guards,
     app: Router,
     limits: Limits,
     closing: CancellationToken,
 ) {
+    let tls = guards.current().tls.clone();
     match tls {
-        None => http(stream, app, limits, closing).await,
+        None => http(stream, guards, app, limits, closing).await,
         Some(acceptor) => match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
-            Ok(Ok(tls)) => http(tls, app, limits, closing).await,
+            Ok(Ok(tls)) => http(tls, guards, app, limits, closing).await,
             Ok(Err(e)) => tracing::info!(%peer, error = %e, "tls handshake refused"),
             Err(_) => tracing::info!(%peer, "tls handshake timed out"),
         },
     }
 }
 
-async fn http<S>(stream: S, app: Router, limits: Limits, closing: CancellationToken)
+async fn http<S>(stream: S, guards: Guards, app: Router, limits: Limits, closing: CancellationToken)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-        // Every body is bounded, whatever reads it: axum's extractors answer 413 when the
-        // limit is hit.
-        let request = request.map(|body| Body::new(http_body_util::Limited::new(body, limits.max_request_body)));
-        app.clone().oneshot(request)
+        let (app, guard) = (app.clone(), guards.current());
+        async move {
+            if let Some(users) = &guard.users {
+                let unguarded = UNGUARDED_PATHS.contains(&request.uri().path());
+                if !unguarded && !users.admits(request.headers().get(header::AUTHORIZATION)).await {
+                    return Ok::<_, Infallible>(with_headers(unauthorized(), &guard));
+                }
+            }
+            // Every body is bounded, whatever reads it: axum's extractors answer 413 when
+            // the limit is hit.
+            let request = request.map(|body| Body::new(http_body_util::Limited::new(body, limits.max_request_body)));
+            let response = app.oneshot(request).await?;
+            Ok(with_headers(response, &guard))
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).max_header_size(MAX_HEAD_BYTES);
@@ -273,6 +362,28 @@ where
             let _ = conn.await;
         }
     }
+}
+
+/// 401 problem+json, asking for basic authentication.
+fn unauthorized() -> Response {
+    let body = serde_json::json!({
+        "type": "urn:lockprobe:error:unauthorized",
+        "title": "Unauthorized",
+        "status": 401,
+        "detail": "this endpoint needs HTTP basic authentication as a user of the web configuration (--web.config.file)",
+    });
+    let mut response = (StatusCode::UNAUTHORIZED, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+    headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"lockprobe\", charset=\"UTF-8\""));
+    response
+}
+
+fn with_headers(mut response: Response, guard: &Guard) -> Response {
+    for (name, value) in &guard.headers {
+        response.headers_mut().insert(name.clone(), value.clone());
+    }
+    response
 }
 
 #[cfg(test)]
