@@ -18,6 +18,9 @@
 //! and runs scripts/setup-packaging-tools.sh for the pinned rest (.test-tools/venv and
 //! scripts/k8s-validate/node_modules).
 
+#[path = "support/pki.rs"]
+mod pki;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -29,6 +32,10 @@ use serde_json::Value;
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.30.0", "1.37.0"];
 const MONITORING_GROUP: &str = "monitoring.coreos.com/";
 const CONFIG_PATH: &str = "/etc/lockprobe/lockprobe.toml";
+/// Where the StatefulSet mounts web.yml (`serve --web.config.file`).
+const WEB_CONFIG_PATH: &str = "/etc/lockprobe-web/web.yml";
+/// Where it mounts the TLS Secret (tls.crt, tls.key) web.yml names.
+const TLS_DIR: &str = "/etc/lockprobe-tls";
 const STATE_DIR: &str = "/var/lib/lockprobe";
 const INSTALL_HINT: &str =
     "run `bash scripts/install-test-deps.sh` (scripts/setup-packaging-tools.sh for the pinned tools)";
@@ -207,14 +214,18 @@ fn core_kinds_pass_kubernetes_validate() {
     let objects = rendered_objects();
     let rendered = render(dir.path());
     let secret = root().join("deploy/kubernetes/secret.example.yaml");
+    let web = root().join("deploy/kubernetes/web-config.example.yaml");
     let core: BTreeSet<String> = objects
         .iter()
         .filter(|o| !str_of(&o["apiVersion"]).starts_with(MONITORING_GROUP))
         .map(|o| format!("{}/{}", str_of(&o["kind"]).to_lowercase(), str_of(&o["metadata"]["name"])))
-        .chain(["secret/lockprobe-api-keys".to_string()])
+        .chain(
+            ["secret/lockprobe-api-keys", "secret/lockprobe-web-config", "secret/lockprobe-scrape-auth"]
+                .map(String::from),
+        )
         .collect();
     for version in KUBERNETES_VERSIONS {
-        let out = validate(version, &[&rendered, &secret]);
+        let out = validate(version, &[&rendered, &secret, &web]);
         assert_success(&format!("kubernetes-validate --strict -k {version}"), &out);
         let report = text(&out);
         for object in &core {
@@ -359,12 +370,18 @@ fn kubernetes_objects_agree_with_each_other_and_the_config() {
     });
     assert!(per_replica, "each target's pool has room for both replicas' concurrent cycles");
     let container = &pod["containers"][0];
-    assert_eq!(container["args"], serde_json::json!(["serve", "--config", CONFIG_PATH]));
+    assert_eq!(
+        container["args"],
+        serde_json::json!(["serve", "--config", CONFIG_PATH, "--web.config.file", WEB_CONFIG_PATH])
+    );
     assert_eq!(container["ports"][0]["name"], "http");
     assert_eq!(container["ports"][0]["containerPort"], port, "containerPort is not the config's listen port");
+    // The kubelet's probes carry no credentials: only the paths basic authentication
+    // leaves open, over the TLS the web configuration turns on.
     for (probe, path) in [("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         assert_eq!(container[probe]["httpGet"]["path"], path, "{probe}");
         assert_eq!(container[probe]["httpGet"]["port"], "http", "{probe}");
+        assert_eq!(container[probe]["httpGet"]["scheme"], "HTTPS", "{probe}");
     }
     for resource in ["requests", "limits"] {
         assert!(container["resources"][resource]["memory"].is_string(), "resources.{resource}.memory");
@@ -426,6 +443,52 @@ fn kubernetes_objects_agree_with_each_other_and_the_config() {
     }
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "http");
     assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
+
+    // The web configuration: web.yml from its Secret at the path `serve` is given, naming
+    // the certificate where the TLS Secret is mounted; it loads (with test certificates
+    // in place of the mounted ones); the ServiceMonitor scrapes over TLS trusting that
+    // Secret's CA, as a user web.yml has, with the example's password.
+    let web_objects = objects_of(&root().join("deploy/kubernetes/web-config.example.yaml"));
+    let web_secret = web_objects.iter().find(|o| o["metadata"]["name"] == "lockprobe-web-config").unwrap();
+    let (web_dir, web_file) = WEB_CONFIG_PATH.rsplit_once('/').unwrap();
+    assert_eq!(mount(web_dir)["secret"]["secretName"], web_secret["metadata"]["name"]);
+    let web_yml = str_of(&web_secret["stringData"][web_file]).to_owned();
+    let tls_secret = str_of(&mount(TLS_DIR)["secret"]["secretName"]).to_owned();
+    for file in ["tls.crt", "tls.key"] {
+        assert!(web_yml.contains(&format!("{TLS_DIR}/{file}")), "web.yml does not name {TLS_DIR}/{file}:\n{web_yml}");
+    }
+    let pki = pki::Pki::generate();
+    let loadable = web_yml
+        .replace(&format!("{TLS_DIR}/tls.crt"), pki.server_cert.to_str().unwrap())
+        .replace(&format!("{TLS_DIR}/tls.key"), pki.server_key.to_str().unwrap());
+    let loadable = pki.write("web.yml", &loadable);
+    assert_success(
+        "lockprobe check-config --web.config.file (the example's web.yml)",
+        &run(Command::new(env!("CARGO_BIN_EXE_lockprobe")).args(["check-config", "--web.config.file"]).arg(&loadable)),
+    );
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["tlsConfig"]["ca"]["secret"]["name"], tls_secret.as_str());
+    assert_eq!(endpoint["tlsConfig"]["serverName"], service["metadata"]["name"], "the certificate names the Service");
+    let scrape = web_objects.iter().find(|o| o["metadata"]["name"] == "lockprobe-scrape-auth").unwrap();
+    for field in ["username", "password"] {
+        assert_eq!(endpoint["basicAuth"][field]["name"], scrape["metadata"]["name"], "{field}");
+    }
+    let user = str_of(&scrape["stringData"][str_of(&endpoint["basicAuth"]["username"]["key"])]);
+    let password = str_of(&scrape["stringData"][str_of(&endpoint["basicAuth"]["password"]["key"])]);
+    let users: serde_json::Map<String, Value> = web_yml
+        .split_once("basic_auth_users:\n")
+        .unwrap()
+        .1
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && l.contains(": "))
+        .map(|l| {
+            let (name, hash) = l.trim().split_once(": ").unwrap();
+            (name.to_owned(), Value::from(hash))
+        })
+        .collect();
+    let hash = users.get(user).unwrap_or_else(|| panic!("web.yml has no user {user}: {users:?}"));
+    assert!(bcrypt::verify(password, str_of(hash)).unwrap(), "the scrape password is not the one web.yml's hash is of");
 
     // Only Prometheus reaches the pods' HTTP port, and a drain takes one replica at a
     // time: both select exactly the StatefulSet's pods.
@@ -587,6 +650,30 @@ fn every_alert_has_a_runbook_section() {
     }
 }
 
+/// The Secrets the pods read (keys, web configuration, certificate) and the scrape sends
+/// (its CA, its user).
+fn secrets_read(objects: &[Value]) -> BTreeSet<String> {
+    let pod = &find(objects, "StatefulSet", "lockprobe")["spec"]["template"]["spec"];
+    let mut names = BTreeSet::new();
+    for source in pod["containers"][0]["envFrom"].as_array().into_iter().flatten() {
+        names.insert(str_of(&source["secretRef"]["name"]).to_owned());
+    }
+    for volume in pod["volumes"].as_array().into_iter().flatten() {
+        if let Some(name) = volume["secret"]["secretName"].as_str() {
+            names.insert(name.to_owned());
+        }
+    }
+    let endpoint = &find(objects, "ServiceMonitor", "lockprobe")["spec"]["endpoints"][0];
+    for name in [
+        &endpoint["tlsConfig"]["ca"]["secret"]["name"],
+        &endpoint["basicAuth"]["username"]["name"],
+        &endpoint["basicAuth"]["password"]["name"],
+    ] {
+        names.insert(str_of(name).to_owned());
+    }
+    names
+}
+
 /// Every `kubectl` command in the docs names what the manifests make: a `kind/name` is a
 /// rendered object (a `deploy/lockprobe` once stood for a StatefulSet), a `-l` selector
 /// matches a rendered object's labels, and the Secret it creates is the one the pod reads.
@@ -638,12 +725,14 @@ fn kubectl_commands_in_the_docs_name_rendered_objects() {
                         if !objects.iter().any(|o| o["metadata"]["labels"][key] == value) {
                             stale.push(format!("{rel}:{}: -l {key}={value} selects nothing", n + 1));
                         }
-                    } else if *word == "generic" {
+                    } else if (*word == "generic" || *word == "tls") && i > 0 && words[i - 1] == "secret" {
                         let name = words.get(i + 1).copied().unwrap_or_default();
                         checked += 1;
-                        let pod = &find(&objects, "StatefulSet", "lockprobe")["spec"]["template"]["spec"];
-                        if pod["containers"][0]["envFrom"][0]["secretRef"]["name"] != name {
-                            stale.push(format!("{rel}:{}: secret {name} is not the one the pod reads", n + 1));
+                        if !secrets_read(&objects).contains(name) {
+                            stale.push(format!(
+                                "{rel}:{}: secret {name} is read by neither the pod nor the scrape",
+                                n + 1
+                            ));
                         }
                     }
                 }
