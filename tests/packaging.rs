@@ -653,3 +653,66 @@ fn kubectl_commands_in_the_docs_name_rendered_objects() {
     assert!(checked >= 3, "only {checked} kubectl references found: the scan is broken");
     assert!(stale.is_empty(), "kubectl commands naming what the manifests do not make:\n{}", stale.join("\n"));
 }
+
+/// The `uses:` of a workflow that are not pinned to a full version tag (`v1.2.3`) or a
+/// commit: a moving `v4` or a branch runs whatever it points at on the day.
+fn unpinned_actions(workflow: &str) -> Vec<String> {
+    workflow
+        .lines()
+        .filter_map(|l| l.trim().trim_start_matches("- ").strip_prefix("uses:"))
+        .map(|u| u.trim().trim_matches('"').to_owned())
+        .filter(|u| {
+            let Some((_, pin)) = u.split_once('@') else { return !u.starts_with("./") };
+            let tag = pin.strip_prefix('v').map(|v| v.split('.').collect::<Vec<_>>());
+            let full_tag = tag.is_some_and(|parts| parts.len() == 3 && parts.iter().all(|p| p.parse::<u32>().is_ok()));
+            let commit = pin.len() == 40 && pin.chars().all(|c| c.is_ascii_hexdigit());
+            !(full_tag || commit)
+        })
+        .collect()
+}
+
+/// .github/workflows/release.yml is a valid GitHub workflow (check-jsonschema's vendored
+/// schema, offline: the workflow can only be linted here), pins its actions, runs the test
+/// command, and builds, sums and describes what it publishes. The canary: the same
+/// workflow with a job that lost its `runs-on` is refused.
+#[test]
+fn release_workflow_passes_the_workflow_schema() {
+    let check = |file: &Path| {
+        run(Command::new(venv_tool("check-jsonschema")).args(["--builtin-schema", "vendor.github-workflows"]).arg(file))
+    };
+    let path = root().join(".github/workflows/release.yml");
+    let workflow = read(&path);
+
+    let dir = tempdir();
+    let broken = dir.path().join("release.yml");
+    let runs_on = workflow.find("    runs-on:").expect("a job with runs-on");
+    let line_end = runs_on + workflow[runs_on..].find('\n').unwrap() + 1;
+    std::fs::write(&broken, format!("{}{}", &workflow[..runs_on], &workflow[line_end..])).unwrap();
+    assert_rejected("check-jsonschema", &check(&broken), "'runs-on' is a required property");
+
+    assert_success("check-jsonschema --builtin-schema vendor.github-workflows release.yml", &check(&path));
+
+    assert_eq!(
+        unpinned_actions("- uses: actions/checkout@v4\n  uses: a/b@main\n- uses: a/b@v1.2.3\n"),
+        ["actions/checkout@v4", "a/b@main"]
+    );
+    let unpinned = unpinned_actions(&workflow);
+    assert!(unpinned.is_empty(), "actions not pinned to a version tag or commit: {unpinned:?}");
+
+    assert!(workflow.contains("tags: [\"v*\"]"), "the release runs on v* tags");
+    for step in [
+        "run: bash scripts/test.sh",
+        "cargo build --release --locked --bin lockprobe",
+        "docker build -f deploy/container/Dockerfile -t \"lockprobe:${VERSION}\"",
+        "sha256sum",
+        "cargo cyclonedx",
+        "anchore/sbom-action@",
+        "gh release create",
+    ] {
+        assert!(workflow.contains(step), "release.yml does not run {step:?}");
+    }
+    // The binary is built on the image's build stage, so both link the same glibc.
+    let dockerfile = read(root().join("deploy/container/Dockerfile"));
+    let rust_image = dockerfile.lines().find_map(|l| l.strip_prefix("ARG RUST_IMAGE=")).expect("ARG RUST_IMAGE");
+    assert!(workflow.contains(&format!("container: {rust_image}\n")), "the binary is not built on {rust_image}");
+}
