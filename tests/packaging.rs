@@ -742,3 +742,167 @@ fn kubectl_commands_in_the_docs_name_rendered_objects() {
     assert!(checked >= 3, "only {checked} kubectl references found: the scan is broken");
     assert!(stale.is_empty(), "kubectl commands naming what the manifests do not make:\n{}", stale.join("\n"));
 }
+
+/// Every `lockprobe:<tag>` image reference in `text` (`lockprobe:0.1.0`,
+/// `registry.example.com/lockprobe:0.1.0`): not `urn:lockprobe:...`, a module path
+/// (`lockprobe::store`), a title (`lockprobe: synthetic ...`), a mount
+/// (`-v ./conf:/etc/lockprobe:ro`) or a tag left to a shell variable (`lockprobe:$version`).
+/// Each with its line number.
+fn image_tags(text: &str) -> Vec<(usize, String)> {
+    let mut tags = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let mut from = 0;
+        while let Some(at) = line[from..].find("lockprobe:").map(|i| from + i) {
+            from = at + "lockprobe:".len();
+            let before = line[..at].chars().next_back();
+            if before.is_some_and(|c| c == ':' || c == '_' || c == '-' || c.is_ascii_alphanumeric()) {
+                continue;
+            }
+            let word = line[..at].rsplit(|c: char| c.is_whitespace() || "`\"'=(".contains(c)).next().unwrap_or("");
+            if word.starts_with(['/', '.']) || word.contains(":/") {
+                continue;
+            }
+            let tag: String = line[from..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                .collect();
+            let tag = tag.trim_end_matches('.');
+            if tag.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+                tags.push((n + 1, tag.to_owned()));
+            }
+        }
+    }
+    tags
+}
+
+/// Every file below `dir` (recursively).
+fn files_below(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files_below(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// The image the manifests, the container recipe and the docs name is the crate's
+/// version, `lockprobe:<version>`: what `docker build -t` makes, what the StatefulSet and
+/// the kustomization's `images:` run, what the docs' examples show. A release tags its
+/// image so (.github/workflows/release.yml), so a version bump moves them all.
+#[test]
+fn image_references_are_the_crate_version() {
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        image_tags(concat!(
+            "image: lockprobe:dev\n",
+            "urn:lockprobe:error:x lockprobe::store `lockprobe: a` lockprobe:$v -v a:/etc/lockprobe:ro r.io/lockprobe:1.2.3.\n",
+            "docker run -v \"$PWD/x.toml:/etc/x.toml:ro\" localhost:5000/lockprobe:2 ./lockprobe:3"
+        )),
+        [(1, "dev".to_owned()), (2, "1.2.3".to_owned()), (3, "2".to_owned())],
+        "the scan finds image references and nothing else"
+    );
+
+    let mut files = Vec::new();
+    files_below(&root().join("deploy"), &mut files);
+    files_below(&root().join("docs"), &mut files);
+    files.push(root().join("README.md"));
+    let mut found = 0;
+    let mut stale = Vec::new();
+    for file in &files {
+        let Ok(text) = std::fs::read_to_string(file) else { continue };
+        let rel = file.strip_prefix(root()).unwrap().display().to_string();
+        for (n, tag) in image_tags(&text) {
+            found += 1;
+            if tag != version {
+                stale.push(format!("{rel}:{n}: lockprobe:{tag}"));
+            }
+        }
+        // kustomize's `images:` set the tag apart from the name (the kustomization, and
+        // the docs' example of one).
+        for (n, line) in text.lines().enumerate() {
+            if let Some(tag) = line.trim().strip_prefix("newTag:") {
+                found += 1;
+                let tag = tag.trim().trim_matches('"').trim_matches('\'');
+                if tag != version {
+                    stale.push(format!("{rel}:{}: newTag: {tag}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(stale.is_empty(), "image tags that are not the crate version {version}:\n{}", stale.join("\n"));
+    assert!(found >= 6, "only {found} image references found: the scan is broken");
+
+    let statefulset = read(root().join("deploy/kubernetes/statefulset.yaml"));
+    assert!(
+        statefulset.contains(&format!("image: lockprobe:{version}\n")),
+        "the StatefulSet's image is not lockprobe:{version}"
+    );
+    let objects = rendered_objects();
+    let pod = &find(&objects, "StatefulSet", "lockprobe")["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"][0]["image"], format!("lockprobe:{version}"), "the image kustomize renders");
+}
+
+/// The `uses:` of a workflow that are not pinned to a full version tag (`v1.2.3`) or a
+/// commit: a moving `v4` or a branch runs whatever it points at on the day.
+fn unpinned_actions(workflow: &str) -> Vec<String> {
+    workflow
+        .lines()
+        .filter_map(|l| l.trim().trim_start_matches("- ").strip_prefix("uses:"))
+        .map(|u| u.trim().trim_matches('"').to_owned())
+        .filter(|u| {
+            let Some((_, pin)) = u.split_once('@') else { return !u.starts_with("./") };
+            let tag = pin.strip_prefix('v').map(|v| v.split('.').collect::<Vec<_>>());
+            let full_tag = tag.is_some_and(|parts| parts.len() == 3 && parts.iter().all(|p| p.parse::<u32>().is_ok()));
+            let commit = pin.len() == 40 && pin.chars().all(|c| c.is_ascii_hexdigit());
+            !(full_tag || commit)
+        })
+        .collect()
+}
+
+/// .github/workflows/release.yml is a valid GitHub workflow (check-jsonschema's vendored
+/// schema, offline: the workflow can only be linted here), pins its actions, runs the test
+/// command, and builds, sums and describes what it publishes. The canary: the same
+/// workflow with a job that lost its `runs-on` is refused.
+#[test]
+fn release_workflow_passes_the_workflow_schema() {
+    let check = |file: &Path| {
+        run(Command::new(venv_tool("check-jsonschema")).args(["--builtin-schema", "vendor.github-workflows"]).arg(file))
+    };
+    let path = root().join(".github/workflows/release.yml");
+    let workflow = read(&path);
+
+    let dir = tempdir();
+    let broken = dir.path().join("release.yml");
+    let runs_on = workflow.find("    runs-on:").expect("a job with runs-on");
+    let line_end = runs_on + workflow[runs_on..].find('\n').unwrap() + 1;
+    std::fs::write(&broken, format!("{}{}", &workflow[..runs_on], &workflow[line_end..])).unwrap();
+    assert_rejected("check-jsonschema", &check(&broken), "'runs-on' is a required property");
+
+    assert_success("check-jsonschema --builtin-schema vendor.github-workflows release.yml", &check(&path));
+
+    assert_eq!(
+        unpinned_actions("- uses: actions/checkout@v4\n  uses: a/b@main\n- uses: a/b@v1.2.3\n"),
+        ["actions/checkout@v4", "a/b@main"]
+    );
+    let unpinned = unpinned_actions(&workflow);
+    assert!(unpinned.is_empty(), "actions not pinned to a version tag or commit: {unpinned:?}");
+
+    assert!(workflow.contains("tags: [\"v*\"]"), "the release runs on v* tags");
+    for step in [
+        "run: bash scripts/test.sh",
+        "cargo build --release --locked --bin lockprobe",
+        "docker build -f deploy/container/Dockerfile -t \"lockprobe:${VERSION}\"",
+        "sha256sum",
+        "cargo cyclonedx",
+        "anchore/sbom-action@",
+        "gh release create",
+    ] {
+        assert!(workflow.contains(step), "release.yml does not run {step:?}");
+    }
+    // The binary is built on the image's build stage, so both link the same glibc.
+    let dockerfile = read(root().join("deploy/container/Dockerfile"));
+    let rust_image = dockerfile.lines().find_map(|l| l.strip_prefix("ARG RUST_IMAGE=")).expect("ARG RUST_IMAGE");
+    assert!(workflow.contains(&format!("container: {rust_image}\n")), "the binary is not built on {rust_image}");
+}
