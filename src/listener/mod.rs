@@ -16,7 +16,6 @@
 //! - **Memory returns after a flood**: the allocator is asked to give freed pages back once
 //!   the connections of a flood have closed (RELIABILITY.md, "A flood of half-sent
 //!   requests", has the measurement).
-//!
 //! - **TLS and basic authentication** come from a [`Guards`]: none, the reference
 //!   service's TLS flags, or a web configuration file that is re-read when it changes
 //!   ([`web_config`]). A connection's TLS is what was in force when it was accepted; its
