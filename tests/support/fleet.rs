@@ -191,6 +191,8 @@ pub struct Answer {
     pub body: Value,
     /// `Retry-After`, seconds.
     pub retry_after: Option<u64>,
+    /// The `desc` of `Server-Timing: route;desc="..."` (cache, read-through, store).
+    pub route: Option<String>,
 }
 
 impl Answer {
@@ -293,8 +295,15 @@ impl Fleet {
         let status = resp.status().as_u16();
         let retry_after =
             resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        let route = resp
+            .headers()
+            .get("server-timing")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').find_map(|m| m.trim().strip_prefix("route;desc=\"")))
+            .and_then(|rest| rest.split('"').next())
+            .map(str::to_owned);
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
-        Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), retry_after }
+        Answer { status, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), retry_after, route }
     }
 
     /// `POST /lock` on instance `i` under idempotency key `key`.
