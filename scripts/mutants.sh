@@ -34,4 +34,4 @@ args=()
 for f in "${FILES[@]}"; do
   args+=(--file "$f")
 done
-cargo mutants --no-shuffle --jobs 1 "${args[@]}" -- "${TESTS[@]}"
+cargo mutants --no-shuffle "${args[@]}" -- "${TESTS[@]}"
