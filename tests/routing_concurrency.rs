@@ -18,7 +18,8 @@ use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::routing::cache::TieredCache;
 use lockprobe::routing::lifecycle;
 use lockprobe::routing::{
-    ClientOptions, Grant, LocationDocument, LockError, LockPolicy, PreLockRequest, RoutingClient, RoutingError,
+    ClientOptions, Grant, LocationDocument, LockCall, LockError, LockPolicy, LockToken, PreLockRequest, RoutingClient,
+    RoutingError,
 };
 use lockprobe::store::faults::FaultAction;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
@@ -324,4 +325,35 @@ async fn the_commit_observer_sees_each_committed_version_once_and_no_refused_one
     let seen = seen.lock().unwrap();
     assert_eq!(seen.iter().collect::<Vec<_>>(), written, "the seed is not the client's; the pre-lock is seen once");
     assert!(seen[0].pending.is_some(), "seen as stored, pending record included");
+}
+
+/// A write whose outcome the store left unknown is seen once the call's own re-read
+/// finds it landed, and not before; a later call answered from that record is not seen.
+#[tokio::test]
+async fn the_commit_observer_sees_a_write_of_unknown_outcome_once_it_is_found_landed() {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store = stores::Instrumented::new(clock.clone(), MemoryStoreConfig::default());
+    store.memory.create(&LocationDocument::new("r1", "westeurope")).await.unwrap();
+    let seen: Arc<Mutex<Vec<LocationDocument>>> = Arc::default();
+    let log = seen.clone();
+    let client = RoutingClient::new(
+        store.store(),
+        clock,
+        TieredCache::try_new(&[Duration::from_secs(5)]).unwrap(),
+        LockPolicy::new(Duration::from_secs(1), Duration::from_secs(600)),
+        ClientOptions::default(),
+    )
+    .with_commit_observer(Arc::new(move |doc| log.lock().unwrap().push(doc.clone())));
+    // The replace lands, and its answer is lost.
+    store.inject(OpKind::Replace, FaultAction::Ambiguous, 1);
+    let req = PreLockRequest { owner: "o".into(), duration: Duration::from_secs(60), target_location: None };
+    let call = LockCall::PreLock { request: req, token: LockToken::generate() };
+    client.call("r1", None, &call, Some("key-1")).await.unwrap();
+    assert_eq!(store.counts().replace, 1, "one write, found landed by the re-read");
+    let changes = store.memory.read_changes(&ChangeCursor::beginning(), 100).await.unwrap().changes;
+    let written: Vec<&LocationDocument> = changes.iter().skip(1).map(|c| &c.doc.doc).collect();
+    assert_eq!(seen.lock().unwrap().iter().collect::<Vec<_>>(), written, "seen once, as stored");
+    // The same key again: answered from its record, nothing written, nothing seen.
+    client.call("r1", None, &call, Some("key-1")).await.unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 1);
 }

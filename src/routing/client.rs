@@ -198,10 +198,11 @@ pub enum SwapPlan {
 
 /// Called with each document version a lock call of the client wrote, as written: what
 /// the store holds, pending record included, which the version a call returns (settled)
-/// no longer carries. Once per version the store confirmed it committed, whether or not
-/// the call then took effect; a write refused by the store, and one whose outcome the
-/// store left unknown (which may have landed), is not seen; a call answered from its
-/// idempotency record writes nothing and is not seen. Runs on the caller's task right
+/// no longer carries. Once per version the store committed, whether or not the call then
+/// took effect: when the store confirmed it, or, for a write whose outcome the store left
+/// unknown, when the call's own re-read finds it landed (its key's record is there); a
+/// write refused by the store is not seen, nor one whose outcome stays unknown, nor a
+/// call answered from the record of an earlier call. Runs on the caller's task right
 /// after the store's answer: keep it cheap.
 pub type CommitObserver = Arc<dyn Fn(&LocationDocument) + Send + Sync>;
 
@@ -689,7 +690,9 @@ impl RoutingClient {
             Some(k) => format!("k:{k}"),
             None => format!("w:{}", document::to_hex(&rand::random::<[u8; 8]>())),
         };
-        let mut unresolved: Option<(Option<ETag>, String)> = None;
+        // A write whose outcome the store left unknown: the version it was conditioned on,
+        // why, and what it wrote (seen by the observer if a re-read finds it landed).
+        let mut unresolved: Option<(Option<ETag>, String, LocationDocument)> = None;
         for _ in 0..self.options.retry_budget {
             let (base, etag) = match (self.read_settled(id).await, home) {
                 (Ok(current), _) => (current, true),
@@ -699,17 +702,26 @@ impl RoutingClient {
                         Versioned { doc: fresh, etag: ETag(String::new()), committed_at: DateTime::<Utc>::MIN_UTC };
                     (Arc::new(fresh), false)
                 }
-                (Err(e), _) => return Err(unresolved.map_or(e, |(_, why)| RoutingError::OutcomeUnknown(why))),
+                (Err(e), _) => return Err(unresolved.map_or(e, |(_, why, _)| RoutingError::OutcomeUnknown(why))),
             };
             let condition = etag.then(|| base.etag.clone());
-            if let Some((written_on, why)) = &unresolved {
+            if let Some((written_on, why, _)) = &unresolved {
                 if *written_on == condition && !lifecycle::took_effect(&base.doc, &key) {
                     // Still at the version the write needs: it may land yet.
                     return Err(RoutingError::OutcomeUnknown(why.clone()));
                 }
             }
             let next = match lifecycle::decide(&base.doc, call, &key, &self.policy, self.clock.now())? {
-                Decided::Replayed => return Ok(base),
+                Decided::Replayed => {
+                    // The key's record is there: if this call left a write unresolved,
+                    // that write landed (a key's record is written once; in the rare race
+                    // with an earlier call under the same key whose late write won
+                    // instead, the observer sees this call's version of the same change).
+                    if let Some((_, _, landed)) = &unresolved {
+                        self.committed(landed);
+                    }
+                    return Ok(base);
+                }
                 Decided::Write(next) => *next,
             };
             // Taken before the write is sent, like every fetch time: an acknowledgement that
@@ -726,12 +738,12 @@ impl RoutingClient {
                 }
                 Err(StoreError::PreconditionFailed) if condition.is_some() => unresolved = None,
                 Err(StoreError::Conflict) if condition.is_none() => unresolved = None,
-                Err(StoreError::OutcomeUnknown(why)) => unresolved = Some((condition, why)),
+                Err(StoreError::OutcomeUnknown(why)) => unresolved = Some((condition, why, next)),
                 Err(e) => return Err(e.into()),
             }
         }
         match unresolved {
-            Some((_, why)) => Err(RoutingError::OutcomeUnknown(why)),
+            Some((_, why, _)) => Err(RoutingError::OutcomeUnknown(why)),
             None => Err(RoutingError::RetryExhausted { attempts: self.options.retry_budget }),
         }
     }
