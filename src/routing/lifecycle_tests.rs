@@ -708,3 +708,13 @@ fn a_document_at_the_record_budget_stays_well_under_the_item_limit() {
     println!("a document at the record budget: {bytes} bytes");
     assert!(bytes < 100 * 1024, "{bytes} bytes: the contract states under 100 KiB");
 }
+
+// Mutants that survived the library's unit tests (scripts/mutants.sh, RELIABILITY.md
+// "Mutation score of the routing core"), each killed by the test below it.
+
+#[test]
+fn the_declared_delay_is_the_largest_ttl_plus_the_replication_bound() {
+    let p = LockPolicy::declared(Duration::from_secs(2), Duration::from_secs(1), Duration::from_secs(3600));
+    assert_eq!(p.convergence_delay, Duration::from_secs(3));
+    assert_eq!(p.max_pre_lock, Duration::from_secs(3600));
+}
