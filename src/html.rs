@@ -58,6 +58,16 @@ pub fn ago(now: DateTime<Utc>, then: DateTime<Utc>) -> Option<String> {
     (secs >= 0.0).then(|| seconds(Some(secs)))
 }
 
+/// `at` as a `<time>` with how long ago it was, or how long until it, from `now`:
+/// `<time>2026-11-29T22:39:50Z</time> (10.00 s ago)`, `... (in 5.00 s)`.
+pub fn time_from_now(now: DateTime<Utc>, at: DateTime<Utc>) -> String {
+    let relative = match ago(now, at) {
+        Some(a) => format!(" ({a} ago)"),
+        None => ago(at, now).map(|a| format!(" (in {a})")).unwrap_or_default(),
+    };
+    format!("<time>{}</time>{relative}", time(at))
+}
+
 /// A duration for humans: µs and ms for routing costs, s for locks in tests, h/m for
 /// production leases; "—" when absent.
 pub fn seconds(v: Option<f64>) -> String {
@@ -477,6 +487,15 @@ pub fn axis_ticks(max: f64, want: usize) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_says_how_long_ago_or_until() {
+        let now = DateTime::parse_from_rfc3339("2026-11-29T22:40:00Z").unwrap().to_utc();
+        let at = |s: i64| now + chrono::TimeDelta::seconds(s);
+        assert_eq!(time_from_now(now, at(-10)), "<time>2026-11-29T22:39:50Z</time> (10.00 s ago)");
+        assert_eq!(time_from_now(now, at(5)), "<time>2026-11-29T22:40:05Z</time> (in 5.00 s)");
+        assert_eq!(time_from_now(now, now), "<time>2026-11-29T22:40:00Z</time> (0 s ago)");
+    }
 
     #[test]
     fn every_colour_pair_meets_wcag_contrast_in_both_schemes() {

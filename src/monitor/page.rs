@@ -33,11 +33,7 @@ pub fn render(status: &MonitorStatus) -> String {
     let mut page = String::with_capacity(16 * 1024);
     let now = status.generated_at;
     let last_scan = match status.last_scan_at {
-        Some(at) => format!(
-            "last scan <time>{}</time>{}",
-            time(at),
-            ago(now, at).map(|a| format!(" ({a} ago)")).unwrap_or_default()
-        ),
+        Some(at) => format!("last scan {}", html::time_from_now(now, at)),
         None => "<span class=\"warn\">no full scan yet</span>".into(),
     };
     let region =

@@ -26,7 +26,7 @@ use super::metrics::PercentilesDocument;
 use super::status::{
     AssertionDocument, ConvergenceDocument, CycleDocument, ScheduleDocument, StatusDocument, TargetDocument,
 };
-use crate::html::{self, ago, anchor, esc, num, seconds, time};
+use crate::html::{self, anchor, esc, num, seconds, time};
 use crate::percentiles::Summary;
 use crate::probe::checks::report::CycleResult;
 use crate::probe::checks::vocabulary::Phase;
@@ -94,9 +94,7 @@ fn render_target(page: &mut String, target: &TargetDocument, now: DateTime<Utc>)
     );
     let last_success = match target.last_success_at {
         None => "<span class=\"bad\">never</span>".to_string(),
-        Some(at) => {
-            format!("<time>{}</time>{}", time(at), ago(now, at).map(|a| format!(" ({a} ago)")).unwrap_or_default())
-        }
+        Some(at) => html::time_from_now(now, at),
     };
     let _ = writeln!(page, "<dt>Last success</dt><dd>{last_success}</dd>");
     render_schedule(page, target.schedule.as_ref(), now);
@@ -120,16 +118,12 @@ fn render_schedule(page: &mut String, schedule: Option<&ScheduleDocument>, now: 
     let _ = writeln!(page, "<dt>Schedule</dt><dd><code>{}</code>{every}</dd>", esc(&s.expression));
     let last = match s.last_firing_at {
         None => "none yet".to_string(),
-        Some(at) => {
-            format!("<time>{}</time>{}", time(at), ago(now, at).map(|a| format!(" ({a} ago)")).unwrap_or_default())
-        }
+        Some(at) => html::time_from_now(now, at),
     };
     let _ = writeln!(page, "<dt>Last firing</dt><dd>{last}</dd>");
     let next = match s.next_firing_at {
         None => "<span class=\"bad\">none: the schedule has no further firing</span>".to_string(),
-        Some(at) => {
-            format!("<time>{}</time>{}", time(at), ago(at, now).map(|a| format!(" (in {a})")).unwrap_or_default())
-        }
+        Some(at) => html::time_from_now(now, at),
     };
     let _ = writeln!(page, "<dt>Next firing</dt><dd>{next}</dd>");
 }
