@@ -171,11 +171,23 @@ pub fn load(path: &Path) -> Result<LoadedWebConfig, WebConfigError> {
     let base = path.parent().unwrap_or(Path::new("."));
     let mut files = vec![path.to_path_buf()];
     let mut guard = Guard::default();
-    if let Some(tls) = file.tls_server_config {
-        let tls_files = tls_files(tls, base).map_err(|(field, message)| refuse(Some(field), message))?;
-        files.push(tls_files.cert.clone());
-        files.push(tls_files.key.clone());
-        files.extend(tls_files.client_ca.clone());
+    let tls_files = match file.tls_server_config {
+        Some(tls) => Some(tls_files(tls, base).map_err(|(field, message)| refuse(Some(field), message))?),
+        None => None,
+    };
+    if let Some(tls) = &tls_files {
+        files.push(tls.cert.clone());
+        files.push(tls.key.clone());
+        files.extend(tls.client_ca.clone());
+    }
+    // What the files held when they were read: the configuration's own text as read
+    // above, the others now, before they are read again to be used. A change after
+    // this shows at the next look (at worst one load too many), never goes unseen.
+    let others: Vec<Result<Vec<u8>, std::io::ErrorKind>> =
+        files[1..].iter().map(|f| std::fs::read(f).map_err(|e| e.kind())).collect();
+    let fingerprint =
+        digest(std::iter::once(Ok(text.as_bytes())).chain(others.iter().map(|c| c.as_deref().map_err(|k| *k))));
+    if let Some(tls_files) = tls_files {
         let config = server_config(&tls_files).map_err(|e| {
             let field = match e.file {
                 super::tls::ServerTlsFile::Cert => "tls_server_config.cert_file",
@@ -203,7 +215,6 @@ pub fn load(path: &Path) -> Result<LoadedWebConfig, WebConfigError> {
         let users = BasicAuthUsers::new(users).map_err(|e| refuse(None, e.to_string()))?;
         guard.users = Some(Arc::new(users));
     }
-    let fingerprint = fingerprint(&files);
     Ok(LoadedWebConfig { guard, files, fingerprint })
 }
 
@@ -300,17 +311,24 @@ fn read_small(path: &Path) -> Result<String, String> {
 
 /// A digest of what `files` hold now (a file that cannot be read counts as its error).
 fn fingerprint(files: &[PathBuf]) -> [u8; 32] {
+    let contents: Vec<Result<Vec<u8>, std::io::ErrorKind>> =
+        files.iter().map(|f| std::fs::read(f).map_err(|e| e.kind())).collect();
+    digest(contents.iter().map(|c| c.as_deref().map_err(|k| *k)))
+}
+
+/// A digest of files' contents, in order.
+fn digest<'a>(contents: impl Iterator<Item = Result<&'a [u8], std::io::ErrorKind>>) -> [u8; 32] {
     let mut sha = Sha256::new();
-    for file in files {
-        match std::fs::read(file) {
+    for content in contents {
+        match content {
             Ok(bytes) => {
                 sha.update([1]);
                 sha.update((bytes.len() as u64).to_be_bytes());
-                sha.update(&bytes);
+                sha.update(bytes);
             }
-            Err(e) => {
+            Err(kind) => {
                 sha.update([0]);
-                sha.update(e.kind().to_string().as_bytes());
+                sha.update(kind.to_string().as_bytes());
             }
         }
     }
@@ -411,4 +429,44 @@ impl WebConfigWatch {
 
 fn unix_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The watcher compares what the files hold with what a load saw: the two digests
+    /// must agree while nothing changes, or it would reload (and log) at every look.
+    #[test]
+    fn a_loaded_configuration_matches_its_unchanged_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
+        std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
+        let hash = bcrypt::hash("x", 4).unwrap();
+        let path = dir.path().join("web.yml");
+        std::fs::write(
+            &path,
+            format!("tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\nbasic_auth_users:\n  a: '{hash}'\n"),
+        )
+        .unwrap();
+        let loaded = load(&path).unwrap();
+        assert_eq!(loaded.files.len(), 3, "{:?}", loaded.files);
+        assert_eq!(fingerprint(&loaded.files), loaded.fingerprint);
+        assert_eq!(loaded.summary(), "TLS, basic authentication (1 user)");
+        // A certificate rewritten: the digest moves.
+        std::fs::write(dir.path().join("server.pem"), format!("{}\n", cert.pem())).unwrap();
+        assert_ne!(fingerprint(&loaded.files), loaded.fingerprint);
+    }
+
+    #[test]
+    fn a_refusal_names_the_file_and_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        std::fs::write(&path, "tls_server_config:\n  key_file: k.pem\n").unwrap();
+        let e = load(&path).unwrap_err();
+        assert_eq!(e.field, Some("tls_server_config.cert_file"));
+        assert!(e.to_string().starts_with(&format!("{}: tls_server_config.cert_file: ", path.display())), "{e}");
+    }
 }
