@@ -204,6 +204,50 @@ impl Bounds {
         }
     }
 
+    /// The suite's bounds with instance 1 one tick behind the true clock instead of ahead
+    /// (the suite checks both, each on its own; [`Bounds::wider`]`("behind")` both at once).
+    pub fn behind() -> Self {
+        Self { skews: vec![-1], ..Self::suite() }
+    }
+
+    /// The names of [`Bounds::wider`].
+    pub const WIDER: [&'static str; 4] = ["release", "behind", "attempts", "all"];
+
+    /// The suite's bounds with what they leave out for their size (docs/model.md,
+    /// *Wider bounds*): `release`, an orchestrator may release (abort) its migration;
+    /// `behind`, instance 1 runs one tick behind, on time or one tick ahead (each an
+    /// initial state); `attempts`, each orchestrator starts a second migration once its
+    /// first ended; `all`, the three at once. With what each must reach (the
+    /// `sometimes` properties that show it is not vacuous).
+    pub fn wider(name: &str) -> Option<(Self, Vec<&'static str>)> {
+        let mut bounds = Self::suite();
+        let mut wanted = vec!["a swap completes", "a retry settles an ambiguous pre-lock"];
+        let release = |b: &mut Self, w: &mut Vec<&'static str>| {
+            b.release = true;
+            w.push("a release takes effect");
+        };
+        let behind = |b: &mut Self, w: &mut Vec<&'static str>| {
+            b.skews = vec![-1, 0, 1];
+            w.push("a swap completes with a clock behind");
+        };
+        let attempts = |b: &mut Self, w: &mut Vec<&'static str>| {
+            b.attempts = 2;
+            w.push("a second migration takes a lock");
+        };
+        match name {
+            "release" => release(&mut bounds, &mut wanted),
+            "behind" => behind(&mut bounds, &mut wanted),
+            "attempts" => attempts(&mut bounds, &mut wanted),
+            "all" => {
+                release(&mut bounds, &mut wanted);
+                behind(&mut bounds, &mut wanted);
+                attempts(&mut bounds, &mut wanted);
+            }
+            _ => return None,
+        }
+        Some((bounds, wanted))
+    }
+
     /// Refuses bounds the model cannot judge: more idempotency keys than it tracks, or
     /// a horizon at which a keyed call's record may leave its window (after which "at
     /// most once" no longer means "once inside its window").
@@ -712,6 +756,21 @@ impl LockModel {
         });
         self.decide_memo.lock().unwrap().insert(memo_key, result.clone());
         result
+    }
+
+    /// The bits of `State::applied` of every key whose (migration, slot) `pick` takes.
+    fn slot_mask(&self, pick: impl Fn(u8, u8) -> bool) -> u64 {
+        let mut mask = 0;
+        for o in 0..self.bounds.orchestrators {
+            for attempt in 0..self.bounds.attempts {
+                for slot in 0..5 + self.bounds.renewals {
+                    if pick(attempt, slot) {
+                        mask |= self.key_bit(CallKey { o, attempt, slot });
+                    }
+                }
+            }
+        }
+        mask
     }
 
     /// The bit of `State::applied` that stands for `key`.
@@ -1533,6 +1592,15 @@ impl Model for LockModel {
                 s.ambiguous_prelock_settled
             }),
             Property::sometimes("the record cap refuses a call", |_: &LockModel, s: &State| s.records_full),
+            Property::sometimes("a release takes effect", |m: &LockModel, s: &State| {
+                s.applied & m.slot_mask(|_, slot| slot == 4) != 0
+            }),
+            Property::sometimes("a second migration takes a lock", |m: &LockModel, s: &State| {
+                s.applied & m.slot_mask(|attempt, slot| attempt > 0 && slot == 0) != 0
+            }),
+            Property::sometimes("a swap completes with a clock behind", |_: &LockModel, s: &State| {
+                s.swapped && s.skew.iter().any(|k| *k < 0)
+            }),
         ]
     }
 }

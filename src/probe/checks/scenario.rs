@@ -16,6 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use check::Check;
 use eager::Eager;
+#[cfg(test)]
+pub(crate) use eager::RENEWAL_LEASE as EAGER_RENEWAL_LEASE;
 use negative::Negative;
 
 use super::observer::Observer;

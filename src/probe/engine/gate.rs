@@ -45,8 +45,12 @@ pub enum Profile {
     ClockAhead,
     /// Instance 1's clock runs 2 s behind, within a 2.5 s skew margin.
     ClockBehind,
-    /// Instance 1's clock runs 2 s ahead, beyond a 500 ms skew margin: breaks an
-    /// assumption, so what breaks is reported, not failed.
+    /// Instance 1's clock runs 3 s ahead, beyond a 500 ms skew margin: breaks an
+    /// assumption, so what breaks is reported, not failed. The skew is more than the eager
+    /// renewal's 2 s write lease plus the margin, so instance 1 takes that lease for
+    /// lapsed from the moment it is granted (instance 0 decides it, on the true clock) and
+    /// accepts the renewal check's writes until the renewal commits, however long the
+    /// escalation took: the profile always reports a violation.
     ClockBeyondMargin,
 }
 
@@ -104,7 +108,7 @@ impl Profile {
             Profile::ReplicaLag => &["--replication-bound", "2s"],
             Profile::ClockAhead => &["--clock-skew", "1=+2s", "--skew-margin", "2500ms"],
             Profile::ClockBehind => &["--clock-skew", "1=-2s", "--skew-margin", "2500ms"],
-            Profile::ClockBeyondMargin => &["--clock-skew", "1=+2s", "--skew-margin", "500ms"],
+            Profile::ClockBeyondMargin => &["--clock-skew", "1=+3s", "--skew-margin", "500ms"],
         };
         args.iter().map(|s| s.to_string()).collect()
     }
@@ -359,6 +363,18 @@ fn parse_listening(line: &str) -> Option<(usize, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn beyond_the_margin_instance_1_takes_the_eager_renewal_lease_for_lapsed_from_its_grant() {
+        // Instance 1 enforces a lease decided on the true clock while its own clock is
+        // before `expiresAt + margin`, i.e. until `decided + lease + margin - skew` in
+        // true time: with the skew past lease + margin, never after the grant. A shorter
+        // skew makes the violation depend on how long the escalation took.
+        let args = Profile::ClockBeyondMargin.service_args();
+        assert_eq!(args, ["--clock-skew", "1=+3s", "--skew-margin", "500ms"]);
+        let (skew, margin) = (Duration::from_secs(3), Duration::from_millis(500));
+        assert!(skew > crate::probe::checks::scenario::EAGER_RENEWAL_LEASE + margin);
+    }
 
     #[test]
     fn the_service_announces_where_each_instance_listens() {

@@ -44,7 +44,7 @@ const WRITERS_LEAD: Duration = Duration::from_millis(500);
 
 /// The write lease of the eager renewal check: long enough to escalate and start the
 /// writers, short enough to keep the cycle short.
-const RENEWAL_LEASE: Duration = Duration::from_secs(2);
+pub(crate) const RENEWAL_LEASE: Duration = Duration::from_secs(2);
 
 /// How long escalation is polled for beyond the declared delay + buffer before the
 /// check gives up (a service that never lets the lock take effect).
