@@ -718,3 +718,21 @@ fn the_declared_delay_is_the_largest_ttl_plus_the_replication_bound() {
     assert_eq!(p.convergence_delay, Duration::from_secs(3));
     assert_eq!(p.max_pre_lock, Duration::from_secs(3600));
 }
+
+#[test]
+fn a_pre_lock_of_exactly_the_maximum_is_granted() {
+    let doc = LocationDocument::new("r", "westeurope");
+    let granted = pre_lock(&doc, &req(MAX), LockToken::generate(), &policy(), t0()).unwrap();
+    let l = lock(&granted);
+    assert_eq!(l.expires_at - l.effective_at, TimeDelta::from_std(MAX).unwrap());
+}
+
+#[test]
+fn a_pre_lock_over_a_lapsed_lock_keeps_the_fields_a_newer_version_wrote_on_it() {
+    let (mut doc, _) = locked(t0());
+    let old = doc.primary.lock.as_mut().unwrap();
+    old.extra.insert("fencedBy".into(), serde_json::json!("a newer version"));
+    let later = old.expires_at;
+    let next = pre_lock(&doc, &req(PRE), LockToken::generate(), &policy(), later).unwrap();
+    assert_eq!(lock(&next).extra.get("fencedBy"), Some(&serde_json::json!("a newer version")));
+}
