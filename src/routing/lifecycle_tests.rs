@@ -736,3 +736,38 @@ fn a_pre_lock_over_a_lapsed_lock_keeps_the_fields_a_newer_version_wrote_on_it() 
     let next = pre_lock(&doc, &req(PRE), LockToken::generate(), &policy(), later).unwrap();
     assert_eq!(lock(&next).extra.get("fencedBy"), Some(&serde_json::json!("a newer version")));
 }
+
+#[test]
+fn a_swap_guard_holds_off_a_new_target_elsewhere_until_it_lapses() {
+    let now = t0();
+    let (doc, token) = locked(now);
+    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), now + secs(60)).unwrap();
+    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(60), &policy(), now + secs(70)).unwrap();
+    let at = now + secs(80);
+    // Now at northeurope, westeurope guarded until at + 60 s.
+    let swapped = swap(&w, &token, "northeurope", &policy(), at).unwrap();
+    let to = |place: &str| PreLockRequest { target_location: Some(place.into()), ..req(PRE) };
+    let soon = at + secs(1);
+    assert_eq!(
+        pre_lock(&swapped, &to("eastus"), LockToken::generate(), &policy(), soon),
+        Err(LockError::LockHeld { expires_at: at + secs(60) })
+    );
+    // Back to the guarded location, or no target: granted while the guard lives.
+    assert!(pre_lock(&swapped, &to("westeurope"), LockToken::generate(), &policy(), soon).is_ok());
+    assert!(pre_lock(&swapped, &req(PRE), LockToken::generate(), &policy(), soon).is_ok());
+    // Once the guard lapsed, a target elsewhere is granted.
+    assert!(pre_lock(&swapped, &to("eastus"), LockToken::generate(), &policy(), at + secs(61)).is_ok());
+}
+
+#[test]
+fn renewing_a_pre_lock_keeps_its_target_lock_with_it() {
+    let doc = LocationDocument::new("r", "westeurope");
+    let r = PreLockRequest { target_location: Some("northeurope".into()), ..req(PRE) };
+    let token = LockToken::generate();
+    let locked = pre_lock(&doc, &r, token.clone(), &policy(), t0()).unwrap();
+    let renewed = renew(&locked, &token, Duration::from_secs(5400), &policy(), t0() + secs(61)).unwrap();
+    let parent = lock(&renewed).pre_lock_expires_at;
+    let target = renewed.secondary.as_ref().unwrap().lock.as_ref().unwrap();
+    assert_eq!((target.expires_at, target.pre_lock_expires_at, target.renewals), (parent, parent, 1));
+    assert!(parent > lock(&locked).pre_lock_expires_at, "the renewal extended the parent");
+}
