@@ -771,3 +771,53 @@ fn renewing_a_pre_lock_keeps_its_target_lock_with_it() {
     assert_eq!((target.expires_at, target.pre_lock_expires_at, target.renewals), (parent, parent, 1));
     assert!(parent > lock(&locked).pre_lock_expires_at, "the renewal extended the parent");
 }
+
+#[test]
+fn the_swap_guard_is_a_write_lock_from_the_swap_for_the_delay_and_the_margin() {
+    let p = LockPolicy { skew_margin: Duration::from_secs(5), ..policy() };
+    let now = t0();
+    let token = LockToken::generate();
+    let doc = pre_lock(&LocationDocument::new("r", "westeurope"), &req(PRE), token.clone(), &p, now).unwrap();
+    let start = lock(&doc).effective_at;
+    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &p, start).unwrap();
+    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(60), &p, start + secs(10)).unwrap();
+    let at = start + secs(20);
+    let swapped = swap(&w, &token, "northeurope", &p, at).unwrap();
+    let guard = swapped.secondary.as_ref().unwrap().lock.as_ref().unwrap();
+    let end = at + secs(60 + 5);
+    assert_eq!(guard.phase, Phase::Write);
+    assert_eq!(
+        (guard.effective_at, guard.expires_at, guard.pre_lock_expires_at, guard.max_expires_at),
+        (at, end, end, end)
+    );
+}
+
+#[test]
+fn an_uncapped_pre_lock_renews_past_the_maximum() {
+    let p = LockPolicy { deviations: Deviations { uncapped_pre_lock: true, ..Deviations::default() }, ..policy() };
+    let (doc, token) = locked(t0());
+    let at = lock(&doc).effective_at;
+    let renewed = renew(&doc, &token, MAX + Duration::from_secs(3600), &p, at).unwrap();
+    assert_eq!(lock(&renewed).expires_at, at + TimeDelta::from_std(MAX).unwrap() + secs(3600));
+    // Capped without the deviation.
+    let capped = renew(&doc, &token, MAX + Duration::from_secs(3600), &policy(), at).unwrap();
+    assert_eq!(lock(&capped).expires_at, lock(&doc).max_expires_at);
+}
+
+#[test]
+fn a_call_bound_to_a_lease_keeps_the_previous_version_without_its_records() {
+    // A keyed pre-lock, so the document carries a record and a pending effect.
+    let token = LockToken::generate();
+    let call = LockCall::PreLock { request: req(PRE), token: token.clone() };
+    let Decided::Write(doc) =
+        decide(&LocationDocument::new("r", "westeurope"), &call, "k:key", &policy(), t0()).unwrap()
+    else {
+        panic!("a first pre-lock writes")
+    };
+    let doc = *doc;
+    assert!(!doc.operations.is_empty() && doc.pending.is_some(), "the pre-lock wrote records to drop");
+    let at = lock(&doc).effective_at;
+    let renewed = renew(&doc, &token, Duration::from_secs(60), &policy(), at).unwrap();
+    let previous = renewed.pending.as_ref().and_then(|p| p.previous.as_ref()).expect("bound to the old lease");
+    assert!(previous.operations.is_empty() && previous.pending.is_none(), "{previous:?}");
+}
