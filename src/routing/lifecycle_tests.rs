@@ -821,3 +821,38 @@ fn a_call_bound_to_a_lease_keeps_the_previous_version_without_its_records() {
     let previous = renewed.pending.as_ref().and_then(|p| p.previous.as_ref()).expect("bound to the old lease");
     assert!(previous.operations.is_empty() && previous.pending.is_none(), "{previous:?}");
 }
+
+#[test]
+fn a_write_with_nothing_pending_carries_no_pending_record_and_one_that_starts_a_phase_does() {
+    // A legacy renewal binds nothing to the lease: nothing pending.
+    let legacy = LockPolicy { deviations: Deviations { legacy_renewal: true, ..Deviations::default() }, ..policy() };
+    let (doc, token) = locked(t0());
+    let renewed = renew(&doc, &token, Duration::from_secs(60), &legacy, lock(&doc).effective_at).unwrap();
+    assert!(renewed.pending.is_none(), "{:?}", renewed.pending);
+    // A legacy effectiveAt records no delay after the commit, but the phase still starts
+    // at the commit: pending.
+    let legacy =
+        LockPolicy { deviations: Deviations { legacy_effective_at: true, ..Deviations::default() }, ..policy() };
+    let pre =
+        pre_lock(&LocationDocument::new("r", "westeurope"), &req(PRE), LockToken::generate(), &legacy, t0()).unwrap();
+    let pending = pre.pending.as_ref().expect("the phase starts at the commit");
+    assert!(pending.phase_starts && pending.effective_after_commit_seconds.is_none());
+}
+
+#[test]
+fn a_swap_keeps_the_declared_targets_fields_and_starts_the_guard_afresh() {
+    let r = PreLockRequest { target_location: Some("northeurope".into()), ..req(PRE) };
+    let token = LockToken::generate();
+    let mut doc = pre_lock(&LocationDocument::new("r", "westeurope"), &r, token.clone(), &policy(), t0()).unwrap();
+    doc.secondary.as_mut().unwrap().extra.insert("shard".into(), serde_json::json!(7));
+    let start = lock(&doc).effective_at;
+    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), start).unwrap();
+    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(60), &policy(), start + secs(10)).unwrap();
+    // As stored and read back: the write phase's start is known.
+    let w = settle(w, start + secs(10));
+    assert!(lock(&w).phase_since.is_some());
+    let swapped = swap(&w, &token, "northeurope", &policy(), start + secs(20)).unwrap();
+    assert_eq!(swapped.primary.extra.get("shard"), Some(&serde_json::json!(7)));
+    let guard = swapped.secondary.as_ref().unwrap().lock.as_ref().unwrap();
+    assert_eq!(guard.phase_since, None, "the guard is not the write phase that began earlier");
+}
