@@ -1307,7 +1307,7 @@ async fn after_a_failover_only_a_store_that_follows_the_write_region_stays_safe_
             return;
         }
     }
-    panic!("the oracle must catch decisions made on the lagging old region (none in {LAG_ATTEMPTS} attempts)");
+    panic!("the oracles must catch decisions made on the lagging old region (none in {LAG_ATTEMPTS} attempts)");
 }
 
 /// Attempts of [`after_a_failover_only_a_store_that_follows_the_write_region_stays_safe_when_the_old_one_lags`].
@@ -1345,6 +1345,9 @@ async fn lagging_old_region_run(attempt: u32) -> bool {
         for v in report.violations.iter().take(5) {
             println!("  {} - {}", v.kind, v.detail);
         }
+        for v in report.contract_violations.iter().take(5) {
+            println!("  second oracle: {} - {}", v.kind, v.detail);
+        }
         assert!(report.failover.is_some(), "the failover was made");
     }
     let (_, following) = &results[0];
@@ -1355,10 +1358,12 @@ async fn lagging_old_region_run(attempt: u32) -> bool {
         "attempt {attempt}, second oracle: {:?}",
         following.contract_violations.first()
     );
-    if legacy.violations.is_empty() {
+    // Either oracle catching it counts: both judge every run, from different evidence.
+    let caught = !legacy.violations.is_empty() || !legacy.contract_violations.is_empty();
+    if !caught {
         println!("attempt {attempt}: the static instance made no decision on the lagging region this time");
     }
-    !legacy.violations.is_empty()
+    caught
 }
 
 /// A forced failover (outside the assumptions: it loses the commits the new write
