@@ -296,12 +296,9 @@ async fn fifty_orchestrators_race_to_create_and_pre_lock_and_exactly_one_wins() 
     }
 }
 
-/// The commit observer (how the service's document-size metric and the harnesses see
-/// what a client writes) is handed exactly the versions the store holds: a write that
-/// lost its race is refused by the store and not seen, the retry that landed is seen
-/// once, pending record included.
-#[tokio::test]
-async fn the_commit_observer_sees_each_committed_version_once_and_no_refused_one() {
+/// A client whose commit observer logs what it is handed, over an instrumented store
+/// holding `r1` (written by the test, not the client).
+async fn observed_client() -> (stores::Instrumented, RoutingClient, Arc<Mutex<Vec<LocationDocument>>>) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let store = stores::Instrumented::new(clock.clone(), MemoryStoreConfig::default());
     store.memory.create(&LocationDocument::new("r1", "westeurope")).await.unwrap();
@@ -315,6 +312,16 @@ async fn the_commit_observer_sees_each_committed_version_once_and_no_refused_one
         ClientOptions::default(),
     )
     .with_commit_observer(Arc::new(move |doc| log.lock().unwrap().push(doc.clone())));
+    (store, client, seen)
+}
+
+/// The commit observer (how the service's document-size metric and the harnesses see
+/// what a client writes) is handed exactly the versions the store holds: a write that
+/// lost its race is refused by the store and not seen, the retry that landed is seen
+/// once, pending record included.
+#[tokio::test]
+async fn the_commit_observer_sees_each_committed_version_once_and_no_refused_one() {
+    let (store, client, seen) = observed_client().await;
     store.inject(OpKind::Replace, FaultAction::LostRace, 1);
     let req = PreLockRequest { owner: "o".into(), duration: Duration::from_secs(60), target_location: None };
     client.pre_lock("r1", &req).await.unwrap();
@@ -331,19 +338,7 @@ async fn the_commit_observer_sees_each_committed_version_once_and_no_refused_one
 /// finds it landed, and not before; a later call answered from that record is not seen.
 #[tokio::test]
 async fn the_commit_observer_sees_a_write_of_unknown_outcome_once_it_is_found_landed() {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store = stores::Instrumented::new(clock.clone(), MemoryStoreConfig::default());
-    store.memory.create(&LocationDocument::new("r1", "westeurope")).await.unwrap();
-    let seen: Arc<Mutex<Vec<LocationDocument>>> = Arc::default();
-    let log = seen.clone();
-    let client = RoutingClient::new(
-        store.store(),
-        clock,
-        TieredCache::try_new(&[Duration::from_secs(5)]).unwrap(),
-        LockPolicy::new(Duration::from_secs(1), Duration::from_secs(600)),
-        ClientOptions::default(),
-    )
-    .with_commit_observer(Arc::new(move |doc| log.lock().unwrap().push(doc.clone())));
+    let (store, client, seen) = observed_client().await;
     // The replace lands, and its answer is lost.
     store.inject(OpKind::Replace, FaultAction::Ambiguous, 1);
     let req = PreLockRequest { owner: "o".into(), duration: Duration::from_secs(60), target_location: None };

@@ -43,6 +43,18 @@ fn lock(doc: &LocationDocument) -> &LockInfo {
     doc.primary.lock.as_ref().unwrap()
 }
 
+/// `doc`'s lock escalated to hard delete at `at` and to write 10 s later, a minute's
+/// lease each.
+fn to_write_lock(
+    doc: &LocationDocument,
+    token: &LockToken,
+    policy: &LockPolicy,
+    at: DateTime<Utc>,
+) -> LocationDocument {
+    let hd = escalate(doc, token, Phase::HardDelete, Duration::from_secs(60), policy, at).unwrap();
+    escalate(&hd, token, Phase::Write, Duration::from_secs(60), policy, at + secs(10)).unwrap()
+}
+
 #[test]
 fn pre_lock_sets_every_time_field() {
     let now = t0();
@@ -201,8 +213,7 @@ fn renew_extends_but_never_past_the_parent_or_the_maximum() {
 fn swap_switches_location_clears_the_lock_and_guards_the_old_location() {
     let now = t0();
     let (doc, token) = locked(now);
-    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), now + secs(60)).unwrap();
-    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(60), &policy(), now + secs(70)).unwrap();
+    let w = to_write_lock(&doc, &token, &policy(), now + secs(60));
     let at = now + secs(80);
     let swapped = swap(&w, &token, "northeurope", &policy(), at).unwrap();
     assert_eq!(swapped.primary.location, "northeurope");
@@ -741,8 +752,7 @@ fn a_pre_lock_over_a_lapsed_lock_keeps_the_fields_a_newer_version_wrote_on_it() 
 fn a_swap_guard_holds_off_a_new_target_elsewhere_until_it_lapses() {
     let now = t0();
     let (doc, token) = locked(now);
-    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), now + secs(60)).unwrap();
-    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(60), &policy(), now + secs(70)).unwrap();
+    let w = to_write_lock(&doc, &token, &policy(), now + secs(60));
     let at = now + secs(80);
     // Now at northeurope, westeurope guarded until at + 60 s.
     let swapped = swap(&w, &token, "northeurope", &policy(), at).unwrap();
@@ -779,8 +789,7 @@ fn the_swap_guard_is_a_write_lock_from_the_swap_for_the_delay_and_the_margin() {
     let token = LockToken::generate();
     let doc = pre_lock(&LocationDocument::new("r", "westeurope"), &req(PRE), token.clone(), &p, now).unwrap();
     let start = lock(&doc).effective_at;
-    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &p, start).unwrap();
-    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(60), &p, start + secs(10)).unwrap();
+    let w = to_write_lock(&doc, &token, &p, start);
     let at = start + secs(20);
     let swapped = swap(&w, &token, "northeurope", &p, at).unwrap();
     let guard = swapped.secondary.as_ref().unwrap().lock.as_ref().unwrap();
@@ -846,8 +855,7 @@ fn a_swap_keeps_the_declared_targets_fields_and_starts_the_guard_afresh() {
     let mut doc = pre_lock(&LocationDocument::new("r", "westeurope"), &r, token.clone(), &policy(), t0()).unwrap();
     doc.secondary.as_mut().unwrap().extra.insert("shard".into(), serde_json::json!(7));
     let start = lock(&doc).effective_at;
-    let hd = escalate(&doc, &token, Phase::HardDelete, Duration::from_secs(60), &policy(), start).unwrap();
-    let w = escalate(&hd, &token, Phase::Write, Duration::from_secs(60), &policy(), start + secs(10)).unwrap();
+    let w = to_write_lock(&doc, &token, &policy(), start);
     // As stored and read back: the write phase's start is known.
     let w = settle(w, start + secs(10));
     assert!(lock(&w).phase_since.is_some());
