@@ -61,8 +61,6 @@ impl WebArgs {
         show(*outcomes.borrow_and_update());
         let guards = watch.guards();
         tokio::spawn(async move {
-            // Holds the watch (and its task's channels) for as long as the process serves.
-            let _watch = watch;
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => return,

@@ -208,7 +208,9 @@ pub fn load(path: &Path) -> Result<LoadedWebConfig, WebConfigError> {
             };
             let value = HeaderValue::from_str(&value)
                 .map_err(|_| refuse(Some("http_server_config.headers"), format!("{name}: not a valid header value")))?;
-            guard.headers.push((HeaderName::from_static(lowercase(settable)), value));
+            let name = HeaderName::from_bytes(settable.as_bytes())
+                .map_err(|_| refuse(Some("http_server_config.headers"), format!("{name}: not a valid header name")))?;
+            guard.headers.push((name, value));
         }
     }
     if let Some(users) = file.basic_auth_users {
@@ -216,17 +218,6 @@ pub fn load(path: &Path) -> Result<LoadedWebConfig, WebConfigError> {
         guard.users = Some(Arc::new(users));
     }
     Ok(LoadedWebConfig { guard, files, fingerprint })
-}
-
-/// `HeaderName::from_static` wants lowercase.
-fn lowercase(name: &'static str) -> &'static str {
-    match name {
-        "Strict-Transport-Security" => "strict-transport-security",
-        "X-Content-Type-Options" => "x-content-type-options",
-        "X-Frame-Options" => "x-frame-options",
-        "X-XSS-Protection" => "x-xss-protection",
-        _ => "content-security-policy",
-    }
 }
 
 fn tls_files(tls: TlsServerConfig, base: &Path) -> Result<ServerTlsFiles, (&'static str, String)> {
