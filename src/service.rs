@@ -42,6 +42,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SkewedClock};
+use crate::document::FORMAT_1;
 use crate::duration::MAX_DURATION;
 use crate::exposition;
 use crate::listener::{self, Limits};
@@ -50,7 +51,7 @@ use crate::routing::client::DEFAULT_MAX_DECISION_AGE;
 use crate::routing::lifecycle::{DEFAULT_KEYED_RECORDS, DEFAULT_SKEW_MARGIN};
 use crate::routing::{ClientOptions, CommitObserver, Deviations, LockPolicy, RoutingClient};
 use crate::store::LocationStore;
-use crate::versions;
+use crate::versions::{self, NEWEST_FORMAT};
 pub use design::LockDesign;
 use items::ItemStores;
 use metrics::ServiceMetrics;
@@ -139,6 +140,8 @@ pub struct ServiceConfig {
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     /// Where locks live (see [`design`]).
     pub lock_design: LockDesign,
+    /// The newest document format the routing library writes ([`LockPolicy::write_format`]).
+    pub write_format: u64,
     /// The listeners' bounds: connections, the time to send a request head (the body
     /// limit is `max_body_bytes`).
     pub limits: Limits,
@@ -164,6 +167,7 @@ impl ServiceConfig {
             metrics: None,
             tls: None,
             lock_design: LockDesign::default(),
+            write_format: NEWEST_FORMAT,
             limits: Limits::default(),
         }
     }
@@ -190,6 +194,11 @@ impl ServiceConfig {
         anyhow::ensure!(!self.cache_ttls.is_empty(), "at least one --cache-ttl is needed");
         anyhow::ensure!(!self.max_pre_lock.is_zero(), "--max-prelock must be positive");
         self.limits.validate()?;
+        anyhow::ensure!(
+            (FORMAT_1..=NEWEST_FORMAT).contains(&self.write_format),
+            "--write-format {} is not a format this build writes ({FORMAT_1} to {NEWEST_FORMAT})",
+            self.write_format
+        );
         // The CLI bounds these already; a config built in code must not get past either,
         // since dates computed from them (now + delay + lease) would overflow and panic.
         let mut durations = vec![
@@ -305,6 +314,7 @@ pub fn instance_observed(
         max_pre_lock: config.max_pre_lock,
         skew_margin: config.skew_margin,
         keyed_records: if deviations.legacy_record_eviction { LEGACY_KEYED_RECORDS } else { DEFAULT_KEYED_RECORDS },
+        write_format: config.write_format,
         deviations,
     };
     let options = ClientOptions { max_decision_age: config.max_decision_age, ..ClientOptions::default() };
@@ -503,5 +513,16 @@ mod tests {
         };
         at_bound.validate().unwrap();
         ServiceConfig { replication_bound: Duration::ZERO, ..ServiceConfig::new("k") }.validate().unwrap();
+    }
+
+    #[test]
+    fn only_the_formats_this_build_writes_are_accepted_as_the_write_format() {
+        for format in [0, NEWEST_FORMAT + 1] {
+            let e = ServiceConfig { write_format: format, ..ServiceConfig::new("k") }.validate().unwrap_err();
+            assert!(e.to_string().contains("--write-format"), "{e}");
+        }
+        for format in FORMAT_1..=NEWEST_FORMAT {
+            ServiceConfig { write_format: format, ..ServiceConfig::new("k") }.validate().unwrap();
+        }
     }
 }

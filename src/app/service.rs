@@ -11,6 +11,7 @@ use super::listen::ListenArgs;
 use super::store::{OpenStoreError, StoreArgs};
 use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
+use crate::document::{FORMAT_1, NEWEST_FORMAT};
 use crate::listener::tls::{server_config, ServerTlsFile, ServerTlsFiles};
 use crate::service::{start, ClockSkew, Fault, LockDesign, ServiceConfig};
 use crate::store::counting::CountingStore;
@@ -88,6 +89,12 @@ pub struct ServiceArgs {
     /// user operation (the lock-table baseline `lockprobe bench` compares against).
     #[arg(long, value_enum, default_value_t = LockDesign::Embedded)]
     pub lock_design: LockDesign,
+    /// The newest document format written: 1 is the expand step of a rollout while
+    /// instances that read only format 1 remain (writes settled at their decision;
+    /// docs/release-gate.md, "Rolling out a new document format").
+    #[arg(long, value_name = "FORMAT", default_value_t = NEWEST_FORMAT,
+          value_parser = clap::value_parser!(u64).range(FORMAT_1..=NEWEST_FORMAT))]
+    pub write_format: u64,
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]
     pub store: StoreArgs,
@@ -115,6 +122,7 @@ impl ServiceArgs {
             clock_skews: self.clock_skews.clone(),
             tls: self.tls()?,
             lock_design: self.lock_design,
+            write_format: self.write_format,
             limits: self.bounds.limits()?,
             ..ServiceConfig::new(api_key)
         };
@@ -210,6 +218,13 @@ pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Resu
     }
     println!("lockprobe service: declared convergence delay {}", humantime::format_duration(declared));
     println!("lockprobe service: lock design {}", args.lock_design);
+    if args.write_format < NEWEST_FORMAT {
+        println!(
+            "lockprobe service: writing document format {} only (a rollout's expand step: locks take effect \
+             from their decision, not their commit)",
+            args.write_format
+        );
+    }
     running.wait().await;
     Ok(())
 }

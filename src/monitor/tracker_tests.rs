@@ -23,6 +23,7 @@ fn policy() -> LockPolicy {
         max_pre_lock: 600 * S,
         skew_margin: Duration::ZERO,
         keyed_records: crate::routing::lifecycle::DEFAULT_KEYED_RECORDS,
+        write_format: crate::document::NEWEST_FORMAT,
         deviations: Default::default(),
     }
 }

@@ -28,6 +28,7 @@ use serde_json::Map;
 use crate::clock::to_chrono;
 use crate::document::{
     digest_hex, CallKind, LocationDocument, LockInfo, LockToken, OperationRecord, PendingEffect, Phase, Section,
+    FORMAT_2, NEWEST_FORMAT,
 };
 
 /// Why a lock operation was refused.
@@ -121,6 +122,14 @@ pub struct LockPolicy {
     /// keeps inside their windows; a keyed call that would need one more is refused
     /// ([`LockError::RecordsFull`]) rather than forget a key still honoured.
     pub keyed_records: usize,
+    /// The newest document format this library writes ([`crate::document::FORMAT_1`] or
+    /// [`NEWEST_FORMAT`]). Format 1 is the *expand* step of a rollout over readers of
+    /// format 1 only: every write is settled at its decision instead of carrying a
+    /// pending effect, so an older reader can read it, and the guarantees that need the
+    /// commit time (effective from the commit, no resurrected lease) are given up until
+    /// the fleet writes the newest format again (docs/release-gate.md, "Rolling out a
+    /// new document format").
+    pub write_format: u64,
     /// Off in the shipped protocol; see [`Deviations`].
     pub deviations: Deviations,
 }
@@ -146,6 +155,7 @@ impl LockPolicy {
             max_pre_lock,
             skew_margin: DEFAULT_SKEW_MARGIN,
             keyed_records: DEFAULT_KEYED_RECORDS,
+            write_format: NEWEST_FORMAT,
             deviations: Deviations::default(),
         }
     }
@@ -780,6 +790,12 @@ pub fn decide(
         return Ok(Decided::Replayed);
     }
     let mut next = call.transition(doc, policy, now)?;
+    if policy.write_format < FORMAT_2 {
+        // The expand step: what the write means is fixed now, as if the store committed
+        // it at the decision, so a reader of format 1 takes it exactly as this library
+        // does (the lease checked live just now, so nothing is void).
+        next = settle_own_write(next, now);
+    }
     let acted_on = match call {
         LockCall::PreLock { .. } => next.primary.lock.as_ref(),
         _ => doc.primary.lock.as_ref(),

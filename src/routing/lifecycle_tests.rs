@@ -17,6 +17,7 @@ fn policy() -> LockPolicy {
         max_pre_lock: MAX,
         skew_margin: Duration::ZERO,
         keyed_records: DEFAULT_KEYED_RECORDS,
+        write_format: NEWEST_FORMAT,
         deviations: Deviations::default(),
     }
 }
@@ -863,4 +864,45 @@ fn a_swap_keeps_the_declared_targets_fields_and_starts_the_guard_afresh() {
     assert_eq!(swapped.primary.extra.get("shard"), Some(&serde_json::json!(7)));
     let guard = swapped.secondary.as_ref().unwrap().lock.as_ref().unwrap();
     assert_eq!(guard.phase_since, None, "the guard is not the write phase that began earlier");
+}
+
+#[test]
+fn the_expand_step_writes_every_call_in_format_1_settled_at_its_decision() {
+    // A whole migration decided with `write_format` 1: every document written is one a
+    // reader of format 1 reads (no pending effect), and it means what the newest format's
+    // document means once committed at the decision.
+    let expand = LockPolicy { write_format: crate::document::FORMAT_1, ..margined() };
+    let token = LockToken::generate();
+    let mut at = t0();
+    let pre = LockCall::PreLock {
+        request: PreLockRequest { target_location: Some("eastus".into()), ..req(PRE) },
+        token: token.clone(),
+    };
+    // Past the pre-lock's effectiveAt (the delay and the margin after it).
+    let effective_at = at + secs(120);
+    let escalate = |phase| LockCall::Escalate { token: token.clone(), phase, duration: Duration::from_secs(60) };
+    let calls = [
+        (pre, at),
+        (escalate(Phase::HardDelete), effective_at),
+        (LockCall::Renew { token: token.clone(), duration: Duration::from_secs(90) }, effective_at + secs(5)),
+        (escalate(Phase::Write), effective_at + secs(10)),
+        (LockCall::Swap { token: token.clone(), target: "eastus".into() }, effective_at + secs(20)),
+    ];
+    let (mut old, mut new) = (LocationDocument::new("r", "westeurope"), LocationDocument::new("r", "westeurope"));
+    for (i, (call, now)) in calls.into_iter().enumerate() {
+        at = now;
+        let key = format!("k:{i}");
+        let expanded = written(decide(&old, &call, &key, &expand, at).unwrap());
+        assert_eq!(expanded.format(), crate::document::FORMAT_1, "call {i}");
+        assert!(expanded.pending.is_none(), "call {i}");
+        let newest = written(decide(&new, &call, &key, &margined(), at).unwrap());
+        assert_eq!(newest.format(), FORMAT_2, "call {i}: the newest format carries its pending effect");
+        let newest = settle(newest, at);
+        assert_eq!(expanded, newest, "call {i}: the same meaning as the newest format committed at once");
+        if matches!(i, 0 | 1 | 3) {
+            assert_eq!(lock(&expanded).phase_since, Some(at), "call {i}: a phase starts at its decision");
+        }
+        (old, new) = (expanded, newest);
+    }
+    assert_eq!(old.primary.location, "eastus");
 }

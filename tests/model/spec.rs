@@ -714,6 +714,7 @@ impl LockModel {
             max_pre_lock: secs(timing::MAX_PRE_LOCK),
             skew_margin: secs(timing::SKEW_MARGIN),
             keyed_records: bounds.keyed_records,
+            write_format: lockprobe::document::NEWEST_FORMAT,
             deviations: variant.deviations(),
         };
         if let Err(refused) = bounds.validate(variant) {
