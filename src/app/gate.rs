@@ -10,13 +10,14 @@
 //! (`--store-fault`, `--clock-skew`): the candidate is a `lockprobe` binary built from
 //! the candidate library (or anything that takes `lockprobe service`'s flags).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::app::usage::UsageError;
 use crate::probe::engine::gate::{run_until_decided, GateOptions, Profile, ProfileOutcome};
+use crate::probe::engine::rollout::{self, RolloutOptions, RolloutProfile};
 use crate::probe::outputs::gate_junit::{self, ProfileRun};
 
 /// Flags of `lockprobe gate`.
@@ -61,6 +62,22 @@ pub struct GateArgs {
     /// (and `--tls-client-ca`: then the gate's probe needs --client-cert and --client-key).
     #[command(flatten)]
     pub tls: super::validate::TlsArgs,
+    /// Run the rollout profiles instead of the fault profiles: this build (the version
+    /// a fleet runs now) and the candidate side by side, each instance its own process,
+    /// over the store the flags after `--` select (one both versions share:
+    /// `--store cosmos` and its `--cosmos-*` flags).
+    #[arg(long, value_name = "BINARY", conflicts_with_all = ["profiles", "json_dir"])]
+    pub baseline: Option<PathBuf>,
+    /// Run only these rollout profiles (repeatable; default: all of them, in order).
+    #[arg(long = "rollout", value_enum, requires = "baseline")]
+    pub rollouts: Vec<RolloutProfile>,
+    /// A flag for the candidate's processes only (repeatable), e.g.
+    /// `--candidate-arg=--write-format=1` for a rollout's expand step.
+    #[arg(long = "candidate-arg", value_name = "FLAG", allow_hyphen_values = true, requires = "baseline")]
+    pub candidate_args: Vec<String>,
+    /// A flag for the baseline's processes only (repeatable).
+    #[arg(long = "baseline-arg", value_name = "FLAG", allow_hyphen_values = true, requires = "baseline")]
+    pub baseline_args: Vec<String>,
     /// Extra flags for every `CANDIDATE service` run, after `--` (e.g. `--fault
     /// legacy-effective-at` to see the gate bite).
     #[arg(last = true)]
@@ -70,6 +87,9 @@ pub struct GateArgs {
 /// `lockprobe gate`: returns the exit code (0 every profile within the assumptions
 /// passed, 1 otherwise).
 pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<u8> {
+    if let Some(baseline) = &args.baseline {
+        return run_rollout(&args, baseline, shutdown).await;
+    }
     let options = GateOptions {
         candidate: candidate(&args)?,
         instances: args.instances,
@@ -133,6 +153,86 @@ pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<
         println!("gate: FAILED ({failed} of {} profiles)", runs.len());
         Ok(1)
     }
+}
+
+/// The rollout profiles: every judged answer of a failing profile, one line per profile.
+async fn run_rollout(args: &GateArgs, baseline: &Path, shutdown: CancellationToken) -> anyhow::Result<u8> {
+    if !baseline.is_file() {
+        return Err(UsageError::new(format!("--baseline {}: no such file", baseline.display())).into());
+    }
+    if !selects_a_shared_store(&args.service_args) {
+        return Err(UsageError::new(
+            "--baseline runs each instance in its own process, so they need a store they share: \
+             pass `-- --store cosmos` and its --cosmos-* flags",
+        )
+        .into());
+    }
+    let options = RolloutOptions {
+        baseline: baseline.to_owned(),
+        candidate: candidate(args)?,
+        service_args: args.service_args.clone(),
+        baseline_args: args.baseline_args.clone(),
+        candidate_args: args.candidate_args.clone(),
+        cache_ttl: args.cache_ttl,
+        replication_bound: Duration::from_millis(500),
+        buffer: args.buffer,
+    };
+    let profiles = if args.rollouts.is_empty() { RolloutProfile::ALL.to_vec() } else { args.rollouts.clone() };
+    let started = Instant::now();
+    let mut failed = 0;
+    let mut reports = Vec::new();
+    for profile in &profiles {
+        if shutdown.is_cancelled() {
+            break;
+        }
+        println!("gate: rollout profile {}", profile.name());
+        let outcome = rollout::run_profile(&options, *profile, shutdown.clone()).await;
+        let bad: Vec<_> = outcome.checks.iter().filter(|c| !c.passed).collect();
+        let verdict = if outcome.passed() { "passed" } else { "FAILED" };
+        println!("  {:<20} {verdict}: {} answers judged, {} failed", profile.name(), outcome.checks.len(), bad.len());
+        for check in bad {
+            println!("    [{}] {}", profile.name(), check.line());
+        }
+        if let Some(e) = &outcome.error {
+            println!("    [{}] error: {e}", profile.name());
+        }
+        for note in &outcome.notes {
+            println!("    [{}] note: {note}", profile.name());
+        }
+        failed += usize::from(!outcome.passed());
+        reports.push((profile.name(), outcome.junit_cases(*profile)));
+    }
+    if let Some(path) = &args.junit {
+        std::fs::write(path, gate_junit::rollout_to_junit(&reports))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    println!("gate: {} rollout profiles in {:.0}s", profiles.len(), started.elapsed().as_secs_f64());
+    if shutdown.is_cancelled() {
+        println!("gate: INTERRUPTED");
+        return Ok(1);
+    }
+    if failed == 0 {
+        println!("gate: PASSED");
+        Ok(0)
+    } else {
+        println!("gate: FAILED ({failed} of {} rollout profiles)", profiles.len());
+        Ok(1)
+    }
+}
+
+/// Whether `lockprobe service` flags select a store other processes can share (not
+/// the default in-memory one, which lives in one process).
+fn selects_a_shared_store(service_args: &[String]) -> bool {
+    let mut args = service_args.iter();
+    while let Some(arg) = args.next() {
+        let value = match arg.strip_prefix("--store=") {
+            Some(v) => Some(v),
+            None if arg == "--store" => args.next().map(String::as_str),
+            None => continue,
+        };
+        return value.is_some_and(|v| v != "memory");
+    }
+    false
 }
 
 /// The candidate binary, checked before anything runs.
@@ -209,6 +309,16 @@ mod tests {
             }
         }
         assert_eq!(Profile::ALL.iter().filter(|p| p.beyond_assumptions()).count(), 1);
+    }
+
+    #[test]
+    fn only_a_store_other_processes_can_reach_is_shared() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(selects_a_shared_store(&args(&["--store", "cosmos", "--cosmos-endpoint", "http://x"])));
+        assert!(selects_a_shared_store(&args(&["--cache-ttl", "1s", "--store=cosmos"])));
+        assert!(!selects_a_shared_store(&args(&["--store", "memory"])));
+        assert!(!selects_a_shared_store(&args(&["--store"])));
+        assert!(!selects_a_shared_store(&args(&[])));
     }
 
     #[test]

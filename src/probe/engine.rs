@@ -8,12 +8,14 @@
 //! - [`reload`] and [`reloader`]: what a reload is and how it answers, and the reload
 //!   of `serve`'s configuration file.
 //! - [`validate`]: one cycle against given instances, as `validate` and the release gate
-//!   run it; [`gate`]: the release gate's runs of a candidate under every profile.
+//!   run it; [`gate`]: the release gate's runs of a candidate under every profile;
+//!   [`rollout`]: its rollout profiles, a baseline and a candidate build side by side.
 
 pub mod config;
 pub mod gate;
 pub mod reload;
 pub mod reloader;
+pub mod rollout;
 pub mod runtime;
 pub mod scheduler;
 pub mod server;

@@ -325,7 +325,7 @@ fn start_candidate(options: &GateOptions, profile: Profile, key: &str) -> Result
 
 /// Reads the candidate's `instance i listening on http://...` lines until all
 /// `instances` are up.
-async fn listening_urls(child: &mut Child, instances: usize) -> Result<Vec<String>, String> {
+pub(super) async fn listening_urls(child: &mut Child, instances: usize) -> Result<Vec<String>, String> {
     let stdout = child.stdout.take().ok_or("the candidate's output is not readable")?;
     let mut lines = BufReader::new(stdout).lines();
     let mut urls = vec![String::new(); instances];

@@ -1,5 +1,6 @@
 //! The release gate's JUnit report: one `<testsuite>` per fault profile, one
-//! `<testcase>` per assertion of the probe's run under that profile.
+//! `<testcase>` per assertion of the probe's run under that profile; for the rollout
+//! profiles ([`rollout_to_junit`]), one per judged answer.
 //!
 //! Test cases are named as `validate`'s are ([`super::junit`]), with the profile in the
 //! class: `lockprobe.gate.<profile>.<check>[.instance<N>]` and
@@ -61,6 +62,66 @@ pub fn to_junit(runs: &[ProfileRun<'_>]) -> String {
     let _ = w.write_event(Event::Start(root));
     for (run, counts) in runs.iter().zip(&counts) {
         write_suite(&mut w, run, counts);
+    }
+    let _ = w.write_event(Event::End(BytesEnd::new("testsuites")));
+    String::from_utf8(w.into_inner()).unwrap_or_default()
+}
+
+/// One judged answer of a rollout profile (or the profile's migration as a whole).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JunitCase {
+    /// The test case's class, the same on every run.
+    pub class: String,
+    /// Its name, the same on every run.
+    pub name: String,
+    /// Why it failed, if it did.
+    pub failure: Option<String>,
+    /// Why it could not be judged, if it could not.
+    pub error: Option<String>,
+}
+
+/// The rollout profiles' report: a `<testsuite>` per profile (`rollout-<profile>`), a
+/// `<testcase>` per judged answer.
+pub fn rollout_to_junit(runs: &[(&str, Vec<JunitCase>)]) -> String {
+    let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
+    // Writing into a Vec cannot fail; the results are ignored for that reason only.
+    let _ = w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)));
+    let counts = |cases: &[JunitCase]| Counts {
+        tests: cases.len(),
+        failures: cases.iter().filter(|c| c.failure.is_some()).count(),
+        errors: cases.iter().filter(|c| c.error.is_some()).count(),
+        ..Counts::default()
+    };
+    let total = runs.iter().fold(Counts::default(), |a, (_, cases)| a.plus(&counts(cases)));
+    let mut root = BytesStart::new("testsuites");
+    root.push_attribute(("name", "lockprobe gate (rollout)"));
+    total.push_attributes(&mut root);
+    let _ = w.write_event(Event::Start(root));
+    for (profile, cases) in runs {
+        let mut suite = BytesStart::new("testsuite");
+        suite.push_attribute(("name", format!("rollout-{profile}").as_str()));
+        counts(cases).push_attributes(&mut suite);
+        let _ = w.write_event(Event::Start(suite));
+        for case in cases {
+            let mut start = BytesStart::new("testcase");
+            start.push_attribute(("name", case.name.as_str()));
+            start.push_attribute(("classname", case.class.as_str()));
+            let outcome = match (&case.failure, &case.error) {
+                (_, Some(why)) => Some(("error", why)),
+                (Some(why), None) => Some(("failure", why)),
+                (None, None) => None,
+            };
+            let Some((kind, why)) = outcome else {
+                let _ = w.write_event(Event::Empty(start));
+                continue;
+            };
+            let _ = w.write_event(Event::Start(start));
+            let mut e = BytesStart::new(kind);
+            e.push_attribute(("message", why.as_str()));
+            let _ = w.write_event(Event::Empty(e));
+            let _ = w.write_event(Event::End(BytesEnd::new("testcase")));
+        }
+        let _ = w.write_event(Event::End(BytesEnd::new("testsuite")));
     }
     let _ = w.write_event(Event::End(BytesEnd::new("testsuites")));
     String::from_utf8(w.into_inner()).unwrap_or_default()
