@@ -126,7 +126,18 @@ fn assert_every_profile_passed(out: &Output) {
 #[test]
 fn expand_the_candidate_writing_format_1_beside_the_old_build_passes_every_profile() {
     let server = CosmosServer::start();
-    assert_every_profile_passed(&gate(&server, &baseline(), &["--candidate-arg=--write-format=1"]));
+    let out = gate(&server, &baseline(), &["--candidate-arg=--write-format=1"]);
+    assert_every_profile_passed(&out);
+    // The pre-lock repeated under its key through the other instance is held only to
+    // instances that declare a contract that keeps keys: 034c7cc declares none.
+    let text = stdout(&out);
+    for profile in ["mixed", "rolling"] {
+        assert!(text.contains(&format!("    [{profile}] note: not checked: the pre-lock repeated")), "{text}");
+    }
+    assert!(
+        !text.contains("    [rollback] note: not checked"),
+        "both rollback instances start on today's build:\n{text}"
+    );
 }
 
 #[test]
@@ -134,7 +145,11 @@ fn contract_the_candidate_writing_format_2_beside_format_1_writers_that_read_it_
     // Once every instance reads format 2, writers switch to it: the fleet then mixes
     // today's build writing format 1 (the baseline now) and writing format 2.
     let server = CosmosServer::start();
-    assert_every_profile_passed(&gate(&server, &lockprobe(), &["--baseline-arg=--write-format=1"]));
+    let out = gate(&server, &lockprobe(), &["--baseline-arg=--write-format=1"]);
+    assert_every_profile_passed(&out);
+    // Every instance declares contract 1.3: the repeated pre-lock is judged everywhere.
+    let text = stdout(&out);
+    assert!(!text.contains("not checked"), "{text}");
 }
 
 #[test]

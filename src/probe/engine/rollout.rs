@@ -431,6 +431,9 @@ async fn walk(
         if token.is_empty() {
             return Err("the pre-lock was refused; the migration cannot go on".to_owned());
         }
+        if name == "preLock" {
+            replay_elsewhere(&mut judge, notes, at, &resource, target, &key, &token).await?;
+        }
         // A lock that has started is never served from a cache (contract, "The routing
         // path"): an escalation restricts every instance from its answer on.
         for i in 0..fleet.processes.len() {
@@ -451,6 +454,54 @@ async fn walk(
         if let Some((index, role)) = profile.replaces_after(step) {
             fleet.replace(index, role).await?;
         }
+    }
+    Ok(())
+}
+
+/// The pre-lock repeated under its key through the other instance, as an
+/// orchestrator's retry through a load balancer may land: from contract 1.1 keys are
+/// kept in the document, so any instance answers 201 with the first call's token. Judged
+/// only when both instances declare 1.1 or later; an instance that declares nothing may
+/// be 1.0, which ignores the key (a note says it was not checked).
+async fn replay_elsewhere(
+    judge: &mut Judge<'_>,
+    notes: &mut Vec<String>,
+    at: usize,
+    resource: &str,
+    target: &str,
+    key: &CallKey,
+    token: &str,
+) -> Result<(), String> {
+    let other = 1 - at;
+    let client = judge.client;
+    // Versions are read from answers: the other instance has not answered yet.
+    client.route(other, resource).await.map_err(|e| e.to_string())?;
+    let undeclared: Vec<String> = [at, other]
+        .into_iter()
+        .filter(|i| client.declared_by(*i).at_least(1, 1) != Some(true))
+        .map(|i| format!("instance {i} ({})", judge.declared(i)))
+        .collect();
+    if !undeclared.is_empty() {
+        notes.push(format!(
+            "not checked: the pre-lock repeated under its key through instance {other}, since {} may not honour keys",
+            undeclared.join(" and ")
+        ));
+        return Ok(());
+    }
+    let send = |k| client.pre_lock(other, resource, "lockprobe-rollout", LEASE, Some(target), k);
+    let r = client.until_known(key, send).await.map_err(|e| e.to_string())?;
+    if judge.check("preLock", "pre-lock repeated under its key", other, &["201"], &r) {
+        let same = r.str_field("token") == Some(token);
+        let declared = judge.declared(other);
+        judge.checks.push(RolloutCheck {
+            step: "preLock",
+            op: "repeated pre-lock's token",
+            instance: other,
+            declared,
+            expected: "the first call's token".to_owned(),
+            observed: if same { "the first call's token" } else { "another token" }.to_owned(),
+            passed: same,
+        });
     }
     Ok(())
 }
