@@ -84,11 +84,15 @@ pub enum Variant {
     /// Contract 1.1's record keeping: a full document drops its oldest keyed record for a
     /// new one, even inside its window (`Deviations::legacy_record_eviction`).
     LegacyRecordEviction,
+    /// A rollout's expand step: every write in format 1, settled at its decision
+    /// (`LockPolicy::write_format`), as readers of format 1 only need. Not a bug but a
+    /// documented trade: what a late commit can do to it is what the model must show.
+    Format1Writes,
 }
 
 impl Variant {
     /// Every variant, the fixed protocol first.
-    pub const ALL: [Variant; 7] = [
+    pub const ALL: [Variant; 8] = [
         Variant::Fixed,
         Variant::LegacyEffectiveAt,
         Variant::LegacyRenewal,
@@ -96,6 +100,7 @@ impl Variant {
         Variant::EarlyEscalation,
         Variant::CacheServesStartedLocks,
         Variant::LegacyRecordEviction,
+        Variant::Format1Writes,
     ];
 
     /// The name used on the command line and in the docs.
@@ -108,13 +113,22 @@ impl Variant {
             Variant::EarlyEscalation => "early-escalation",
             Variant::CacheServesStartedLocks => "cache-serves-started-locks",
             Variant::LegacyRecordEviction => "legacy-record-eviction",
+            Variant::Format1Writes => "format-1-writes",
+        }
+    }
+
+    /// The newest document format the variant's writers write.
+    fn write_format(self) -> u64 {
+        match self {
+            Variant::Format1Writes => lockprobe::document::FORMAT_1,
+            _ => lockprobe::document::NEWEST_FORMAT,
         }
     }
 
     fn deviations(self) -> Deviations {
         let mut d = Deviations::default();
         match self {
-            Variant::Fixed | Variant::SwapWithoutIfMatch => {}
+            Variant::Fixed | Variant::SwapWithoutIfMatch | Variant::Format1Writes => {}
             Variant::LegacyEffectiveAt => d.legacy_effective_at = true,
             Variant::LegacyRenewal => d.legacy_renewal = true,
             Variant::EarlyEscalation => d.early_escalation = true,
@@ -714,7 +728,7 @@ impl LockModel {
             max_pre_lock: secs(timing::MAX_PRE_LOCK),
             skew_margin: secs(timing::SKEW_MARGIN),
             keyed_records: bounds.keyed_records,
-            write_format: lockprobe::document::NEWEST_FORMAT,
+            write_format: variant.write_format(),
             deviations: variant.deviations(),
         };
         if let Err(refused) = bounds.validate(variant) {
