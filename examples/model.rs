@@ -16,7 +16,7 @@ mod spec;
 
 use spec::{check, render_path, replay_on_fixed, Bounds, LockModel, Variant};
 
-const USAGE: &str = "usage: model [--variant fixed|legacy-effective-at|legacy-renewal|swap-without-if-match|early-escalation|cache-serves-started-locks|legacy-record-eviction|all]
+const USAGE: &str = "usage: model [--variant fixed|legacy-effective-at|legacy-renewal|swap-without-if-match|early-escalation|cache-serves-started-locks|legacy-record-eviction|format-1-writes|all]
              [--bounds suite|record-cap|release|behind|attempts|all]
              [--orchestrators N] [--instances N] [--horizon TICKS] [--delayed N] [--ambiguous N]
              [--attempts N] [--renewals N] [--release] [--requests N] [--writes N] [--deletes N]
