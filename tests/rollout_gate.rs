@@ -105,6 +105,11 @@ fn a_format_2_writer_beside_a_format_1_reader_is_caught_in_every_profile_naming_
     assert!(fails.iter().any(|l| l.starts_with("    [mixed] FAIL [hardDelete] write @ instance 0")), "{text}");
     assert!(fails.iter().any(|l| l.starts_with("    [rolling] FAIL [hardDelete] route @ instance 0")), "{text}");
     assert!(fails.iter().any(|l| l.starts_with("    [rollback] FAIL [hardDelete] escalate @ instance 1")), "{text}");
+    // The migrations that stopped leave no lock in the shared store.
+    for profile in ["mixed", "rollback"] {
+        let note = format!("    [{profile}] note: released the stopped migration's lock through instance ");
+        assert!(text.lines().any(|l| l.starts_with(&note) && l.ends_with("(204)")), "{text}");
+    }
 }
 
 /// Every profile passed, each with every step's answers judged: the lock calls and, on

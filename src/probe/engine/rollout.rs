@@ -7,10 +7,11 @@
 //! lock calls' answers, the user operations' status codes and the route view. Items are
 //! each process's own in the reference service, so what an item holds is not judged
 //! across processes; every user operation is judged on the answer it got for the lock
-//! phase certainly in force over its window (sent after the phase's lock call was
+//! phase certainly in force over its window: sent after the phase's lock call was
 //! answered, the declared convergence delay and the buffer had passed, and before the
-//! next lock call was sent). Every failure names the instance's role and the versions
-//! it declared.
+//! next lock call was sent; or, for an escalation, at once after its answer, since a
+//! started lock is never served from a cache. Every failure names the instance's role
+//! and the versions it declared. A migration that stops early has its lock released.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -51,8 +52,7 @@ impl RolloutProfile {
         }
     }
 
-    /// The role each instance starts in, and the role an instance is replaced by (the
-    /// instance `step` replaces, if any) after each of the migration's steps.
+    /// The role each instance starts in.
     fn start(self) -> [Role; 2] {
         match self {
             RolloutProfile::Mixed => [Role::Baseline, Role::Candidate],
@@ -232,7 +232,7 @@ impl Fleet {
         command
             .arg("service")
             .args(["--listen", "127.0.0.1:0", "--test-prefix", TEST_PREFIX, "--cache-ttl", &ttl])
-            .args(["--replication-bound", &bound])
+            .args(["--instances", "1", "--replication-bound", &bound])
             .args(&self.options.service_args)
             .args(own)
             .env(CANDIDATE_KEY_ENV, &self.key)
@@ -330,13 +330,42 @@ pub async fn run_profile(
             return outcome;
         }
     };
+    let mut held = None;
     let walked = tokio::select! {
-        r = walk(&mut fleet, profile, options, &mut outcome.checks, &mut outcome.notes) => r,
+        r = walk(&mut fleet, profile, options, &mut outcome.checks, &mut outcome.notes, &mut held) => r,
         _ = shutdown.cancelled() => Err("interrupted".to_owned()),
     };
     outcome.error = walked.err();
+    if let Some((resource, token)) = held {
+        outcome.notes.push(release_left_behind(&fleet, &resource, &token).await);
+    }
     fleet.stop().await;
     outcome
+}
+
+/// Releases the lock of a migration that stopped before its swap, through whichever
+/// instance can (the shared store outlives the profile), and says how it went.
+async fn release_left_behind(fleet: &Fleet, resource: &str, token: &str) -> String {
+    let client = match fleet.client() {
+        Ok(c) => c,
+        Err(e) => return format!("the stopped migration's lock was not released: {e}"),
+    };
+    let mut answers = Vec::new();
+    for i in 0..fleet.processes.len() {
+        let key = CallKey::fresh();
+        match client.until_known(&key, |k| client.release(i, resource, token, k)).await {
+            // Released, or no longer this token's to release.
+            Ok(r) if matches!(r.status, 204 | 409 | 410) => {
+                return format!("released the stopped migration's lock through instance {i} ({})", describe(&r))
+            }
+            Ok(r) => answers.push(format!("instance {i}: {}", describe(&r))),
+            Err(e) => answers.push(format!("instance {i}: {e}")),
+        }
+    }
+    format!(
+        "the stopped migration's lock on {resource} was not released ({}); it ends with its lease",
+        answers.join("; ")
+    )
 }
 
 /// The user operations' answers each phase demands, once in force on every instance.
@@ -358,6 +387,7 @@ async fn walk(
     options: &RolloutOptions,
     checks: &mut Vec<RolloutCheck>,
     notes: &mut Vec<String>,
+    held: &mut Option<(String, String)>,
 ) -> Result<(), String> {
     let resource = format!("{TEST_PREFIX}{}-{}", profile.name(), hex::encode(rand::random::<[u8; 4]>()));
     let target = "rollout-target";
@@ -430,6 +460,12 @@ async fn walk(
         }
         if token.is_empty() {
             return Err("the pre-lock was refused; the migration cannot go on".to_owned());
+        }
+        match name {
+            "preLock" => *held = Some((resource.clone(), token.clone())),
+            // The swap cleared the lock (its guard on the old location lapses by itself).
+            "swap" => *held = None,
+            _ => {}
         }
         if name == "preLock" {
             replay_elsewhere(&mut judge, notes, at, &resource, target, &key, &token).await?;
