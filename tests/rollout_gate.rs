@@ -12,6 +12,8 @@
 
 #[path = "support/cosmos_server.rs"]
 mod cosmos_server;
+#[path = "support/pki.rs"]
+mod pki;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -200,6 +202,46 @@ fn faults_reach_only_the_version_that_takes_them_and_a_rolling_expand_passes_und
     let repeated: Vec<_> = text.lines().filter(|l| l.contains("its outcome was unknown")).collect();
     assert_eq!(repeated.len(), 3, "{text}");
     assert!(repeated.iter().all(|l| l.contains("(candidate, contract 1.3")), "{text}");
+}
+
+#[test]
+fn an_instance_behind_tls_is_reached_with_the_gates_ca_file() {
+    // The candidate serves HTTPS with a private CA's certificate (034c7cc has no TLS
+    // flags, so the baseline stays on HTTP): the gate's client trusts it through
+    // --ca-file, as it does for the fault profiles.
+    let server = CosmosServer::start();
+    let pki = pki::Pki::generate();
+    let path = |p: &PathBuf| p.to_str().expect("a UTF-8 temp path").to_owned();
+    let out = gate(
+        &server,
+        &baseline(),
+        &[
+            "--rollout",
+            "mixed",
+            "--candidate-arg=--write-format=1",
+            &format!("--candidate-arg=--tls-cert={}", path(&pki.server_cert)),
+            &format!("--candidate-arg=--tls-key={}", path(&pki.server_key)),
+            "--ca-file",
+            &path(&pki.server_ca),
+        ],
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("  mixed                passed: "), "{text}");
+    // Without the CA the candidate's answers cannot be trusted: the profile fails.
+    let untrusted = gate(
+        &server,
+        &baseline(),
+        &[
+            "--rollout",
+            "mixed",
+            &format!("--candidate-arg=--tls-cert={}", path(&pki.server_cert)),
+            &format!("--candidate-arg=--tls-key={}", path(&pki.server_key)),
+        ],
+    );
+    let text = stdout(&untrusted);
+    assert_eq!(untrusted.status.code(), Some(1), "{text}");
+    assert!(text.contains("  mixed                FAILED"), "{text}");
 }
 
 #[test]

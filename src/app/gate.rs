@@ -176,6 +176,7 @@ async fn run_rollout(args: &GateArgs, baseline: &Path, shutdown: CancellationTok
         cache_ttl: args.cache_ttl,
         replication_bound: Duration::from_millis(500),
         buffer: args.buffer,
+        tls: args.tls.load()?,
     };
     let profiles = if args.rollouts.is_empty() { RolloutProfile::ALL.to_vec() } else { args.rollouts.clone() };
     let started = Instant::now();

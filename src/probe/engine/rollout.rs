@@ -22,6 +22,7 @@ use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 use super::gate::{listening_urls, CANDIDATE_KEY_ENV};
+use crate::probe::checks::credentials::TargetTls;
 use crate::probe::checks::target::{CallKey, Reply, TargetClient};
 use crate::probe::outputs::gate_junit::JunitCase;
 
@@ -117,6 +118,8 @@ pub struct RolloutOptions {
     pub replication_bound: Duration,
     /// Wait on top of the declared convergence delay before a phase is judged.
     pub buffer: Duration,
+    /// TLS to instances started with the service's `--tls-*` flags.
+    pub tls: TargetTls,
 }
 
 /// One judged answer.
@@ -264,7 +267,8 @@ impl Fleet {
 
     fn client(&self) -> Result<TargetClient, String> {
         let urls: Vec<String> = self.processes.iter().map(|(_, _, url)| url.clone()).collect();
-        TargetClient::new(&urls, &self.key, TEST_PREFIX, Duration::from_secs(10)).map_err(|e| e.to_string())
+        TargetClient::with_tls(&urls, &self.key, TEST_PREFIX, Duration::from_secs(10), &self.options.tls)
+            .map_err(|e| e.to_string())
     }
 
     async fn stop(mut self) {
