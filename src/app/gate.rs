@@ -62,10 +62,10 @@ pub struct GateArgs {
     /// (and `--tls-client-ca`: then the gate's probe needs --client-cert and --client-key).
     #[command(flatten)]
     pub tls: super::validate::TlsArgs,
-    /// Run the rollout profiles instead of the fault profiles: this build (the version
-    /// a fleet runs now) and the candidate side by side, each instance its own process,
-    /// over the store the flags after `--` select (one both versions share:
-    /// `--store cosmos` and its `--cosmos-*` flags).
+    /// Run the rollout profiles instead of the fault profiles: BINARY (the build a fleet
+    /// runs now) and the candidate side by side, each instance its own process, over the
+    /// store the flags after `--` select (one both versions share: `--store cosmos` and
+    /// its `--cosmos-*` flags).
     #[arg(long, value_name = "BINARY", conflicts_with_all = ["profiles", "json_dir"])]
     pub baseline: Option<PathBuf>,
     /// Run only these rollout profiles (repeatable; default: all of them, in order).
@@ -155,7 +155,8 @@ pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<
     }
 }
 
-/// The rollout profiles: every judged answer of a failing profile, one line per profile.
+/// Runs the rollout profiles, printing a line per profile and each failed answer, note
+/// and error under it; returns the exit code (0 all passed, 1 otherwise).
 async fn run_rollout(args: &GateArgs, baseline: &Path, shutdown: CancellationToken) -> anyhow::Result<u8> {
     if !baseline.is_file() {
         return Err(UsageError::new(format!("--baseline {}: no such file", baseline.display())).into());
