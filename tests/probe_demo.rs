@@ -112,3 +112,36 @@ fn demo_two_cycles_pass_and_export_metrics() {
     }
     assert_eq!(seen_blocks, 2 * 6, "each of the 6 negative checks prints one block per cycle:\n{out}");
 }
+
+#[test]
+fn a_demo_stopped_mid_cycle_counts_that_cycle_as_interrupted_not_as_failed() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lockprobe"))
+        .args(["demo", "--schedule", "*/2 * * * * *"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap()).lines().map_while(Result::ok).fold(
+        Vec::new(),
+        |mut lines, line| {
+            // SIGINT once the first cycle has begun its walk (seeding its items).
+            if line.starts_with("[demo] cycle: seed:")
+                && !lines.iter().any(|l: &String| l.starts_with("[demo] cycle: seed:"))
+            {
+                let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+            }
+            lines.push(line);
+            lines
+        },
+    );
+    let status = child.wait().unwrap();
+    let out = lines.join("\n");
+    let last = lines.last().map(String::as_str).unwrap_or_default();
+    assert_eq!(
+        last, "lockprobe demo: 0 cycle(s), 0 not passed, 1 interrupted by the stop (neither passed nor failed)",
+        "{out}"
+    );
+    // Nothing was decided: not a success.
+    assert_eq!(status.code(), Some(1), "{out}");
+}

@@ -87,7 +87,7 @@ async fn overlapping_cycles_pass_on_distinct_resources() {
 async fn enforcement_violations_reach_metrics_and_status() {
     let svc = start_service(vec![Fault::IgnoreWriteLock], Duration::from_secs(1), Duration::from_millis(500)).await;
     let (probe, summary, base) = run(&svc, 1, 1).await;
-    assert_eq!(summary, RunSummary { cycles: 1, unsuccessful: 1 });
+    assert_eq!(summary, RunSummary { cycles: 1, unsuccessful: 1, interrupted: 0 });
     let text = probe.metrics.render();
     for needle in [
         r#"lockprobe_enforcement_violations_total{expected="block",observed="allow",op="write",phase="write",target="serve-test"} 2"#,

@@ -107,8 +107,15 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     monitor.drain().await.ok();
     println!();
     print_monitor_summary(&monitor.status());
-    println!("lockprobe demo: {} cycle(s), {} not passed", summary.cycles, summary.unsuccessful);
-    Ok(if summary.unsuccessful == 0 && summary.cycles > 0 { 0 } else { 1 })
+    let decided = summary.cycles - summary.interrupted;
+    match summary.interrupted {
+        0 => println!("lockprobe demo: {} cycle(s), {} not passed", summary.cycles, summary.unsuccessful),
+        n => println!(
+            "lockprobe demo: {decided} cycle(s), {} not passed, {n} interrupted by the stop (neither passed nor failed)",
+            summary.unsuccessful
+        ),
+    }
+    Ok(if summary.unsuccessful == 0 && decided > 0 { 0 } else { 1 })
 }
 
 /// The flags a demo cannot run with are usage errors, found before anything starts;

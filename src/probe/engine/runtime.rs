@@ -104,10 +104,21 @@ impl TargetControl {
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunSummary {
-    /// Cycles finished.
+    /// Cycles finished, the interrupted ones included.
     pub cycles: usize,
-    /// Cycles that did not pass.
+    /// Cycles that did not pass (interrupted ones not counted: they decided nothing).
     pub unsuccessful: usize,
+    /// Cycles cut short because the run was stopping (a signal, the last of `--cycles`).
+    pub interrupted: usize,
+}
+
+/// Whether `report` is of a cycle the run's stop cut short: it ended in an error that
+/// says it was cancelled, and the run is stopping. It decided nothing, so it is neither
+/// a pass nor a failure.
+fn interrupted(report: &CycleReport, stop: &CancellationToken) -> bool {
+    report.result == CycleResult::Error
+        && stop.is_cancelled()
+        && report.error.as_deref().is_some_and(|e| e.contains("cancelled"))
 }
 
 /// Records cycles into metrics and status; stops the run after a number of cycles.
@@ -118,6 +129,7 @@ struct Sink {
     state: Arc<StateFile>,
     cycles: AtomicUsize,
     unsuccessful: AtomicUsize,
+    interrupted: AtomicUsize,
     stop_after: Option<usize>,
     stop: CancellationToken,
 }
@@ -129,7 +141,9 @@ impl CycleSink for Sink {
         let failure = self.state.write_failure();
         self.metrics.set_state_file_writable(failure.is_none());
         self.status.set_state_file_failure(failure);
-        if report.result != CycleResult::Passed {
+        if interrupted(report, &self.stop) {
+            self.interrupted.fetch_add(1, Ordering::SeqCst);
+        } else if report.result != CycleResult::Passed {
             self.unsuccessful.fetch_add(1, Ordering::SeqCst);
         }
         let done = self.cycles.fetch_add(1, Ordering::SeqCst) + 1;
@@ -251,6 +265,7 @@ impl Probe {
             state: state.clone(),
             cycles: AtomicUsize::new(0),
             unsuccessful: AtomicUsize::new(0),
+            interrupted: AtomicUsize::new(0),
             stop_after,
             stop: stop.clone(),
         });
@@ -297,6 +312,7 @@ impl Probe {
         Ok(RunSummary {
             cycles: sink.cycles.load(Ordering::SeqCst),
             unsuccessful: sink.unsuccessful.load(Ordering::SeqCst),
+            interrupted: sink.interrupted.load(Ordering::SeqCst),
         })
     }
 }
