@@ -262,4 +262,17 @@ mod tests {
         assert!(matches!(cache.lookup("old", 6 * S), Lookup::Miss));
         assert!(served(&cache.lookup("new", 6 * S)));
     }
+
+    #[test]
+    fn an_entry_is_evicted_from_the_instant_it_stops_being_served() {
+        // The same boundary as `lookup`'s: live until fetched + TTL, gone at it. Seen
+        // through `version`, which finds an entry however old while it is kept.
+        let cache = TieredCache::try_new(&[Duration::from_secs(5)]).unwrap();
+        let etag = ETag("e".into());
+        cache.put("r", record("a"), 0, i64::MAX);
+        cache.evict_expired(5 * S - 1);
+        assert!(cache.version("r", &etag).is_some(), "kept while it can still be served");
+        cache.evict_expired(5 * S);
+        assert!(cache.version("r", &etag).is_none(), "dropped when it expires");
+    }
 }
