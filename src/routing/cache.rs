@@ -183,7 +183,7 @@ impl std::fmt::Debug for PinnedCache<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::document::LocationDocument;
+    use crate::document::{LocationDocument, LockToken};
 
     const S: i64 = 1_000_000_000;
 
@@ -261,6 +261,34 @@ mod tests {
         cache.evict_expired(6 * S);
         assert!(matches!(cache.lookup("old", 6 * S), Lookup::Miss));
         assert!(served(&cache.lookup("new", 6 * S)));
+    }
+
+    #[test]
+    fn a_cache_holding_a_lock_never_shows_its_token_in_debug_output() {
+        // Caches hold whole documents, tokens included, and a pinned cache or a client
+        // may end up in a log line through `{:?}`.
+        let cache = TieredCache::try_new(&[Duration::from_secs(5)]).unwrap();
+        let token = LockToken::generate();
+        let doc = crate::routing::lifecycle::pre_lock(
+            &LocationDocument::new("r", "a"),
+            &crate::routing::lifecycle::PreLockRequest {
+                owner: "o".into(),
+                duration: Duration::from_secs(60),
+                target_location: None,
+            },
+            token.clone(),
+            &crate::routing::lifecycle::LockPolicy::new(Duration::from_secs(1), Duration::from_secs(3600)),
+            chrono::DateTime::UNIX_EPOCH,
+        )
+        .unwrap();
+        let versioned = Versioned { doc, etag: ETag("e".into()), committed_at: chrono::DateTime::UNIX_EPOCH };
+        cache.put("r", Arc::new(versioned), 0, i64::MAX);
+        let pinned = format!("{:?}", cache.pin());
+        assert!(pinned.starts_with("PinnedCache"), "{pinned}");
+        for shown in [pinned, format!("{cache:?}")] {
+            assert!(shown.contains("LockToken(<redacted>)"), "the cached lock is there: {shown}");
+            assert!(!shown.contains(token.expose()), "{shown}");
+        }
     }
 
     #[test]
