@@ -108,5 +108,23 @@ mod tests {
         assert!(replica_view_needs_write_region(lock, long_lapsed, &policy()), "a renewal may still be replicating");
         let settled = lock.expires_at + to_chrono(Duration::from_secs(4));
         assert!(!replica_view_needs_write_region(lock, settled, &policy()));
+        // Final from the very end of the margin, the instant every clock agrees it lapsed.
+        let margin_end = lock.expires_at + to_chrono(policy().skew_margin);
+        assert!(serve_until(&doc, margin_end - to_chrono(Duration::from_nanos(1)), &policy()) < margin_end);
+        assert_eq!(serve_until(&doc, margin_end, &policy()), DateTime::<Utc>::MAX_UTC);
+    }
+
+    #[test]
+    fn a_lock_starts_for_the_fastest_clock_a_margin_early() {
+        let now = ManualClock::at_epoch().now();
+        let doc = locked(now);
+        let lock = doc.primary.lock.as_ref().unwrap();
+        let starts = lock.effective_at - to_chrono(policy().skew_margin);
+        let before = starts - to_chrono(Duration::from_nanos(1));
+        assert!(!has_started(lock, before, &policy()));
+        assert!(has_started(lock, starts, &policy()));
+        // Not started: a replica's view of it is as good as the write region's.
+        assert!(!replica_view_needs_write_region(lock, before, &policy()));
+        assert!(replica_view_needs_write_region(lock, starts, &policy()));
     }
 }
