@@ -108,6 +108,11 @@ mod tests {
         assert!(replica_view_needs_write_region(lock, long_lapsed, &policy()), "a renewal may still be replicating");
         let settled = lock.expires_at + to_chrono(Duration::from_secs(4));
         assert!(!replica_view_needs_write_region(lock, settled, &policy()));
+        // A renewal may be replicating until the declared delay and the margin after the
+        // lease's end, and no longer.
+        let replicated = lock.expires_at + lock.convergence_delay() + to_chrono(policy().skew_margin);
+        assert!(replica_view_needs_write_region(lock, replicated - to_chrono(Duration::from_nanos(1)), &policy()));
+        assert!(!replica_view_needs_write_region(lock, replicated, &policy()));
         // Final from the very end of the margin, the instant every clock agrees it lapsed.
         let margin_end = lock.expires_at + to_chrono(policy().skew_margin);
         assert!(serve_until(&doc, margin_end - to_chrono(Duration::from_nanos(1)), &policy()) < margin_end);
