@@ -1048,10 +1048,17 @@ impl Demo {
             )
             .write_as(dir.path(), "lockprobe.toml");
         let stderr_file = dir.path().join("demo.stderr");
+        // A web configuration without TLS or users (Prometheus scrapes it as before), so
+        // its reload gauges, which LockprobeWebConfigReloadFailed reads, are exported.
+        let web_config = dir.path().join("web.yml");
+        std::fs::write(&web_config, "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n")
+            .expect("web config");
         let mut child = ChildGuard::spawn(
             "lockprobe serve",
             Command::new(bin)
                 .arg("serve")
+                .arg("--web.config.file")
+                .arg(&web_config)
                 .arg("--config")
                 .arg(&config_path)
                 .env("LOCKPROBE_OBS_TEST_KEY", &key)
