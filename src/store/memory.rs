@@ -438,16 +438,47 @@ mod tests {
         assert_eq!(store.read("r1", ReadFrom::WriteRegion).await.unwrap(), *first);
     }
 
+    /// How many versions of `id` the store keeps.
+    fn versions_kept(store: &MemoryStore, id: &str) -> usize {
+        store.lock_state().docs.get(id).map_or(0, |h| h.versions.len())
+    }
+
+    #[tokio::test]
+    async fn versions_no_replica_can_serve_are_forgotten() {
+        // Replicas lag 1 s: a version stays while some replica may still serve it, and
+        // goes once a newer one was committed before the replicas' horizon.
+        let (clock, store) = store(Duration::from_secs(1));
+        let v1 = store.create(&LocationDocument::new("r", "a")).await.unwrap();
+        let v2 = store.replace(&LocationDocument::new("r", "b"), &v1.etag).await.unwrap();
+        assert_eq!(versions_kept(&store, "r"), 2, "both within the lag");
+        clock.advance(Duration::from_secs(2));
+        store.replace(&LocationDocument::new("r", "c"), &v2.etag).await.unwrap();
+        // "a" was replaced before the horizon by "b", which a replica serves now.
+        assert_eq!(versions_kept(&store, "r"), 2, "\"b\" (what replicas serve) and \"c\" (not replicated yet)");
+        let replica = store.read("r", ReadFrom::Replica).await.unwrap();
+        assert_eq!(replica.doc.primary.location, "b");
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(store.read("r", ReadFrom::Replica).await.unwrap().doc.primary.location, "c");
+        assert_eq!(versions_kept(&store, "r"), 1, "a replica read prunes too");
+    }
+
     #[tokio::test]
     async fn a_retired_document_is_gone_without_a_change() {
         let (_clock, store) = store(Duration::ZERO);
+        assert!(store.is_empty());
+        assert_eq!(store.changes_logged(), 0);
         store.create(&LocationDocument::new("r1", "x")).await.unwrap();
-        assert_eq!(store.len(), 1);
+        store.create(&LocationDocument::new("r2", "x")).await.unwrap();
+        assert_eq!(store.len(), 2);
+        assert!(!store.is_empty());
+        assert_eq!(store.changes_logged(), 2, "one change per write");
+        assert!(store.retire("r2"));
         assert!(store.retire("r1"));
         assert!(!store.retire("r1"));
         assert!(store.is_empty());
+        assert_eq!(store.changes_logged(), 2, "a retirement logs nothing");
         assert_eq!(store.read("r1", ReadFrom::WriteRegion).await, Err(StoreError::NotFound));
         let log = store.read_changes(&ChangeCursor::beginning(), 10).await.unwrap();
-        assert_eq!(log.changes.len(), 1, "only the create is on the stream");
+        assert_eq!(log.changes.len(), 2, "only the creates are on the stream");
     }
 }
