@@ -338,9 +338,11 @@ fn a_renewal_that_lands_after_the_lease_is_void() {
     let landed_late = settle(renewed.clone(), end + TimeDelta::milliseconds(1200));
     assert_eq!(lock(&landed_late).expires_at, end, "a lapsed lease is never resurrected");
     assert_eq!(held_lock(&landed_late, &token, end + secs(1)), Err(LockError::LeaseExpired { expired_at: end }));
-    // The same renewal landing in time takes effect.
+    // The same renewal landing in time takes effect, and starts no phase: the write
+    // lock's start stays where its escalation landed.
     let in_time = settle(renewed, end - TimeDelta::milliseconds(100));
     assert_eq!(lock(&in_time).expires_at, decided + secs(30));
+    assert_eq!(lock(&in_time).phase_since, lock(&w).phase_since, "a renewal is not a new phase");
 }
 
 #[test]
@@ -622,10 +624,15 @@ fn a_repeated_pre_lock_is_never_a_fresh_lock_whatever_the_calls_in_between() {
     let doc = commit(&doc, &LockCall::Release { token: first }, "k:R", &p, now);
     let doc = churn(doc, 40, "a", &p, now);
     assert_eq!(decide(&doc, &again(), "k:K", &p, now), Err(LockError::TokenMismatch));
+    // ... and another lock holds now: still 409 (released), not 410 (lapsed).
+    let doc = commit(&doc, &pre_lock_call(&LockToken::generate()), "k:H", &p, now);
+    assert_eq!(decide(&doc, &again(), "k:K", &p, now), Err(LockError::TokenMismatch));
     // Lapsed, then another lock and 20 renewals of it: 410, not 409 and not a lock.
     let first = LockToken::generate();
     let doc = commit(&LocationDocument::new("r", "w"), &pre_lock_call(&first), "k:K", &p, now);
     let after = later(lock(&doc).expires_at, p.margin() * 2).unwrap() + secs(1);
+    // (Another lock taken and released in between: its release says nothing of ours.)
+    let doc = churn(doc, 1, "x", &p, after);
     let next = LockToken::generate();
     let mut doc = commit(&doc, &pre_lock_call(&next), "k:N", &p, after);
     for i in 0..20 {
@@ -905,4 +912,66 @@ fn the_expand_step_writes_every_call_in_format_1_settled_at_its_decision() {
         (old, new) = (expanded, newest);
     }
     assert_eq!(old.primary.location, "eastus");
+}
+
+/// A pre-lock as decided under `margined()` at `now`, its pending record changed by
+/// `edit` and sealed again, as another writer of format 2 may write it.
+fn pre_lock_with_pending(now: DateTime<Utc>, edit: impl FnOnce(&mut PendingEffect)) -> LocationDocument {
+    let doc = pre_lock(&LocationDocument::new("r", "westeurope"), &req(PRE), LockToken::generate(), &margined(), now);
+    let mut doc = doc.unwrap();
+    let mut pending = Arc::unwrap_or_clone(doc.pending.take().unwrap());
+    edit(&mut pending);
+    seal(&mut doc, pending);
+    doc
+}
+
+#[test]
+fn each_part_of_a_pending_record_takes_effect_on_its_own() {
+    // The record's fields are independent in the format: a start delayed past the
+    // commit applies without a phase start (which this library's pre-locks also carry).
+    let now = t0();
+    let doc = pre_lock_with_pending(now, |p| p.phase_starts = false);
+    let decided_start = lock(&doc).effective_at;
+    let settled = settle(doc.clone(), now + secs(3));
+    assert_eq!(lock(&settled).effective_at, decided_start + secs(3), "the start moves with a late commit");
+    assert_eq!(lock(&settled).phase_since, None, "no phase starts where the record says none does");
+    assert!(matches!(settle_view(&doc, now + secs(3)), Cow::Owned(_)));
+    // Committed at the decision, the floor is the decided start itself: nothing moves,
+    // so a reader is lent the document as written.
+    assert_eq!(settle(doc.clone(), now), LocationDocument { pending: None, ..doc.clone() });
+    assert!(matches!(settle_view(&doc, now), Cow::Borrowed(_)), "a floor at the start itself changes nothing");
+}
+
+#[test]
+fn a_void_write_keeps_the_documents_unknown_fields_and_leaves_no_pending_record() {
+    let now = t0();
+    let (w, token, end) = write_locked(now);
+    let mut renewed =
+        renew(&w, &token, Duration::from_secs(30), &margined(), end - TimeDelta::milliseconds(200)).unwrap();
+    // A field a newer version put on the document, and a previous version that (written
+    // by another writer) carries a pending record of its own.
+    renewed.extra.insert("newerField".into(), serde_json::json!(1));
+    let pending = Arc::make_mut(renewed.pending.as_mut().unwrap());
+    let previous = Arc::make_mut(pending.previous.as_mut().unwrap());
+    previous.pending = Some(Arc::new(PendingEffect { phase_starts: true, ..PendingEffect::empty() }));
+    let landed_late = settle(renewed, end + TimeDelta::milliseconds(1200));
+    assert_eq!(lock(&landed_late).expires_at, end, "void");
+    assert_eq!(landed_late.extra.get("newerField"), Some(&serde_json::json!(1)), "unknown fields are kept");
+    assert!(landed_late.pending.is_none(), "what the next write stores carries no pending effect");
+}
+
+#[test]
+fn a_calls_record_outlives_its_lock_by_the_declared_delay_and_the_margin() {
+    // Until then some reader may still see the lock, and a repeat of the call must be
+    // answered from the record, not decided afresh.
+    let now = t0();
+    let empty = LocationDocument::new("r", "westeurope");
+    let Decided::Write(next) =
+        decide(&empty, &pre_lock_call(&LockToken::generate()), "k:one", &margined(), now).unwrap()
+    else {
+        panic!("a pre-lock writes")
+    };
+    let l = lock(&next);
+    let record = next.operations.iter().find(|r| &*r.key == "k:one").unwrap();
+    assert_eq!(record.keep_until, l.max_expires_at.max(l.expires_at) + secs(60) + secs(2));
 }
