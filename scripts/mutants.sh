@@ -36,8 +36,9 @@ for f in "${FILES[@]}"; do
   args+=(--file "$f")
 done
 # The tests go to every cargo call (`--cargo-arg`), not only to `cargo test` (after
-# `--`): cargo-mutants' build step would otherwise link all ~60 integration tests for
-# every mutant (about 90 s a mutant on 2 cores, against about 16 s for `--lib` alone).
+# `--`): cargo-mutants' build step would otherwise build every test target (all the
+# integration tests and the examples) for every mutant (about 90 s a mutant on 2 cores,
+# against about 16 s for `--lib` alone).
 for t in "${TESTS[@]}"; do
   args+=("--cargo-arg=$t")
 done
