@@ -223,10 +223,13 @@ fn an_instance_behind_tls_is_reached_with_the_gates_ca_file() {
             &format!("--candidate-arg=--tls-key={}", path(&pki.server_key)),
             "--ca-file",
             &path(&pki.server_ca),
+            // The shared store's bound, declared by every instance (the default is 500 ms).
+            "--replication-bound=1s",
         ],
     );
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("every instance with cache TTL 1s and replication bound 1s"), "{text}");
     assert!(text.contains("  mixed                passed: "), "{text}");
     // Without the CA the candidate's answers cannot be trusted: the profile fails.
     let untrusted = gate(
@@ -253,4 +256,17 @@ fn a_rollout_over_a_store_only_one_process_sees_is_refused_naming_the_flag() {
     assert!(err.contains("--baseline") && err.contains("--store cosmos"), "{err}");
     let out = Command::new(lockprobe()).args(["gate", "--rollout", "mixed"]).output().expect("lockprobe gate runs");
     assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    // The rollout's replication bound means nothing without a rollout, and must be a
+    // duration.
+    let out = Command::new(lockprobe()).args(["gate", "--replication-bound", "2s"]).output().expect("gate runs");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--baseline"));
+    let out = Command::new(lockprobe())
+        .args(["gate", "--baseline"])
+        .arg(lockprobe())
+        .args(["--replication-bound", "forever", "--", "--store", "cosmos"])
+        .output()
+        .expect("lockprobe gate runs");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--replication-bound"));
 }

@@ -78,6 +78,18 @@ pub struct GateArgs {
     /// A flag for the baseline's processes only (repeatable).
     #[arg(long = "baseline-arg", value_name = "FLAG", allow_hyphen_values = true, requires = "baseline")]
     pub baseline_args: Vec<String>,
+    /// The replication bound every rollout instance declares: how far the shared store's
+    /// replicas may trail its write region (a geo-replicated account's staleness bound;
+    /// the local server has none). Declared too short, caches are judged before they can
+    /// have converged.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = crate::duration::parse_bounded_duration,
+        default_value = "500ms",
+        requires = "baseline"
+    )]
+    pub replication_bound: Duration,
     /// Extra flags for every `CANDIDATE service` run, after `--` (e.g. `--fault
     /// legacy-effective-at` to see the gate bite).
     #[arg(last = true)]
@@ -175,11 +187,16 @@ async fn run_rollout(args: &GateArgs, baseline: &Path, shutdown: CancellationTok
         baseline_args: args.baseline_args.clone(),
         candidate_args: args.candidate_args.clone(),
         cache_ttl: args.cache_ttl,
-        replication_bound: Duration::from_millis(500),
+        replication_bound: args.replication_bound,
         buffer: args.buffer,
         tls: args.tls.load()?,
     };
     let profiles = if args.rollouts.is_empty() { RolloutProfile::ALL.to_vec() } else { args.rollouts.clone() };
+    println!(
+        "gate: every instance with cache TTL {} and replication bound {}",
+        humantime::format_duration(options.cache_ttl),
+        humantime::format_duration(options.replication_bound)
+    );
     let started = Instant::now();
     let mut failed = 0;
     let mut reports = Vec::new();
