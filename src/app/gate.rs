@@ -148,23 +148,9 @@ pub async fn run(args: GateArgs, shutdown: CancellationToken) -> anyhow::Result<
             undecided: &outcome.undecided,
         })
         .collect();
-    if let Some(path) = &args.junit {
-        std::fs::write(path, gate_junit::to_junit(&runs))
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    }
+    write_junit(args.junit.as_deref(), || gate_junit::to_junit(&runs))?;
     let failed = summarize(&runs);
-    println!("gate: {} profiles in {:.0}s", runs.len(), started.elapsed().as_secs_f64());
-    if shutdown.is_cancelled() {
-        println!("gate: INTERRUPTED");
-        return Ok(1);
-    }
-    if failed == 0 {
-        println!("gate: PASSED");
-        Ok(0)
-    } else {
-        println!("gate: FAILED ({failed} of {} profiles)", runs.len());
-        Ok(1)
-    }
+    Ok(conclude("profiles", runs.len(), failed, started, &shutdown))
 }
 
 /// Runs the rollout profiles, printing a line per profile and each failed answer, note
@@ -221,21 +207,31 @@ async fn run_rollout(args: &GateArgs, baseline: &Path, shutdown: CancellationTok
         failed += usize::from(!outcome.passed());
         reports.push((profile.name(), outcome.junit_cases(*profile)));
     }
-    if let Some(path) = &args.junit {
-        std::fs::write(path, gate_junit::rollout_to_junit(&reports))
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    write_junit(args.junit.as_deref(), || gate_junit::rollout_to_junit(&reports))?;
+    Ok(conclude("rollout profiles", profiles.len(), failed, started, &shutdown))
+}
+
+/// Writes the JUnit report `xml` makes, when `--junit` asked for one.
+fn write_junit(path: Option<&Path>, xml: impl FnOnce() -> String) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        std::fs::write(path, xml()).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
-    println!("gate: {} rollout profiles in {:.0}s", profiles.len(), started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Prints the gate's last lines for `total` runs of `what`, `failed` of them failed,
+/// and returns its exit code: 0 only when every run passed and none was cut short.
+fn conclude(what: &str, total: usize, failed: usize, started: Instant, shutdown: &CancellationToken) -> u8 {
+    println!("gate: {total} {what} in {:.0}s", started.elapsed().as_secs_f64());
     if shutdown.is_cancelled() {
         println!("gate: INTERRUPTED");
-        return Ok(1);
-    }
-    if failed == 0 {
+        1
+    } else if failed == 0 {
         println!("gate: PASSED");
-        Ok(0)
+        0
     } else {
-        println!("gate: FAILED ({failed} of {} rollout profiles)", profiles.len());
-        Ok(1)
+        println!("gate: FAILED ({failed} of {total} {what})");
+        1
     }
 }
 
