@@ -28,25 +28,7 @@ const COSMOS_KEY_ENV: &str = "OPS_CLI_COSMOS_KEY";
 fn monitor_args(server: &cosmos_server::CosmosServer, first: &[&str]) -> Vec<String> {
     let database = cosmos_server::unique_database("ops-cli");
     let mut args: Vec<String> = std::iter::once("monitor").chain(first.iter().copied()).map(str::to_owned).collect();
-    for arg in [
-        "--store",
-        "cosmos",
-        "--cosmos-endpoint",
-        &server.endpoint(),
-        "--cosmos-key-env",
-        COSMOS_KEY_ENV,
-        "--cosmos-database",
-        &database,
-        "--cosmos-container",
-        "locations",
-        "--cosmos-create-if-missing",
-        "--cosmos-write-region",
-        "South Central US",
-        "--cosmos-preferred-region",
-        "South Central US",
-    ] {
-        args.push(arg.to_owned());
-    }
+    args.extend(cosmos_server::cli_args(&server.endpoint(), &database, COSMOS_KEY_ENV));
     args
 }
 

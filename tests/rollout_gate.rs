@@ -18,7 +18,7 @@ mod pki;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use cosmos_server::{unique_database, CosmosServer};
+use cosmos_server::{cli_args, unique_database, CosmosServer};
 
 const KEY_ENV: &str = "LOCKPROBE_TEST_COSMOS_KEY";
 
@@ -38,25 +38,7 @@ fn baseline() -> PathBuf {
 
 /// `lockprobe gate --baseline ... <extra> -- <the shared Cosmos store's flags>`.
 fn gate(server: &CosmosServer, baseline: &PathBuf, extra: &[&str]) -> Output {
-    let database = unique_database("rollout");
-    let endpoint = server.endpoint();
-    let store = [
-        "--store",
-        "cosmos",
-        "--cosmos-endpoint",
-        &endpoint,
-        "--cosmos-key-env",
-        KEY_ENV,
-        "--cosmos-database",
-        &database,
-        "--cosmos-container",
-        "locations",
-        "--cosmos-create-if-missing",
-        "--cosmos-write-region",
-        "South Central US",
-        "--cosmos-preferred-region",
-        "South Central US",
-    ];
+    let store = cli_args(&server.endpoint(), &unique_database("rollout"), KEY_ENV);
     Command::new(lockprobe())
         .arg("gate")
         .arg("--baseline")

@@ -186,6 +186,31 @@ pub fn test_args(endpoint: &str, database: &str) -> CosmosArgs {
     }
 }
 
+/// [`test_args`] as command-line flags (`--store cosmos` and the `--cosmos-*` flags a
+/// fresh database on `endpoint` needs), the account key read from `key_env`.
+pub fn cli_args(endpoint: &str, database: &str, key_env: &str) -> Vec<String> {
+    [
+        "--store",
+        "cosmos",
+        "--cosmos-endpoint",
+        endpoint,
+        "--cosmos-key-env",
+        key_env,
+        "--cosmos-database",
+        database,
+        "--cosmos-container",
+        "locations",
+        "--cosmos-create-if-missing",
+        // The local server's only region.
+        "--cosmos-write-region",
+        "South Central US",
+        "--cosmos-preferred-region",
+        "South Central US",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// Validates `args` the way `lockprobe` does, with a dummy key (the server checks none).
 pub fn config_from(args: &CosmosArgs) -> CosmosConfig {
     args.to_config(|name| (name == KEY_ENV).then(|| "bG9ja3Byb2Jl".to_owned())).expect("test cosmos settings are valid")
