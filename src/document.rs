@@ -160,6 +160,13 @@ pub struct LocationDocument {
     /// the records (`Arc::make_mut`).
     #[serde(default, skip_serializing_if = "no_records")]
     pub operations: Arc<Vec<OperationRecord>>,
+    /// Requests to force-release a stuck lock, their approvals and what they did: the
+    /// audit trail of an operator's removal of someone else's lock (bounded; the open
+    /// requests and the newest closed ones). Additive: a reader that does not know it
+    /// keeps it in `extra` and writes it back, and the lock it removed is gone for every
+    /// reader alike. Shared, not copied, when the document is cloned, like `operations`.
+    #[serde(default, skip_serializing_if = "no_force_releases")]
+    pub force_releases: Arc<Vec<ForceRelease>>,
     /// Fields written by other versions (and store metadata), preserved on rewrite.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -167,6 +174,88 @@ pub struct LocationDocument {
 
 fn no_records(operations: &Arc<Vec<OperationRecord>>) -> bool {
     operations.is_empty()
+}
+
+fn no_force_releases(records: &Arc<Vec<ForceRelease>>) -> bool {
+    records.is_empty()
+}
+
+/// One request to force-release a lock, from its request to its end.
+///
+/// Two people take part: one requests, naming the lock by its token's digest (never the
+/// token) and its phase, with a reason; another approves within the window. Only then is
+/// the lock removed, by one ETag-conditional write. The record stays after that, so the
+/// old holder's token is refused by name ([`ForceRelease::fences`]) and the change stream
+/// shows who removed which lock and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForceRelease {
+    /// The request's id (hex), unique within the document.
+    pub id: String,
+    /// Digest of the targeted lock's token ([`LockToken::digest`]).
+    pub lock: String,
+    /// The phase the lock was in when the release was requested: a later phase voids it.
+    pub phase: Phase,
+    /// The targeted lock's owner, for the audit.
+    pub owner: String,
+    /// Who asked.
+    pub requested_by: String,
+    /// Why.
+    pub reason: String,
+    /// When it was asked (the deciding clock).
+    #[serde(serialize_with = "json_time::serialize")]
+    pub requested_at: DateTime<Utc>,
+    /// The last instant an approval is accepted.
+    #[serde(serialize_with = "json_time::serialize")]
+    pub approve_by: DateTime<Utc>,
+    /// Who approved it (never the requester), once someone did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
+    /// When it was approved.
+    #[serde(default, skip_serializing_if = "Option::is_none", serialize_with = "json_time::serialize_option")]
+    pub approved_at: Option<DateTime<Utc>>,
+    /// What it came to.
+    pub outcome: ForceOutcome,
+    /// Fields written by other versions, preserved while the record is kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Where a [`ForceRelease`] stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ForceOutcome {
+    /// Waiting for a second person (until `approveBy`; expired after it).
+    Requested,
+    /// Approved, and the lock was removed by the approval's write.
+    Released,
+    /// Approved after the lock had changed (another token, a later phase, or no lock):
+    /// nothing was removed.
+    Void,
+}
+
+impl ForceOutcome {
+    /// The name used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForceOutcome::Requested => "requested",
+            ForceOutcome::Released => "released",
+            ForceOutcome::Void => "void",
+        }
+    }
+}
+
+impl ForceRelease {
+    /// Whether this record removed the lock whose token has digest `lock`: that token
+    /// is refused from then on.
+    pub fn fences(&self, lock: &str) -> bool {
+        self.outcome == ForceOutcome::Released && self.lock == lock
+    }
+
+    /// Whether it still waits for an approval at `now`.
+    pub fn is_open(&self, now: DateTime<Utc>) -> bool {
+        self.outcome == ForceOutcome::Requested && now <= self.approve_by
+    }
 }
 
 /// What the last write means depends on when the store committed it.
@@ -327,7 +416,8 @@ fn clone_extra(extra: &Map<String, Value>) -> Map<String, Value> {
 
 impl Clone for LocationDocument {
     fn clone(&self) -> Self {
-        let Self { id, schema_version, primary, secondary, migrating, pending, operations, extra } = self;
+        let Self { id, schema_version, primary, secondary, migrating, pending, operations, force_releases, extra } =
+            self;
         Self {
             id: id.clone(),
             schema_version: *schema_version,
@@ -336,6 +426,7 @@ impl Clone for LocationDocument {
             migrating: *migrating,
             pending: pending.clone(),
             operations: operations.clone(),
+            force_releases: force_releases.clone(),
             extra: clone_extra(extra),
         }
     }
@@ -683,6 +774,7 @@ impl LocationDocument {
             migrating: false,
             pending: None,
             operations: Arc::default(),
+            force_releases: Arc::default(),
             extra: Map::new(),
         }
     }
@@ -773,6 +865,13 @@ impl LocationDocument {
         }
         for (i, record) in self.operations.iter().enumerate() {
             stored_instant(&format!("operations[{i}].keepUntil"), record.keep_until)?;
+        }
+        for (i, record) in self.force_releases.iter().enumerate() {
+            stored_instant(&format!("forceReleases[{i}].requestedAt"), record.requested_at)?;
+            stored_instant(&format!("forceReleases[{i}].approveBy"), record.approve_by)?;
+            if let Some(at) = record.approved_at {
+                stored_instant(&format!("forceReleases[{i}].approvedAt"), at)?;
+            }
         }
         Ok(())
     }

@@ -2,6 +2,8 @@
 //! ([`crate::document`], re-exported here for a service that links only this).
 //!
 //! - [`lifecycle`]: pre-lock, escalate, renew, swap, release as pure functions.
+//! - [`force_release`]: an operator's removal of a stuck lock, requested by one
+//!   principal and approved by another, as pure functions too.
 //! - [`mod@enforce`]: operation x resolved lock state -> allow / block / tombstone.
 //! - [`freshness`]: when a cached or replicated view may be acted on.
 //! - [`cache`]: tiered TTL cache.
@@ -10,6 +12,7 @@
 pub mod cache;
 pub mod client;
 pub mod enforce;
+pub mod force_release;
 pub mod freshness;
 pub mod lifecycle;
 

@@ -315,6 +315,7 @@ pub fn instance_observed(
         skew_margin: config.skew_margin,
         keyed_records: if deviations.legacy_record_eviction { LEGACY_KEYED_RECORDS } else { DEFAULT_KEYED_RECORDS },
         write_format: config.write_format,
+        force_release_window: crate::routing::lifecycle::DEFAULT_FORCE_RELEASE_WINDOW,
         deviations,
     };
     let options = ClientOptions { max_decision_age: config.max_decision_age, ..ClientOptions::default() };

@@ -197,3 +197,72 @@ impl LocationStore for Regional {
         Some(self.region.to_owned())
     }
 }
+
+/// A force-release through the client's one write loop: the request and the approval are
+/// each answered outcome-unknown once (committed after the client gave up) and
+/// recognised on the repeat, and then the old holder is refused by name on another
+/// instance sharing the store, whatever its cache holds.
+#[tokio::test(start_paused = true)]
+async fn a_force_release_survives_ambiguous_writes_and_fences_the_token_on_every_instance() {
+    use lockprobe::document::ForceOutcome;
+    use lockprobe::routing::force_release::{AdminCall, ForceReleaseRequest};
+
+    let (store, clock) = faulty_store().await;
+    let holder = client(store.clone(), clock.clone());
+    let other = client(store.clone(), clock.clone());
+    let grant = holder.pre_lock("r", &pre_lock_request()).await.unwrap();
+    sleep(policy().convergence_delay + MARGIN).await;
+    // The other instance has the lock cached, as it would while serving the resource.
+    other.resolve("r").await.unwrap();
+
+    let request = AdminCall::Request(ForceReleaseRequest {
+        id: "req-1".into(),
+        lock: grant.token.digest(),
+        phase: Phase::PreLock,
+        requested_by: "alice".into(),
+        reason: "orchestrator lost".into(),
+    });
+    let approval = AdminCall::Approve { id: "req-1".into(), principal: "bob".into() };
+    for call in [&request, &approval] {
+        // Committed two seconds late, after the client gave up at one: unknown to the
+        // caller, who repeats it once the write landed and finds it there.
+        store.add_rule("replace:late-commit=2s,timeout=1s x1".parse().unwrap());
+        let first = other.force_release("r", call).await;
+        assert!(matches!(first, Err(RoutingError::OutcomeUnknown(_))), "{call:?}: {first:?}");
+        sleep(Duration::from_secs(2)).await;
+        let before = other.read_uncached("r").await.unwrap().record.etag.clone();
+        other.force_release("r", call).await.unwrap();
+        assert_eq!(other.read_uncached("r").await.unwrap().record.etag, before, "{call:?}: the repeat wrote again");
+    }
+    // A third person finds it decided.
+    let third = AdminCall::Approve { id: "req-1".into(), principal: "carol".into() };
+    let decided = other.force_release("r", &third).await;
+    assert!(matches!(decided, Err(RoutingError::Lock(LockError::ForceReleaseDecided { .. }))), "{decided:?}");
+    let doc = other.read_uncached("r").await.unwrap().record.doc.clone();
+    assert_eq!(doc.primary.lock, None);
+    assert_eq!(doc.force_releases.len(), 1);
+    assert_eq!(doc.force_releases[0].outcome, ForceOutcome::Released);
+
+    // The old holder, on either instance: refused by name, nothing written.
+    for (name, instance) in [("holder", &holder), ("other", &other)] {
+        let escalate = instance.escalate("r", &grant.token, Phase::HardDelete, Duration::from_secs(60)).await;
+        assert!(matches!(escalate, Err(RoutingError::Lock(LockError::ForceReleased { .. }))), "{name}: {escalate:?}");
+        let renew = instance.renew("r", &grant.token, Duration::from_secs(60)).await;
+        assert!(matches!(renew, Err(RoutingError::Lock(LockError::ForceReleased { .. }))), "{name}: {renew:?}");
+        let swap = instance.prepare_swap("r", &grant.token, "northeurope", None).await;
+        assert!(matches!(swap, Err(RoutingError::Lock(LockError::ForceReleased { .. }))), "{name}: {swap:?}");
+        let release = instance.release("r", &grant.token).await;
+        assert!(matches!(release, Err(RoutingError::Lock(LockError::ForceReleased { .. }))), "{name}: {release:?}");
+    }
+    assert_eq!(other.read_uncached("r").await.unwrap().record.doc, doc, "a refused call writes nothing");
+    // A self-approval is refused before anything is written.
+    let (store, clock) = faulty_store().await;
+    let instance = client(store, clock);
+    let grant = instance.pre_lock("r", &pre_lock_request()).await.unwrap();
+    let AdminCall::Request(mut req) = request else { unreachable!() };
+    req.lock = grant.token.digest();
+    instance.force_release("r", &AdminCall::Request(req)).await.unwrap();
+    let own = instance.force_release("r", &AdminCall::Approve { id: "req-1".into(), principal: "alice".into() }).await;
+    assert!(matches!(own, Err(RoutingError::Lock(LockError::SelfApproval { .. }))), "{own:?}");
+    assert!(instance.read_uncached("r").await.unwrap().record.doc.primary.lock.is_some());
+}

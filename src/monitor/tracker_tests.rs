@@ -24,6 +24,7 @@ fn policy() -> LockPolicy {
         skew_margin: Duration::ZERO,
         keyed_records: crate::routing::lifecycle::DEFAULT_KEYED_RECORDS,
         write_format: crate::document::NEWEST_FORMAT,
+        force_release_window: crate::routing::lifecycle::DEFAULT_FORCE_RELEASE_WINDOW,
         deviations: Default::default(),
     }
 }

@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use futures::future::{ready, Either, FutureExt};
 
 use super::cache::{Lookup, TieredCache};
+use super::force_release::{self, AdminCall};
 use super::freshness;
 use super::lifecycle::{self, Decided, LockCall, LockError, LockPolicy, PreLockRequest};
 use crate::clock::{span, to_chrono, unix_nanos, Clock};
@@ -690,6 +691,21 @@ impl RoutingClient {
             Some(k) => format!("k:{k}"),
             None => format!("w:{}", document::to_hex(&rand::random::<[u8; 8]>())),
         };
+        self.write_loop(id, home, &Call::Lock { call, key: &key }).await
+    }
+
+    /// Makes a force-release call ([`force_release`]): a request, or a second person's
+    /// approval, written in the same compare-and-set loop as every lock call. The
+    /// request's id is its idempotency key: a repeat, or a retry after an ambiguous
+    /// answer, finds what the first call did. An approval that found the lock changed
+    /// is written too (the request closes as `void`), and returned like one that
+    /// released it: the record in the document says which.
+    pub async fn force_release(&self, id: &str, call: &AdminCall) -> Result<Arc<Versioned>, RoutingError> {
+        self.write_loop(id, None, &Call::Admin(call)).await
+    }
+
+    /// The loop of [`Self::call`] and [`Self::force_release`].
+    async fn write_loop(&self, id: &str, home: Option<&str>, call: &Call<'_>) -> Result<Arc<Versioned>, RoutingError> {
         // A write whose outcome the store left unknown: the version it was conditioned on,
         // why, and what it wrote (seen by the observer if a re-read finds it landed).
         let mut unresolved: Option<(Option<ETag>, String, LocationDocument)> = None;
@@ -706,12 +722,12 @@ impl RoutingClient {
             };
             let condition = etag.then(|| base.etag.clone());
             if let Some((written_on, why, _)) = &unresolved {
-                if *written_on == condition && !lifecycle::took_effect(&base.doc, &key) {
+                if *written_on == condition && !call.took_effect(&base.doc) {
                     // Still at the version the write needs: it may land yet.
                     return Err(RoutingError::OutcomeUnknown(why.clone()));
                 }
             }
-            let next = match lifecycle::decide(&base.doc, call, &key, &self.policy, self.clock.now())? {
+            let next = match call.decide(&base.doc, &self.policy, self.clock.now())? {
                 Decided::Replayed => {
                     // The key's record is there: if this call left a write unresolved,
                     // that write landed (a key's record is written once; in the rare race
@@ -734,7 +750,7 @@ impl RoutingClient {
             match written {
                 Ok(committed) => {
                     self.committed(&next);
-                    return self.judge(id, next, committed, &key, fetched);
+                    return self.judge(id, next, committed, call, fetched);
                 }
                 Err(StoreError::PreconditionFailed) if condition.is_some() => unresolved = None,
                 Err(StoreError::Conflict) if condition.is_none() => unresolved = None,
@@ -755,7 +771,7 @@ impl RoutingClient {
         id: &str,
         written: LocationDocument,
         committed: Committed,
-        key: &str,
+        call: &Call<'_>,
         fetched: (DateTime<Utc>, i64),
     ) -> Result<Arc<Versioned>, RoutingError> {
         let lease_end = written.pending.as_ref().and_then(|p| p.void_if_committed_after);
@@ -763,10 +779,34 @@ impl RoutingClient {
         let doc = lifecycle::settle_own_write(written, committed.committed_at);
         let record = Arc::new(Versioned { doc, etag: committed.etag, committed_at: committed.committed_at });
         self.remember(id, record.clone(), fetched);
-        if !lifecycle::took_effect(&record.doc, key) {
+        if !call.took_effect(&record.doc) {
             let expired_at = lease_end.unwrap_or(committed.committed_at);
             return Err(RoutingError::Lock(LockError::LeaseExpired { expired_at }));
         }
         Ok(record)
+    }
+}
+
+/// What [`RoutingClient::write_loop`] decides and then looks for in what it reads back.
+enum Call<'a> {
+    /// A lock call under its idempotency key (`k:` or `w:`).
+    Lock { call: &'a LockCall, key: &'a str },
+    /// A force-release call, recognised by its request's id.
+    Admin(&'a AdminCall),
+}
+
+impl Call<'_> {
+    fn decide(&self, doc: &LocationDocument, policy: &LockPolicy, now: DateTime<Utc>) -> Result<Decided, LockError> {
+        match self {
+            Call::Lock { call, key } => lifecycle::decide(doc, call, key, policy, now),
+            Call::Admin(call) => force_release::decide(doc, call, policy, now),
+        }
+    }
+
+    fn took_effect(&self, doc: &LocationDocument) -> bool {
+        match self {
+            Call::Lock { key, .. } => lifecycle::took_effect(doc, key),
+            Call::Admin(call) => force_release::took_effect(doc, call),
+        }
     }
 }

@@ -44,6 +44,49 @@ pub enum LockError {
     /// The presented token is not the live lock's.
     #[error("the token does not match the live lock")]
     TokenMismatch,
+    /// The presented token's lock was removed by an approved force-release: it can do
+    /// nothing any more, on any instance.
+    #[error("the lock was force-released at {at} (request {request}, approved by {approved_by})")]
+    ForceReleased {
+        /// The force-release request that removed it.
+        request: String,
+        /// Who approved it.
+        approved_by: String,
+        /// When.
+        at: DateTime<Utc>,
+    },
+    /// A force-release was approved by the principal who requested it: it takes two.
+    #[error("{principal} requested this force-release and cannot approve it: a second person must")]
+    SelfApproval {
+        /// The principal.
+        principal: String,
+    },
+    /// No force-release request with this id is in the document.
+    #[error("no force-release request {0} on this resource")]
+    UnknownForceRelease(String),
+    /// The force-release request's approval window ended before the approval.
+    #[error("the force-release request's approval window ended at {approve_by}")]
+    ForceReleaseExpired {
+        /// The end of its window.
+        approve_by: DateTime<Utc>,
+    },
+    /// A force-release was requested for a lock the resource no longer holds in that
+    /// phase (another token, a later phase): the requester must look again.
+    #[error("the resource's lock is not the one named (another token or another phase): look at it again")]
+    ForceReleaseTargetChanged,
+    /// The resource already has as many force-release requests waiting as it keeps.
+    #[error("{open} force-release requests already wait for an approval on this resource")]
+    ForceReleasesFull {
+        /// How many wait.
+        open: usize,
+    },
+    /// The force-release request was decided already (released or void) by another
+    /// approval.
+    #[error("the force-release request was already decided ({outcome})")]
+    ForceReleaseDecided {
+        /// `released` or `void`.
+        outcome: &'static str,
+    },
     /// The presented token's lease has lapsed: it can do nothing any more.
     #[error("the lock's lease expired at {expired_at}")]
     LeaseExpired {
@@ -130,6 +173,9 @@ pub struct LockPolicy {
     /// the fleet writes the newest format again (docs/release-gate.md, "Rolling out a
     /// new document format").
     pub write_format: u64,
+    /// How long a force-release request waits for its second person
+    /// ([`crate::routing::force_release`]); an approval after it is refused.
+    pub force_release_window: Duration,
     /// Off in the shipped protocol; see [`Deviations`].
     pub deviations: Deviations,
 }
@@ -138,6 +184,11 @@ pub struct LockPolicy {
 /// longest length the contract allows a document at the budget is about 75 KB, well under
 /// Cosmos DB's 2 MB item limit (docs/contract.md, version 1.3, states the sum).
 pub const DEFAULT_KEYED_RECORDS: usize = 256;
+
+/// How long a force-release request waits for an approval when nothing else is
+/// configured: long enough to reach a second person on call, short enough that an
+/// approval is given for the lock as the requester saw it.
+pub const DEFAULT_FORCE_RELEASE_WINDOW: Duration = Duration::from_secs(3600);
 
 /// How many records of keyless calls (`w:` keys) a document keeps, the newest. Only the
 /// call that wrote one ever looks for it (its own retries, within that one call), so the
@@ -156,6 +207,7 @@ impl LockPolicy {
             skew_margin: DEFAULT_SKEW_MARGIN,
             keyed_records: DEFAULT_KEYED_RECORDS,
             write_format: NEWEST_FORMAT,
+            force_release_window: DEFAULT_FORCE_RELEASE_WINDOW,
             deviations: Deviations::default(),
         }
     }
@@ -290,7 +342,8 @@ pub fn pre_lock(
 
 /// The live lock held by `token`, or the refusal explaining why there is none. The
 /// holder's lease ends at `expiresAt` by the deciding clock (readers keep enforcing for
-/// the skew margin beyond it, so the two never leave a gap).
+/// the skew margin beyond it, so the two never leave a gap). A token whose lock was
+/// force-released is told so ([`LockError::ForceReleased`]) while the record is kept.
 pub fn held_lock<'a>(
     doc: &'a LocationDocument,
     token: &LockToken,
@@ -304,8 +357,18 @@ pub fn held_lock<'a>(
                 Err(LockError::LeaseExpired { expired_at: lock.expires_at })
             }
         }
-        _ => Err(LockError::TokenMismatch),
+        _ => Err(fenced(doc, &token.digest()).unwrap_or(LockError::TokenMismatch)),
     }
+}
+
+/// The refusal of a token (by its digest) whose lock an approved force-release removed.
+pub(crate) fn fenced(doc: &LocationDocument, lock: &str) -> Option<LockError> {
+    let record = doc.force_releases.iter().find(|r| r.fences(lock))?;
+    Some(LockError::ForceReleased {
+        request: record.id.clone(),
+        approved_by: record.approved_by.clone().unwrap_or_default(),
+        at: record.approved_at.unwrap_or(record.requested_at),
+    })
 }
 
 /// The live lock on `secondary` left by a swap (not the current migration's target).
@@ -330,7 +393,12 @@ fn sync_target_lock(doc: &mut LocationDocument, token: &LockToken) {
 fn lease_bound(doc: &LocationDocument, lease_end: DateTime<Utc>, phase_starts: bool) -> PendingEffect {
     PendingEffect {
         void_if_committed_after: Some(lease_end),
-        previous: Some(Arc::new(LocationDocument { operations: Arc::default(), pending: None, ..doc.clone() })),
+        previous: Some(Arc::new(LocationDocument {
+            operations: Arc::default(),
+            force_releases: Arc::default(),
+            pending: None,
+            ..doc.clone()
+        })),
         phase_starts,
         ..PendingEffect::empty()
     }
@@ -612,7 +680,8 @@ fn settle_checked(mut doc: LocationDocument, committed_at: DateTime<Utc>, check_
 }
 
 /// A void write: the document it replaced, with the operations recorded since (but
-/// not the void call's own record: it took no effect, and its repeat must say so).
+/// not the void call's own record: it took no effect, and its repeat must say so) and
+/// the force-release records as written.
 fn void(doc: LocationDocument, pending: PendingEffect) -> LocationDocument {
     let Some(previous) = pending.previous else {
         // Written without its predecessor (never by this library): the safe reading is
@@ -625,7 +694,13 @@ fn void(doc: LocationDocument, pending: PendingEffect) -> LocationDocument {
     };
     let own = pending.key;
     let operations = Arc::new(doc.operations.iter().filter(|r| Some(&*r.key) != own.as_deref()).cloned().collect());
-    LocationDocument { operations, pending: None, extra: doc.extra, ..Arc::unwrap_or_clone(previous) }
+    LocationDocument {
+        operations,
+        force_releases: doc.force_releases,
+        pending: None,
+        extra: doc.extra,
+        ..Arc::unwrap_or_clone(previous)
+    }
 }
 
 /// Moves the primary lock (and the target lock of the same token) so that it starts no
@@ -886,10 +961,14 @@ fn replay(
                     Err(LockError::LeaseExpired { expired_at: lock.expires_at })
                 }
             }
-            // Another token's lock: ours ended before it was taken. Released or swapped
-            // if a record of that says so (every keyed one is still here), else lapsed.
-            Some(_) if !ended_by_a_call(doc, &record.lock) => Err(LockError::LapsedAndReplaced),
-            _ => Err(LockError::TokenMismatch),
+            // Removed by an operator: said so, whatever came after. Otherwise another
+            // token's lock means ours ended before it was taken: released or swapped if a
+            // record of that says so (every keyed one is still here), else lapsed.
+            other => Err(match fenced(doc, &record.lock) {
+                Some(refusal) => refusal,
+                None if other.is_some() && !ended_by_a_call(doc, &record.lock) => LockError::LapsedAndReplaced,
+                None => LockError::TokenMismatch,
+            }),
         },
         LockCall::Escalate { token, .. } | LockCall::Renew { token, .. } => held_lock(doc, token, now).map(|_| ()),
         LockCall::Swap { .. } | LockCall::Release { .. } => Ok(()),

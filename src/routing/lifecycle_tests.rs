@@ -18,6 +18,7 @@ fn policy() -> LockPolicy {
         skew_margin: Duration::ZERO,
         keyed_records: DEFAULT_KEYED_RECORDS,
         write_format: NEWEST_FORMAT,
+        force_release_window: crate::routing::lifecycle::DEFAULT_FORCE_RELEASE_WINDOW,
         deviations: Deviations::default(),
     }
 }

@@ -150,7 +150,11 @@ impl From<LockError> for ApiError {
         let detail = e.to_string();
         match e {
             LockError::LockHeld { .. } => Self::new(StatusCode::LOCKED, "lock-held", detail),
-            LockError::TokenMismatch => Self::new(StatusCode::CONFLICT, "token-mismatch", detail),
+            // Contract 1.3's answer to a token that is not the live lock's, which a
+            // force-released token is; the record that names the removal is in the detail.
+            LockError::TokenMismatch | LockError::ForceReleased { .. } => {
+                Self::new(StatusCode::CONFLICT, "token-mismatch", detail)
+            }
             LockError::LeaseExpired { .. } | LockError::LapsedAndReplaced => {
                 Self::new(StatusCode::GONE, "lock-expired", detail)
             }
@@ -161,6 +165,18 @@ impl From<LockError> for ApiError {
                 retry_after: Some(retry_after),
                 ..Self::new(StatusCode::TOO_MANY_REQUESTS, "idempotency-records-full", detail)
             },
+            // The force-release procedure's refusals (`routing::force_release`); no route
+            // of contract 1.3 makes a force-release call.
+            LockError::SelfApproval { .. } => Self::new(StatusCode::FORBIDDEN, "self-approval", detail),
+            LockError::UnknownForceRelease(_) => Self::new(StatusCode::NOT_FOUND, "force-release-not-found", detail),
+            LockError::ForceReleaseExpired { .. } => Self::new(StatusCode::GONE, "force-release-expired", detail),
+            LockError::ForceReleaseDecided { .. } => Self::new(StatusCode::CONFLICT, "force-release-decided", detail),
+            LockError::ForceReleaseTargetChanged => {
+                Self::new(StatusCode::CONFLICT, "force-release-target-changed", detail)
+            }
+            LockError::ForceReleasesFull { .. } => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "force-release-requests-full", detail)
+            }
         }
     }
 }
