@@ -16,13 +16,14 @@ mod spec;
 
 use spec::{check, render_path, replay_on_fixed, Bounds, LockModel, Variant};
 
-const USAGE: &str = "usage: model [--variant fixed|legacy-effective-at|legacy-renewal|swap-without-if-match|early-escalation|cache-serves-started-locks|legacy-record-eviction|format-1-writes|all]
-             [--bounds suite|record-cap|release|behind|attempts|all]
+const USAGE: &str = "usage: model [--variant fixed|legacy-effective-at|legacy-renewal|swap-without-if-match|early-escalation|cache-serves-started-locks|legacy-record-eviction|format-1-writes|force-release-without-if-match|all]
+             [--bounds suite|record-cap|force-release|release|behind|attempts|all]
              [--orchestrators N] [--instances N] [--horizon TICKS] [--delayed N] [--ambiguous N]
              [--attempts N] [--renewals N] [--release] [--requests N] [--writes N] [--deletes N]
-             [--keyed-records N] [--skews -1,0,1] [--threads N] [--first]
+             [--keyed-records N] [--force-release] [--skews -1,0,1] [--threads N] [--first]
 defaults: variant fixed, each variant at the bounds its test uses (record-cap for
-legacy-record-eviction, suite for the others) unless --bounds names them; the other flags
+legacy-record-eviction, force-release for force-release-without-if-match, suite for the
+others) unless --bounds names them; the other flags
 change those bounds; --first stops at the first counterexample";
 
 fn main() {
@@ -40,6 +41,7 @@ fn main() {
 fn default_bounds(variant: Variant) -> Bounds {
     match variant {
         Variant::LegacyRecordEviction => Bounds::record_cap(),
+        Variant::ForceReleaseWithoutIfMatch => Bounds::force_release(),
         _ => Bounds::suite(),
     }
 }
@@ -57,7 +59,7 @@ fn run() -> Result<bool, String> {
             println!("{USAGE}");
             return Ok(true);
         }
-        if flag == "--release" {
+        if flag == "--release" || flag == "--force-release" {
             changes.push((flag, String::new()));
             continue;
         }
@@ -78,6 +80,7 @@ fn run() -> Result<bool, String> {
                 base = Some(match value.as_str() {
                     "suite" => Bounds::suite(),
                     "record-cap" => Bounds::record_cap(),
+                    "force-release" => Bounds::force_release(),
                     // The wider bounds scripts/model-bounds.sh runs (docs/model.md).
                     other => Bounds::wider(other).map(|(bounds, _)| bounds).ok_or_else(|| {
                         format!("--bounds: unknown bounds {other:?} (suite, record-cap, {})", Bounds::WIDER.join(", "))
@@ -150,6 +153,7 @@ fn change(bounds: &mut Bounds, flag: &str, value: &str) -> Result<(), String> {
     let number = || value.parse::<u8>().map_err(|_| format!("{flag}: {value:?} is not a small number"));
     match flag {
         "--release" => bounds.release = true,
+        "--force-release" => bounds.force_release = true,
         "--orchestrators" => bounds.orchestrators = number()?,
         "--instances" => bounds.instances = number()?,
         "--horizon" => bounds.horizon = number()?,

@@ -2,11 +2,13 @@
 # The lock-protocol model at the bounds the suite leaves out for their size
 # (docs/model.md, "Wider bounds"): the fixed protocol at the suite's bounds plus a
 # release, plus a clock behind as well as ahead, plus a second migration per
-# orchestrator, each run on its own in a release build. Each run must find no
+# orchestrator, plus a force-release with a delayed message, each run on its own in a
+# release build. Each run must find no
 # counterexample (every state explored) and reach what shows it is not vacuous.
 #
-#   scripts/model-bounds.sh [NAME...]     # default: release behind attempts
-#                                          # names: release, behind, attempts, all (the three at once)
+#   scripts/model-bounds.sh [NAME...]     # default: release behind attempts force-release
+#                                          # names: release, behind, attempts, force-release,
+#                                          # all (the first three at once)
 #
 # Builds `cargo test --release --test model` and runs its ignored test,
 # the_fixed_protocol_has_no_counterexample_at_wider_bounds, with LOCKPROBE_MODEL_BOUNDS
@@ -18,12 +20,12 @@ cd "$(dirname "$0")/.."
 
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-    names=(release behind attempts)
+    names=(release behind attempts force-release)
 fi
 for name in "${names[@]}"; do
     case "$name" in
-        release | behind | attempts | all) ;;
-        *) echo "model-bounds: no bounds named '$name' (the names are release, behind, attempts, all)" >&2; exit 64 ;;
+        release | behind | attempts | force-release | all) ;;
+        *) echo "model-bounds: no bounds named '$name' (the names are release, behind, attempts, force-release, all)" >&2; exit 64 ;;
     esac
 done
 

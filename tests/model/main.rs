@@ -57,18 +57,25 @@ fn the_fixed_protocol_has_no_counterexample_at_the_record_cap() {
     fixed(Bounds::record_cap(), &["the record cap refuses a call", "a retry settles an ambiguous pre-lock"]);
 }
 
+#[test]
+fn the_fixed_protocol_has_no_counterexample_with_a_force_release() {
+    // An operator removes the lock at any moment while its holder goes on: every
+    // property holds, and the holder's calls after the release take no effect.
+    fixed(Bounds::force_release(), &["a swap completes", "a force-release removes a lock its holder still uses"]);
+}
+
 /// The wider bounds `LOCKPROBE_MODEL_BOUNDS` names (comma-separated names of
-/// `Bounds::WIDER`); unset, release, behind and attempts, each on its own. A value that
+/// `Bounds::WIDER`); unset, release, behind, attempts and force-release, each on its own. A value that
 /// names nothing, or anything else, is refused: it would run nothing.
 fn wider_bounds() -> Vec<&'static str> {
     let Ok(value) = std::env::var("LOCKPROBE_MODEL_BOUNDS") else {
-        return vec!["release", "behind", "attempts"];
+        return vec!["release", "behind", "attempts", "force-release"];
     };
     let known = Bounds::WIDER.join(", ");
     let names: Vec<&str> = value.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
     assert!(
         !names.is_empty(),
-        "LOCKPROBE_MODEL_BOUNDS={value:?} names no bounds, so this test would check nothing: name one or more of {known} (comma-separated), or unset it for release, behind and attempts"
+        "LOCKPROBE_MODEL_BOUNDS={value:?} names no bounds, so this test would check nothing: name one or more of {known} (comma-separated), or unset it for release, behind, attempts and force-release"
     );
     names
         .into_iter()
@@ -167,6 +174,15 @@ fn format_1_writes_give_up_what_a_late_commit_needs() {
     // The expand step of a rollout (docs/release-gate.md): each call settled at its
     // decision, as 034c7cc's were. What it gives up is shown, not assumed.
     broken(Variant::Format1Writes, DELETE_UNDER_LOCK);
+}
+
+#[test]
+fn a_force_release_without_if_match_is_caught() {
+    // The approval decided on one version lands on a later one and puts it back: here it
+    // undoes the holder's escalation to write, whose retry then takes effect a second
+    // time (with a renewal in the bounds, the renewed lease is lost instead: "a holder's
+    // lock is in the document"; docs/model.md).
+    broken_at(Variant::ForceReleaseWithoutIfMatch, Bounds::force_release(), "a keyed call takes effect at most once");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! The lock protocol as a stateright model, over the real routing code.
 //!
 //! Actors: orchestrators (pre-lock, escalate, renew, swap with its copy, release, and a
-//! retry with the same idempotency key after an ambiguous answer), the store (one
+//! retry with the same idempotency key after an ambiguous answer), an operator who
+//! force-releases a lock at any moment (requested by one principal, approved by another,
+//! the approval's write conditional on the ETag it was decided on), the store (one
 //! document, ETag compare-and-set, commits that land late, acknowledgements that arrive
 //! late or never), service instances (each a cache and a clock that may be skewed by
 //! one tick; a replica within the replication bound) and users who write, delete and
@@ -29,6 +31,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use lockprobe::clock::ManualClock;
 use lockprobe::routing::cache::TieredCache;
+use lockprobe::routing::force_release::{self, AdminCall, ForceReleaseRequest};
 use lockprobe::routing::freshness;
 use lockprobe::routing::lifecycle::{
     self, Decided, Deviations, LockCall, LockError, LockPolicy, PreLockRequest, DEFAULT_KEYED_RECORDS,
@@ -88,11 +91,15 @@ pub enum Variant {
     /// (`LockPolicy::write_format`), as readers of format 1 only need. Not a bug but a
     /// documented trade: what a late commit can do to it is what the model must show.
     Format1Writes,
+    /// The force-release approval's write ignores the ETag: it lands on whatever the
+    /// document became since the approval was decided (checked at
+    /// [`Bounds::force_release`]).
+    ForceReleaseWithoutIfMatch,
 }
 
 impl Variant {
     /// Every variant, the fixed protocol first.
-    pub const ALL: [Variant; 8] = [
+    pub const ALL: [Variant; 9] = [
         Variant::Fixed,
         Variant::LegacyEffectiveAt,
         Variant::LegacyRenewal,
@@ -101,6 +108,7 @@ impl Variant {
         Variant::CacheServesStartedLocks,
         Variant::LegacyRecordEviction,
         Variant::Format1Writes,
+        Variant::ForceReleaseWithoutIfMatch,
     ];
 
     /// The name used on the command line and in the docs.
@@ -114,6 +122,7 @@ impl Variant {
             Variant::CacheServesStartedLocks => "cache-serves-started-locks",
             Variant::LegacyRecordEviction => "legacy-record-eviction",
             Variant::Format1Writes => "format-1-writes",
+            Variant::ForceReleaseWithoutIfMatch => "force-release-without-if-match",
         }
     }
 
@@ -128,7 +137,10 @@ impl Variant {
     fn deviations(self) -> Deviations {
         let mut d = Deviations::default();
         match self {
-            Variant::Fixed | Variant::SwapWithoutIfMatch | Variant::Format1Writes => {}
+            Variant::Fixed
+            | Variant::SwapWithoutIfMatch
+            | Variant::Format1Writes
+            | Variant::ForceReleaseWithoutIfMatch => {}
             Variant::LegacyEffectiveAt => d.legacy_effective_at = true,
             Variant::LegacyRenewal => d.legacy_renewal = true,
             Variant::EarlyEscalation => d.early_escalation = true,
@@ -174,6 +186,8 @@ pub struct Bounds {
     /// [`Bounds::record_cap`] keeps two, reached within its bounds, so the refusal of a
     /// third (and, in the legacy variant, the eviction of the oldest) is explored there.
     pub keyed_records: usize,
+    /// Whether an operator may force-release the lock (one request, one approval).
+    pub force_release: bool,
 }
 
 impl Bounds {
@@ -194,7 +208,21 @@ impl Bounds {
             writes: 1,
             deletes: 1,
             keyed_records: DEFAULT_KEYED_RECORDS,
+            force_release: false,
         }
+    }
+
+    /// The suite's bounds with an operator who may force-release the lock at any moment:
+    /// request it once a lock is live, approve it at any later step, the approval's
+    /// write landing at any later step (or refused, and decided again, when the document
+    /// changed). The orchestrators go on as if nothing happened until they are told.
+    /// Smaller than the suite's in what the operator's steps multiply: no renewal, one
+    /// user request (a write), and no message crossing a tick (a write still lands at
+    /// any later step within its tick, before or after the operator's);
+    /// `Bounds::wider("force-release")` keeps the delayed message and two requests
+    /// (`scripts/model-bounds.sh`).
+    pub fn force_release() -> Self {
+        Self { force_release: true, renewals: 0, requests: 1, deletes: 0, delayed: 0, ..Self::suite() }
     }
 
     /// The bounds of the record cap: a document keeps two keyed records, and the horizon
@@ -225,13 +253,14 @@ impl Bounds {
     }
 
     /// The names of [`Bounds::wider`].
-    pub const WIDER: [&'static str; 4] = ["release", "behind", "attempts", "all"];
+    pub const WIDER: [&'static str; 5] = ["release", "behind", "attempts", "force-release", "all"];
 
     /// The suite's bounds with what they leave out for their size (docs/model.md,
     /// *Wider bounds*): `release`, an orchestrator may release (abort) its migration;
     /// `behind`, instance 1 runs one tick behind, on time or one tick ahead (each an
     /// initial state); `attempts`, each orchestrator starts a second migration once its
-    /// first ended; `all`, the three at once. With what each must reach (the
+    /// first ended; `force-release`, [`Bounds::force_release`] with the suite's delayed
+    /// message; `all`, the first three at once. With what each must reach (the
     /// `sometimes` properties that show it is not vacuous).
     pub fn wider(name: &str) -> Option<(Self, Vec<&'static str>)> {
         let mut bounds = Self::suite();
@@ -252,6 +281,10 @@ impl Bounds {
             "release" => release(&mut bounds, &mut wanted),
             "behind" => behind(&mut bounds, &mut wanted),
             "attempts" => attempts(&mut bounds, &mut wanted),
+            "force-release" => {
+                bounds = Self { delayed: 1, requests: 2, ..Self::force_release() };
+                wanted.push("a force-release removes a lock its holder still uses");
+            }
             "all" => {
                 release(&mut bounds, &mut wanted);
                 behind(&mut bounds, &mut wanted);
@@ -483,6 +516,19 @@ pub struct Orch {
     pub handing_over: bool,
 }
 
+/// Where the operator's force-release is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Operator {
+    /// Nothing asked.
+    Idle,
+    /// Requested (recorded in the document), not yet approved.
+    Requested,
+    /// Approved on the version with ETag `if_match`; the write `next` is on its way.
+    Approving { next: Doc, if_match: u16 },
+    /// The approval's write landed (released or void).
+    Done,
+}
+
 /// Violations seen (events), as bits.
 pub mod violation {
     /// A user write (or tombstone) was accepted while an effective write lock forbade it.
@@ -494,6 +540,8 @@ pub mod violation {
     /// A keyed call took effect a second time: a commit applied a key that an earlier
     /// commit had applied already (a repeat acted again instead of replaying).
     pub const APPLIED_TWICE: u8 = 8;
+    /// A lock call of a token whose lock a force-release had removed took effect.
+    pub const FENCED_ACTED: u8 = 16;
 }
 
 /// The whole system.
@@ -540,6 +588,10 @@ pub struct State {
     pub swapped: bool,
     /// Some pre-lock answered outcome-unknown was granted on a retry with the same key.
     pub ambiguous_prelock_settled: bool,
+    /// The operator's force-release.
+    pub operator: Operator,
+    /// A force-release removed a lock whose holder went on (its token is fenced).
+    pub force_released: bool,
     /// What the last step did.
     pub note: Note,
 }
@@ -590,6 +642,12 @@ pub enum Action {
     /// A user operation on an instance; `replica` picks the replica's version if the
     /// resolve reads one.
     User(u8, UserOp, u8),
+    /// The operator requests a force-release of the live lock.
+    ForceRequest,
+    /// A second principal approves it (decided on the current version).
+    ForceApprove,
+    /// The approval's write reaches the store.
+    ForceCommit,
 }
 
 /// Sets the note of the step being taken (only when narrating a trace: formatting
@@ -729,6 +787,7 @@ impl LockModel {
             skew_margin: secs(timing::SKEW_MARGIN),
             keyed_records: bounds.keyed_records,
             write_format: variant.write_format(),
+            force_release_window: secs(60),
             deviations: variant.deviations(),
         };
         if let Err(refused) = bounds.validate(variant) {
@@ -841,6 +900,8 @@ impl LockModel {
             records_full: false,
             swapped: false,
             ambiguous_prelock_settled: false,
+            operator: Operator::Idle,
+            force_released: false,
             note: Note("start".into()),
         }
     }
@@ -1039,12 +1100,16 @@ impl LockModel {
                     // nothing happened; try again later.
                     LockError::RecordsFull { .. } => s.records_full = true,
                     LockError::InvalidTransition(_) | LockError::LockHeld { .. } => {}
-                    LockError::LeaseExpired { .. } | LockError::LapsedAndReplaced | LockError::TokenMismatch => {
+                    LockError::LeaseExpired { .. }
+                    | LockError::LapsedAndReplaced
+                    | LockError::TokenMismatch
+                    | LockError::ForceReleased { .. } => {
                         orch.held = None;
                         orch.finished = true;
                     }
                     LockError::InvalidRequest(m) => panic!("the model made an invalid request: {m}"),
                     LockError::KeyReused => panic!("the model reused a key for another request"),
+                    other => panic!("a lock call answered with a force-release refusal: {other}"),
                 }
                 format!("refused: {e}")
             }
@@ -1133,6 +1198,78 @@ impl LockModel {
 
     /// A user operation on `instance`: the real resolve, the real enforcement, and the
     /// reference service's item store (src/service/data_api.rs, items.rs).
+    /// The operator asks for the live lock to be force-released: `RoutingClient::
+    /// force_release` with a request, decided on the current version at true time and
+    /// written at once (its faults are the campaign's: here it is the approval whose
+    /// timing matters).
+    fn force_request(&self, s: &mut State) {
+        let current = self.current(s).clone();
+        let lock = current.settled.doc.primary.lock.as_ref().expect("offered only under a live lock");
+        let call = AdminCall::Request(ForceReleaseRequest {
+            id: "fr".into(),
+            lock: lock.token.digest(),
+            phase: lock.phase,
+            requested_by: "alice".into(),
+            reason: "stuck".into(),
+        });
+        match force_release::decide(&current.settled.doc, &call, &self.policy, at(s.now as i16)) {
+            Ok(Decided::Write(next)) => {
+                let next = Doc::new(*next);
+                self.operator_commit(s, next);
+                s.operator = Operator::Requested;
+                add!(self, s, "; alice requests a force-release of the {} lock", lock.phase);
+            }
+            other => panic!("a force-release request on a live lock was not written: {other:?}"),
+        }
+    }
+
+    /// A second principal approves: decided on the current version; the write follows.
+    fn force_approve(&self, s: &mut State) {
+        let current = self.current(s).clone();
+        let call = AdminCall::Approve { id: "fr".into(), principal: "bob".into() };
+        match force_release::decide(&current.settled.doc, &call, &self.policy, at(s.now as i16)) {
+            Ok(Decided::Write(next)) => {
+                s.operator = Operator::Approving { next: Doc::new(*next), if_match: current.etag };
+                say!(self, s, "t={} bob approves the force-release on e{}", s.now, current.etag);
+            }
+            // Expired: the window is longer than the horizon. Replayed: only after Done.
+            other => panic!("an approval was not decided: {other:?}"),
+        }
+    }
+
+    /// The approval's write reaches the store: If-Match the version it was decided on (a
+    /// 412 re-reads and decides again, as `RoutingClient::force_release` does), or
+    /// blindly in the broken variant.
+    fn force_commit(&self, s: &mut State) {
+        let Operator::Approving { next, if_match } = s.operator.clone() else { unreachable!() };
+        let blind = self.variant == Variant::ForceReleaseWithoutIfMatch;
+        if !blind && self.current(s).etag != if_match {
+            s.operator = Operator::Requested;
+            say!(self, s, "t={} store refuses the approval's write: 412; deciding again", s.now);
+            return;
+        }
+        let released = next.doc.force_releases.iter().any(|r| r.outcome == lockprobe::document::ForceOutcome::Released);
+        let holder_on = s.orchs.iter().any(|o| o.held.is_some());
+        self.operator_commit(s, next);
+        s.operator = Operator::Done;
+        if released && holder_on {
+            s.force_released = true;
+        }
+        add!(self, s, "; the approval lands ({})", if released { "lock removed" } else { "void" });
+    }
+
+    /// Commits an operator's write as the next version, at once.
+    fn operator_commit(&self, s: &mut State, next: Doc) {
+        let etag = s.next_etag;
+        s.next_etag += 1;
+        let settled = self.settle(&next, s.now);
+        if let Some(last) = s.versions.last_mut() {
+            last.superseded = Some(s.now);
+        }
+        say!(self, s, "t={} store commits the operator's write as e{etag}: {:?}", s.now, settled);
+        s.versions.push(Version { raw: next, settled, etag, committed: s.now, superseded: None });
+    }
+
     fn user(&self, s: &mut State, instance: u8, op: UserOp, replica: u8) {
         s.requests += 1;
         let local = self.local(s, instance);
@@ -1288,6 +1425,12 @@ impl LockModel {
             }
             return;
         }
+        let fenced_before = {
+            let replaced = &self.current(s).settled.doc;
+            let key = w.key.name();
+            let acted_on = w.doc.doc.operations.iter().find(|r| *r.key == *key).map(|r| r.lock.clone());
+            acted_on.is_some_and(|lock| replaced.force_releases.iter().any(|r| r.fences(&lock)))
+        };
         let etag = s.next_etag;
         s.next_etag += 1;
         let settled = self.settle(&w.doc, s.now);
@@ -1305,6 +1448,10 @@ impl LockModel {
         // Whether the call took effect (a void write did not) is judged by the real
         // `took_effect`, as the writer's client judges it.
         if lifecycle::took_effect(&settled.doc, &w.key.name()) {
+            if fenced_before {
+                s.violations |= violation::FENCED_ACTED;
+                add!(self, s, " <- {} acts with a force-released token", w.key.name());
+            }
             let bit = self.key_bit(w.key);
             if s.applied & bit != 0 {
                 s.violations |= violation::APPLIED_TWICE;
@@ -1442,6 +1589,20 @@ impl Model for LockModel {
                 }
             }
         }
+        // The operator.
+        if b.force_release {
+            match &s.operator {
+                Operator::Idle => {
+                    let now = at(s.now as i16);
+                    if self.current(s).settled.doc.primary.lock.as_ref().is_some_and(|l| l.is_live(now)) {
+                        actions.push(Action::ForceRequest);
+                    }
+                }
+                Operator::Requested => actions.push(Action::ForceApprove),
+                Operator::Approving { .. } => actions.push(Action::ForceCommit),
+                Operator::Done => {}
+            }
+        }
         // Users.
         let replicas = self.replica_versions(s).len() as u8;
         for i in (0..b.instances).filter(|_| !self.users_done(s)) {
@@ -1570,6 +1731,9 @@ impl Model for LockModel {
                 say!(self, s, "t={} store drops o{}'s abandoned write (never applied)", s.now, w.from);
             }
             Action::User(i, op, r) => self.user(&mut s, i, op, r),
+            Action::ForceRequest => self.force_request(&mut s),
+            Action::ForceApprove => self.force_approve(&mut s),
+            Action::ForceCommit => self.force_commit(&mut s),
         }
         if self.users_done(&s) {
             // No user request can come any more: caches are unobservable, so states that
@@ -1602,6 +1766,9 @@ impl Model for LockModel {
             Property::always("a keyed call takes effect at most once", |_: &LockModel, s: &State| {
                 s.violations & violation::APPLIED_TWICE == 0
             }),
+            Property::always("a force-released token acts no more", |_: &LockModel, s: &State| {
+                s.violations & violation::FENCED_ACTED == 0
+            }),
             Property::sometimes("a swap completes", |_: &LockModel, s: &State| s.swapped),
             Property::sometimes("a retry settles an ambiguous pre-lock", |_: &LockModel, s: &State| {
                 s.ambiguous_prelock_settled
@@ -1616,6 +1783,9 @@ impl Model for LockModel {
             Property::sometimes("a swap completes with a clock behind", |_: &LockModel, s: &State| {
                 s.swapped && s.skew.iter().any(|k| *k < 0)
             }),
+            Property::sometimes("a force-release removes a lock its holder still uses", |_: &LockModel, s: &State| {
+                s.force_released
+            }),
         ]
     }
 }
@@ -1623,12 +1793,19 @@ impl Model for LockModel {
 impl LockModel {
     /// Orchestrators that hold a live lock: acknowledged, live in true time, and not
     /// giving it up (a swap or release in progress hands it over).
+    /// An orchestrator whose lock an approved force-release removed is not one: every
+    /// call it makes is refused from then on ("a force-released token acts no more"
+    /// checks that it gets nothing done).
     pub fn holders(&self, s: &State) -> Vec<u8> {
         let now = at(s.now as i16);
+        let current = &self.current(s).settled.doc;
+        let fenced = |h: &Held| {
+            !current.force_releases.is_empty() && current.force_releases.iter().any(|r| r.fences(&h.token.digest()))
+        };
         s.orchs
             .iter()
             .enumerate()
-            .filter(|(_, o)| o.held.as_ref().is_some_and(|h| now < h.expires) && !o.handing_over)
+            .filter(|(_, o)| o.held.as_ref().is_some_and(|h| now < h.expires && !fenced(h)) && !o.handing_over)
             .map(|(i, _)| i as u8)
             .collect()
     }
