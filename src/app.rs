@@ -11,6 +11,8 @@
 //! - [`gate`]: `lockprobe gate`: the release gate, a candidate service under every
 //!   store-fault profile, probed with the eager checks.
 //! - [`service`]: `lockprobe service`: the reference service.
+//! - [`admin`]: `lockprobe admin force-release request|approve|list`: an operator's
+//!   client of the service's admin routes.
 //! - [`monitor`]: `lockprobe monitor`: the convergence monitor alone.
 //! - [`store`]: `--store memory|cosmos` and the `--cosmos-*` flags, and opening the store
 //!   they name.
@@ -19,6 +21,7 @@
 //! - [`usage`]: usage errors (exit 64).
 //! - [`tasks`]: how `serve` and `demo` run their background parts and stop them.
 
+pub mod admin;
 pub mod bench;
 pub mod demo;
 pub mod gate;

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use lockprobe::app::usage::{exit_code, EXIT_USAGE};
-use lockprobe::app::{bench, demo, gate, listen, monitor, serve, service, validate};
+use lockprobe::app::{admin, bench, demo, gate, listen, monitor, serve, service, validate};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,6 +50,9 @@ enum Command {
     /// Measure the embedded lock design against the lock-record baseline: store reads
     /// per user operation, latency and throughput, at several fractions migrating.
     Bench(Box<bench::BenchArgs>),
+    /// An operator's actions on a service's admin routes: `force-release request`,
+    /// `approve` (a second principal) and `list`.
+    Admin(Box<admin::AdminCommand>),
     /// Check a probe configuration file and/or a web configuration file, as `serve`
     /// and `monitor` load them; exit 64 naming the bad field.
     #[command(arg_required_else_help = true)]
@@ -72,7 +75,7 @@ fn main() -> ExitCode {
     };
     // validate and demo print their own progress on stdout; info logs would interleave.
     let default_filter = match cli.command {
-        Command::Validate(_) | Command::Demo(_) | Command::Gate(_) | Command::Bench(_) => "warn",
+        Command::Validate(_) | Command::Demo(_) | Command::Gate(_) | Command::Bench(_) | Command::Admin(_) => "warn",
         _ => "info",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into());
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
             Command::Validate(args) => validate::run(*args, shutdown).await,
             Command::Gate(args) => gate::run(*args, shutdown).await,
             Command::Bench(args) => bench::run(*args, shutdown).await,
+            Command::Admin(command) => admin::run(*command, shutdown).await,
             Command::Serve(args) => serve::run(args, shutdown).await.map(|()| 0),
             Command::Monitor(cmd) => monitor::run(*cmd, shutdown).await.map(|()| 0),
             Command::CheckConfig { file, web_config_file } => {

@@ -3,6 +3,8 @@
 //!
 //! - [`lock_api`]: the orchestrator's lock calls, behind a bearer key and an optional
 //!   test-resource prefix.
+//! - [`admin_api`]: the operators' force-release of a stuck lock, requested by one
+//!   admin principal and approved by another, each with a key of its own.
 //! - [`design`]: where locks live, `embedded` in the routing document or in a separate
 //!   lock `record` read on every operation (the baseline the benchmark compares with).
 //! - [`data_api`]: the route view and the item API, with allow / block / tombstone
@@ -21,6 +23,7 @@
 //! its own `RoutingClient` and so its own cache tiers: that is how stale caches and
 //! convergence are observed across instances.
 
+pub mod admin_api;
 pub mod data_api;
 pub mod design;
 pub mod error;
@@ -107,6 +110,11 @@ const LEGACY_KEYED_RECORDS: usize = 16;
 pub struct ServiceConfig {
     /// Bearer key of the lock API.
     pub api_key: String,
+    /// Who may request and approve force-releases (none: the admin routes refuse
+    /// everyone).
+    pub admin_principals: Vec<admin_api::AdminPrincipal>,
+    /// How long a force-release request waits for its approval.
+    pub force_release_window: Duration,
     /// Where a resource's document is created on first use.
     pub home_location: String,
     /// TTL of each cache tier, fastest first.
@@ -153,6 +161,8 @@ impl ServiceConfig {
     pub fn new(api_key: impl Into<String>) -> Self {
         Self {
             api_key: api_key.into(),
+            admin_principals: Vec::new(),
+            force_release_window: crate::routing::lifecycle::DEFAULT_FORCE_RELEASE_WINDOW,
             home_location: "westeurope".into(),
             cache_ttls: vec![Duration::from_secs(2)],
             replication_bound: Duration::from_secs(1),
@@ -190,6 +200,7 @@ impl ServiceConfig {
     /// Checks the settings, naming the bad one.
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(!self.api_key.is_empty(), "the lock API key must not be empty");
+        self.validate_admins()?;
         input::check_name("home location", &self.home_location).map_err(|e| anyhow::anyhow!(e.detail))?;
         anyhow::ensure!(!self.cache_ttls.is_empty(), "at least one --cache-ttl is needed");
         anyhow::ensure!(!self.max_pre_lock.is_zero(), "--max-prelock must be positive");
@@ -207,6 +218,7 @@ impl ServiceConfig {
             ("max_retry_after", self.max_retry_after),
             ("--skew-margin", self.skew_margin),
             ("--max-decision-age", self.max_decision_age),
+            ("--force-release-window", self.force_release_window),
         ];
         durations.extend(self.cache_ttls.iter().map(|ttl| ("--cache-ttl", *ttl)));
         durations.extend(
@@ -219,6 +231,40 @@ impl ServiceConfig {
                 humantime::format_duration(duration),
                 humantime::format_duration(MAX_DURATION)
             );
+        }
+        Ok(())
+    }
+}
+
+impl ServiceConfig {
+    /// The admin principals: valid names, each named once, keys long enough, no two
+    /// alike and none the lock API's (a principal is told apart by its key alone).
+    fn validate_admins(&self) -> anyhow::Result<()> {
+        use admin_api::{check_principal_name, MIN_ADMIN_KEY_BYTES};
+        let mut names = std::collections::BTreeSet::new();
+        for (i, p) in self.admin_principals.iter().enumerate() {
+            check_principal_name(&p.name).map_err(|e| anyhow::anyhow!("--admin-key-file: {e}"))?;
+            anyhow::ensure!(names.insert(p.name.as_str()), "--admin-key-file: principal {:?} is named twice", p.name);
+            anyhow::ensure!(
+                p.key.len() >= MIN_ADMIN_KEY_BYTES && p.key.bytes().all(|b| b.is_ascii_graphic()),
+                "--admin-key-file {}: the key must be at least {MIN_ADMIN_KEY_BYTES} printable characters without spaces",
+                p.name
+            );
+            anyhow::ensure!(
+                p.key != self.api_key,
+                "--admin-key-file {}: the admin key is the lock API's key; an admin key must be its own",
+                p.name
+            );
+            if let Some(other) = self.admin_principals[..i].iter().find(|o| o.key == p.key) {
+                anyhow::bail!(
+                    "--admin-key-file {}: the same key as {}; one key would be two people",
+                    p.name,
+                    other.name
+                );
+            }
+            for prefix in &p.prefixes {
+                anyhow::ensure!(!prefix.is_empty(), "--admin-prefix {}=: the prefix is empty", p.name);
+            }
         }
         Ok(())
     }
@@ -315,7 +361,7 @@ pub fn instance_observed(
         skew_margin: config.skew_margin,
         keyed_records: if deviations.legacy_record_eviction { LEGACY_KEYED_RECORDS } else { DEFAULT_KEYED_RECORDS },
         write_format: config.write_format,
-        force_release_window: crate::routing::lifecycle::DEFAULT_FORCE_RELEASE_WINDOW,
+        force_release_window: config.force_release_window,
         deviations,
     };
     let options = ClientOptions { max_decision_age: config.max_decision_age, ..ClientOptions::default() };
@@ -340,6 +386,10 @@ pub mod paths {
     pub const RENEW: &str = "/v1/resources/{id}/lock/renew";
     /// Swap (POST).
     pub const SWAP: &str = "/v1/resources/{id}/lock/swap";
+    /// Request a force-release (POST, an admin principal) and list the requests (GET).
+    pub const FORCE_RELEASE: &str = "/v1/resources/{id}/lock/force-release";
+    /// Approve a force-release request (POST, another admin principal).
+    pub const FORCE_RELEASE_APPROVE: &str = "/v1/resources/{id}/lock/force-release/{request}/approve";
     /// The route view (GET).
     pub const ROUTE: &str = "/v1/resources/{id}/route";
     /// Items (GET, PUT, DELETE).
@@ -349,7 +399,19 @@ pub mod paths {
     /// The OpenAPI description (GET).
     pub const OPENAPI: &str = "/openapi.json";
     /// Every path above and `/metrics`.
-    pub const ALL: [&str; 9] = [LOCK, ESCALATE, RENEW, SWAP, ROUTE, ITEM, HEALTH, OPENAPI, crate::exposition::PATH];
+    pub const ALL: [&str; 11] = [
+        LOCK,
+        ESCALATE,
+        RENEW,
+        SWAP,
+        FORCE_RELEASE,
+        FORCE_RELEASE_APPROVE,
+        ROUTE,
+        ITEM,
+        HEALTH,
+        OPENAPI,
+        crate::exposition::PATH,
+    ];
 }
 
 /// The header every answer names the contract version in (`docs/contract.md`, version
@@ -378,6 +440,8 @@ pub fn router(instance: Arc<Instance>) -> Router {
         .route(paths::ESCALATE, post(lock_api::escalate))
         .route(paths::RENEW, post(lock_api::renew))
         .route(paths::SWAP, post(lock_api::swap))
+        .route(paths::FORCE_RELEASE, post(admin_api::request).get(admin_api::list))
+        .route(paths::FORCE_RELEASE_APPROVE, post(admin_api::approve))
         .route(paths::ROUTE, get(data_api::route))
         .route(paths::ITEM, get(data_api::read_item).put(data_api::write_item).delete(data_api::delete_item))
         .route(paths::HEALTH, get(|| async { "ok" }))

@@ -12,7 +12,7 @@ pub const LIBRARY_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The version of the probe contract (`docs/contract.md`) the reference service
 /// implements.
-pub const CONTRACT_VERSION: &str = "1.3";
+pub const CONTRACT_VERSION: &str = "1.4";
 
 /// The newest document format this build writes; it writes the oldest format that
 /// says what a document means (`document::LocationDocument::format`).
@@ -42,7 +42,7 @@ mod tests {
     fn the_version_line_names_the_contract_and_the_formats() {
         let line = VERSION_LINE.as_str();
         assert!(line.starts_with(LIBRARY_VERSION), "{line}");
-        assert!(line.contains("contract 1.3"), "{line}");
+        assert!(line.contains("contract 1.4"), "{line}");
         assert!(line.contains("formats read 1-2, newest written 2"), "{line}");
     }
 }

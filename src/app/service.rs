@@ -13,6 +13,7 @@ use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::document::{FORMAT_1, NEWEST_FORMAT};
 use crate::listener::tls::{server_config, ServerTlsFile, ServerTlsFiles};
+use crate::service::admin_api::{check_principal_name, AdminPrincipal};
 use crate::service::{start, ClockSkew, Fault, LockDesign, ServiceConfig};
 use crate::store::counting::CountingStore;
 use crate::store::faults::{FaultRule, FaultyStore};
@@ -95,6 +96,18 @@ pub struct ServiceArgs {
     #[arg(long, value_name = "FORMAT", default_value_t = NEWEST_FORMAT,
           value_parser = clap::value_parser!(u64).range(FORMAT_1..=NEWEST_FORMAT))]
     pub write_format: u64,
+    /// An admin principal who may request or approve force-releases, and the file holding
+    /// its key (`NAME=PATH`, repeatable; one file per principal, a key of at least 16
+    /// printable characters). Without any, the admin routes refuse everyone.
+    #[arg(long = "admin-key-file", value_name = "NAME=PATH")]
+    pub admin_key_files: Vec<String>,
+    /// Scope an admin principal to resource ids starting with PREFIX (`NAME=PREFIX`,
+    /// repeatable); a principal never named here may act on every resource.
+    #[arg(long = "admin-prefix", value_name = "NAME=PREFIX")]
+    pub admin_prefixes: Vec<String>,
+    /// How long a force-release request waits for a second principal's approval.
+    #[arg(long, value_parser = crate::duration::parse_bounded_duration, default_value = "1h")]
+    pub force_release_window: Duration,
     /// Routing store selection (--store memory|cosmos and the --cosmos-* flags).
     #[command(flatten)]
     pub store: StoreArgs,
@@ -124,6 +137,8 @@ impl ServiceArgs {
             lock_design: self.lock_design,
             write_format: self.write_format,
             limits: self.bounds.limits()?,
+            admin_principals: self.admin_principals()?,
+            force_release_window: self.force_release_window,
             ..ServiceConfig::new(api_key)
         };
         if let Some(skew) = self.clock_skews.iter().find(|s| s.instance >= usize::from(self.instances)) {
@@ -131,6 +146,34 @@ impl ServiceArgs {
         }
         config.validate().map_err(|e| UsageError::new(e.to_string()))?;
         Ok(config)
+    }
+
+    /// The admin principals `--admin-key-file` and `--admin-prefix` describe, each key
+    /// read from its file (trailing whitespace dropped); a problem names the flag.
+    fn admin_principals(&self) -> Result<Vec<AdminPrincipal>, UsageError> {
+        let split = |flag: &str, text: &str| -> Result<(String, String), UsageError> {
+            let (name, value) = text
+                .split_once('=')
+                .filter(|(name, value)| !name.is_empty() && !value.is_empty())
+                .ok_or_else(|| UsageError::new(format!("{flag} {text:?}: expected NAME=VALUE")))?;
+            check_principal_name(name).map_err(|e| UsageError::new(format!("{flag} {text:?}: {e}")))?;
+            Ok((name.to_owned(), value.to_owned()))
+        };
+        let mut principals: Vec<AdminPrincipal> = Vec::new();
+        for text in &self.admin_key_files {
+            let (name, path) = split("--admin-key-file", text)?;
+            let key = std::fs::read_to_string(&path)
+                .map_err(|e| UsageError::new(format!("--admin-key-file {name}: cannot read {path}: {e}")))?;
+            principals.push(AdminPrincipal { name, key: key.trim_end().to_owned(), prefixes: Vec::new() });
+        }
+        for text in &self.admin_prefixes {
+            let (name, prefix) = split("--admin-prefix", text)?;
+            let principal = principals.iter_mut().find(|p| p.name == name).ok_or_else(|| {
+                UsageError::new(format!("--admin-prefix {text:?}: no --admin-key-file names principal {name:?}"))
+            })?;
+            principal.prefixes.push(prefix);
+        }
+        Ok(principals)
     }
 
     /// The HTTPS configuration the `--tls-*` flags describe, if any; a problem names the
@@ -211,6 +254,7 @@ pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Resu
     let store: Arc<dyn LocationStore> = Arc::new(counting);
     let config = ServiceConfig { metrics: Some(registry), ..config };
     let declared = config.declared_convergence();
+    let admins = config.admin_principals.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
     let scheme = if config.tls.is_some() { "https" } else { "http" };
     let running = start(config, store, clock, addrs, shutdown).await?;
     for (i, addr) in running.addrs.iter().enumerate() {
@@ -218,6 +262,10 @@ pub async fn run(args: ServiceArgs, shutdown: CancellationToken) -> anyhow::Resu
     }
     println!("lockprobe service: declared convergence delay {}", humantime::format_duration(declared));
     println!("lockprobe service: lock design {}", args.lock_design);
+    match admins.as_str() {
+        "" => println!("lockprobe service: admin routes off (no --admin-key-file)"),
+        names => println!("lockprobe service: admin principals {names} (force-release needs two)"),
+    }
     if args.write_format < NEWEST_FORMAT {
         println!(
             "lockprobe service: writing document format {} only (a rollout's expand step: locks take effect \

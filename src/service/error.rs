@@ -56,6 +56,36 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, "forbidden", "the lock API key is not valid")
     }
 
+    /// 401 `unauthorized` on an admin route.
+    pub fn admin_unauthorized() -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "admin routes need Authorization: Bearer <admin key>")
+    }
+
+    /// 403 `forbidden` on an admin route: the key is no admin principal's (the lock
+    /// API's key is not an admin key).
+    pub fn admin_forbidden() -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", "the key is not an admin principal's")
+    }
+
+    /// 403 `admin-out-of-scope`: the principal may not act on this resource.
+    pub fn admin_out_of_scope(principal: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "admin-out-of-scope",
+            format!("admin principal {principal:?} may not act on this resource (outside its prefixes or the service's test prefix)"),
+        )
+    }
+
+    /// 409 `force-release-void`: the approval found the lock changed (another token, a
+    /// later phase, or none); the request is closed and nothing was removed.
+    pub fn force_release_void() -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "force-release-void",
+            "the lock changed since the request (another token, a later phase, or no lock): the request is closed as void and nothing was removed",
+        )
+    }
+
     /// 403 `not-test-resource`.
     pub fn not_test_resource(prefix: &str) -> Self {
         Self::new(
@@ -150,11 +180,8 @@ impl From<LockError> for ApiError {
         let detail = e.to_string();
         match e {
             LockError::LockHeld { .. } => Self::new(StatusCode::LOCKED, "lock-held", detail),
-            // Contract 1.3's answer to a token that is not the live lock's, which a
-            // force-released token is; the record that names the removal is in the detail.
-            LockError::TokenMismatch | LockError::ForceReleased { .. } => {
-                Self::new(StatusCode::CONFLICT, "token-mismatch", detail)
-            }
+            LockError::TokenMismatch => Self::new(StatusCode::CONFLICT, "token-mismatch", detail),
+            LockError::ForceReleased { .. } => Self::new(StatusCode::GONE, "lock-force-released", detail),
             LockError::LeaseExpired { .. } | LockError::LapsedAndReplaced => {
                 Self::new(StatusCode::GONE, "lock-expired", detail)
             }
@@ -165,8 +192,8 @@ impl From<LockError> for ApiError {
                 retry_after: Some(retry_after),
                 ..Self::new(StatusCode::TOO_MANY_REQUESTS, "idempotency-records-full", detail)
             },
-            // The force-release procedure's refusals (`routing::force_release`); no route
-            // of contract 1.3 makes a force-release call.
+            // The force-release procedure's refusals (`routing::force_release`), answered
+            // by the admin routes (contract 1.4).
             LockError::SelfApproval { .. } => Self::new(StatusCode::FORBIDDEN, "self-approval", detail),
             LockError::UnknownForceRelease(_) => Self::new(StatusCode::NOT_FOUND, "force-release-not-found", detail),
             LockError::ForceReleaseExpired { .. } => Self::new(StatusCode::GONE, "force-release-expired", detail),

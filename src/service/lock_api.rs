@@ -20,6 +20,7 @@ use super::error::ApiError;
 use super::input::{self, JsonBody, PathParams};
 use super::{Fault, Instance};
 use crate::clock::span;
+use crate::routing::lifecycle;
 use crate::routing::{LocationDocument, LockCall, LockError, LockToken, Phase, PreLockRequest, RoutingError, SwapPlan};
 use crate::store::faults::in_step;
 
@@ -84,7 +85,7 @@ fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), A
 }
 
 /// The `Idempotency-Key` header, if sent: 1 to 128 printable ASCII characters.
-fn idempotency_key(instance: &Instance, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+pub(super) fn idempotency_key(instance: &Instance, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     if instance.config.has_fault(Fault::IgnoreIdempotencyKey) {
         return Ok(None);
     }
@@ -244,6 +245,14 @@ pub async fn swap(
             }
             SwapPlan::Copy(held) => held,
         };
+        // The lock may have been force-released while `prepare_swap` waited: a fenced
+        // swap must not land its copy at the target, so the lock is read again just
+        // before it (the copy itself is in-process and immediate). What is left between
+        // that read and the copy is harmless: the target is not authoritative without a
+        // swap, and the next migration's copy, conditional on the target's version,
+        // replaces the whole resource there (docs/contract.md, "Force-release").
+        let now = in_step("swap", routing.read_uncached(&lock_id)).await?;
+        lifecycle::held_lock(&now.record.doc, &token, routing.clock().now()).map_err(RoutingError::from)?;
         let from = held.doc.primary.location.clone();
         // Writes are blocked while the write lock holds, so the source is stable.
         let Some(copied) = instance.items.copy_resource_if(&id, &from, &to, target_before) else {

@@ -116,6 +116,15 @@ mod tests {
             "store-unavailable",
             "conflict-retry-exhausted",
             "outcome-unknown",
+            "admin-out-of-scope",
+            "self-approval",
+            "force-release-not-found",
+            "force-release-target-changed",
+            "force-release-void",
+            "force-release-decided",
+            "lock-force-released",
+            "force-release-expired",
+            "force-release-requests-full",
         ] {
             assert!(text.contains(&format!("\"urn:lockprobe:error:{kind}\"")), "{kind} is not described");
         }

@@ -72,7 +72,7 @@
 //! only and needs one among them; `id=` needs a call that has a document id (not
 //! `read_changes` or `scan` alone). `step=` names the caller's step as [`in_step`] marks
 //! it: the reference service marks each lock call's store calls with
-//! [`LOCK_STEPS`] (`preLock`, `escalate`, `renew`, `swap`, `release`), so
+//! [`LOCK_STEPS`] (`preLock`, `escalate`, `renew`, `swap`, `release`, `forceRelease`), so
 //! `replace:delay=2s step=renew` slows the commit of renewals and nothing else. Examples:
 //!
 //! ```text
@@ -435,7 +435,7 @@ pub async fn in_step<F: Future>(step: &'static str, fut: F) -> F::Output {
 
 /// The lifecycle steps the reference service marks its lock calls with (see
 /// [`in_step`]); the names a `step=` option may give.
-pub const LOCK_STEPS: [&str; 5] = ["preLock", "escalate", "renew", "swap", "release"];
+pub const LOCK_STEPS: [&str; 6] = ["preLock", "escalate", "renew", "swap", "release", "forceRelease"];
 
 /// The step of the current call, `other` outside any.
 fn current_step() -> &'static str {
