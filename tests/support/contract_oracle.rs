@@ -11,7 +11,11 @@
 //! invent one.
 //!
 //! - **Holders** (contract, "The lock API", Pre-lock): a pre-lock granted while another
-//!   token certainly held the resource.
+//!   token certainly held the resource. An approved force-release (contract 1.4) ends
+//!   every lock of its resource granted before it was answered, from the instant it was
+//!   sent (the approval names the lock by a fingerprint this oracle does not compute, so
+//!   it ends each lock that may have been the one: that can hide a violation, never
+//!   invent one).
 //! - **Keys** (contract, 1.3, "How long a key is honoured"): a pre-lock repeated under
 //!   its key granted a lock other than the first call's.
 //! - **Enforcement** (contract, "The routing path and user data"): a write answered 200
@@ -48,6 +52,9 @@ pub enum Call {
     Swap,
     /// `DELETE /lock`.
     Release,
+    /// `POST /lock/force-release/{request}/approve` (contract 1.4): an operator's removal
+    /// of the resource's lock, whichever token holds it (the exchange names no token).
+    ForceRelease,
     /// `GET /items/{key}`.
     Read { key: String },
     /// `PUT /items/{key}`.
@@ -158,7 +165,7 @@ impl Lock<'_> {
             .unwrap_or(DateTime::<Utc>::MAX_UTC);
         for c in self.calls.iter().filter(|c| c.sent <= t) {
             match &c.call {
-                Call::Release | Call::Swap if c.may_have_taken_effect() => end = end.min(c.sent),
+                Call::Release | Call::Swap | Call::ForceRelease if c.may_have_taken_effect() => end = end.min(c.sent),
                 Call::Escalate { duration, .. } if c.success() && c.answered > t => {
                     end = end.min(c.time("expiresAt").unwrap_or(c.sent + seconds(*duration)));
                 }
@@ -197,7 +204,7 @@ impl Lock<'_> {
             .filter(|c| c.may_have_taken_effect())
             .filter(|c| match &c.call {
                 Call::Escalate { phase: p, .. } => order(p) > order(phase),
-                Call::Swap | Call::Release => true,
+                Call::Swap | Call::Release | Call::ForceRelease => true,
                 _ => false,
             })
             .map(|c| c.sent)
@@ -229,6 +236,12 @@ fn locks(exchanges: &[Exchange]) -> Vec<Lock<'_>> {
         }
     }
     for e in exchanges {
+        if matches!(e.call, Call::ForceRelease) {
+            for lock in locks.iter_mut().filter(|l| l.resource == e.resource && l.granted.sent <= e.answered) {
+                lock.calls.push(e);
+            }
+            continue;
+        }
         let Some(token) = e.token.as_deref() else { continue };
         if let Some(lock) = locks.iter_mut().find(|l| l.token == token && l.resource == e.resource) {
             lock.calls.push(e);

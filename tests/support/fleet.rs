@@ -33,6 +33,10 @@ use tower::ServiceExt;
 /// The lock API key of every fleet.
 pub const KEY: &str = "fleet-key";
 
+/// The admin principals every fleet has (name, key): two, so a force-release can be
+/// requested by one and approved by the other.
+pub const ADMINS: [(&str, &str); 2] = [("alice", "fleet-admin-alice-key"), ("bob", "fleet-admin-bob-key-0")];
+
 /// How a fleet is set up.
 #[derive(Debug, Clone)]
 pub struct FleetOptions {
@@ -239,6 +243,14 @@ impl Fleet {
             max_decision_age: opts.decision_age,
             faults: opts.faults.clone(),
             lock_design: opts.lock_design,
+            admin_principals: ADMINS
+                .iter()
+                .map(|(name, key)| service::admin_api::AdminPrincipal {
+                    name: (*name).into(),
+                    key: (*key).into(),
+                    prefixes: Vec::new(),
+                })
+                .collect(),
             ..ServiceConfig::new(KEY)
         });
         config.validate().expect("fleet settings are valid");
@@ -273,7 +285,8 @@ impl Fleet {
         tokio::time::sleep(wait).await;
     }
 
-    /// One request to instance `i`.
+    /// One request to instance `i`, with the lock API's key unless `headers` name an
+    /// `authorization` of their own.
     pub async fn request(
         &self,
         i: usize,
@@ -282,8 +295,10 @@ impl Fleet {
         body: Option<Value>,
         headers: &[(&str, &str)],
     ) -> Answer {
-        let mut req =
-            Request::builder().method(method).uri(path).header(header::AUTHORIZATION, format!("Bearer {KEY}"));
+        let mut req = Request::builder().method(method).uri(path);
+        if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("authorization")) {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {KEY}"));
+        }
         for (name, value) in headers {
             req = req.header(*name, *value);
         }
@@ -347,6 +362,36 @@ impl Fleet {
         let body = serde_json::json!({"token": token, "targetLocation": target});
         self.request(i, Method::POST, &format!("/v1/resources/{id}/lock/swap"), Some(body), &[("Idempotency-Key", key)])
             .await
+    }
+
+    /// `GET /lock/force-release` as admin principal `admin` (an index of [`ADMINS`]).
+    pub async fn admin_view(&self, i: usize, id: &str, admin: usize) -> Answer {
+        let auth = format!("Bearer {}", ADMINS[admin].1);
+        let path = format!("/v1/resources/{id}/lock/force-release");
+        self.request(i, Method::GET, &path, None, &[("authorization", &auth)]).await
+    }
+
+    /// `POST /lock/force-release` as admin principal `admin`, under idempotency key `key`.
+    pub async fn force_request(
+        &self,
+        i: usize,
+        id: &str,
+        admin: usize,
+        key: &str,
+        fingerprint: &str,
+        phase: &str,
+    ) -> Answer {
+        let auth = format!("Bearer {}", ADMINS[admin].1);
+        let body = serde_json::json!({"lockFingerprint": fingerprint, "phase": phase, "reason": "campaign"});
+        let path = format!("/v1/resources/{id}/lock/force-release");
+        self.request(i, Method::POST, &path, Some(body), &[("authorization", &auth), ("Idempotency-Key", key)]).await
+    }
+
+    /// `POST /lock/force-release/{request}/approve` as admin principal `admin`.
+    pub async fn force_approve(&self, i: usize, id: &str, admin: usize, request: &str) -> Answer {
+        let auth = format!("Bearer {}", ADMINS[admin].1);
+        let path = format!("/v1/resources/{id}/lock/force-release/{request}/approve");
+        self.request(i, Method::POST, &path, None, &[("authorization", &auth)]).await
     }
 
     /// `DELETE /lock`.
