@@ -6,8 +6,9 @@
 #
 #   scripts/compat-corpus.sh REVISION API NAME
 #
-# API is the walk that compiles against REVISION: `contract-1.0` (034c7cc and before)
-# or `current`. NAME is the directory under tests/compat/. A one-off: run it when a
+# API is the walk that compiles against REVISION: `contract-1.0` (034c7cc and before),
+# `current`, or `force-release` (current's documents plus forceReleases records, bda0220
+# and later). NAME is the directory under tests/compat/. A one-off: run it when a
 # format or contract version lands, commit what it wrote, never rerun it over a
 # directory that is committed (the corpus test refuses edits to committed files).
 set -euo pipefail
@@ -19,7 +20,7 @@ if [ $# -ne 3 ]; then
 fi
 REVISION="$1" API="$2" NAME="$3" ROOT="$PWD"
 WALK="scripts/compat-corpus/$API.rs"
-[ -f "$WALK" ] || { echo "compat-corpus: API must be contract-1.0 or current, got '$API'" >&2; exit 64; }
+[ -f "$WALK" ] || { echo "compat-corpus: API must be contract-1.0, current or force-release, got '$API'" >&2; exit 64; }
 case "$NAME" in '' | */* | .*) echo "compat-corpus: NAME must be one directory name, got '$NAME'" >&2; exit 64 ;; esac
 OUT="$PWD/tests/compat/$NAME"
 if [ -e "$OUT" ] && [ -n "$(git ls-files -- "$OUT")" ]; then

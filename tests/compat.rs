@@ -218,6 +218,12 @@ fn with_unknown_fields(stored: &Value) -> Value {
             record["futureRecord"] = json!(format!("record:{key}"));
         }
     }
+    if let Some(requests) = doc.get_mut("forceReleases").and_then(Value::as_array_mut) {
+        for request in requests {
+            let id = request["id"].as_str().expect("an id").to_owned();
+            request["futureForceRelease"] = json!(format!("force-release:{id}"));
+        }
+    }
     doc
 }
 
@@ -245,6 +251,14 @@ fn check_unknown_fields_kept(name: &str, which: &str, before: &Value, after: &Va
     for record in records(before) {
         for kept in records(after).iter().filter(|r| r["key"] == record["key"]) {
             assert_eq!(kept["futureRecord"], record["futureRecord"], "{name}: after {which}, {kept}");
+        }
+    }
+    // A lock call keeps every force-release record as it was, unknown fields included.
+    let requests = |doc: &Value| doc["forceReleases"].as_array().cloned().unwrap_or_default();
+    assert_eq!(requests(after).len(), requests(before).len(), "{name}: after {which}, the force-release records");
+    for request in requests(before) {
+        for kept in requests(after).iter().filter(|r| r["id"] == request["id"]) {
+            assert_eq!(*kept, request, "{name}: after {which}, {kept}");
         }
     }
 }
