@@ -341,6 +341,7 @@ impl Monitor {
             swapped: self.outcomes_of(source, Outcome::Swapped),
             released: self.outcomes_of(source, Outcome::Released),
             lapsed: self.outcomes_of(source, Outcome::Lapsed),
+            force_released: self.outcomes_of(source, Outcome::ForceReleased),
         }
     }
 
@@ -382,6 +383,7 @@ impl Monitor {
             migrations: self.migration_counts(Source::Fleet),
             early_escalations: self.early_escalations(),
             partial_cutovers: self.partial_cutovers(),
+            force_releases: m.force_releases.with_label_values(&[fleet]).get(),
             renewals: m.renewals.with_label_values(&[fleet]).get(),
             probe: ProbeLocks {
                 in_flight: inner.tracker.in_flight_of(Source::Probe),
@@ -558,6 +560,19 @@ impl Monitor {
             Event::Ended(outcome) => {
                 m.migrations.with_label_values(&[label, outcome.as_str()]).inc();
                 debug!(resource = id, source = label, outcome = outcome.as_str(), "migration ended");
+            }
+            Event::ForceReleased { request, requested_by, approved_by, reason } => {
+                m.force_releases.with_label_values(&[label]).inc();
+                warn!(
+                    resource = id,
+                    source = label,
+                    request,
+                    requested_by,
+                    approved_by,
+                    reason,
+                    "lock force-released by two admin principals"
+                );
+                self.anomaly(inner, "force_release", id, source, at);
             }
             Event::PartialCutover => {
                 m.partial_cutovers.with_label_values(&[label]).inc();

@@ -236,3 +236,71 @@ async fn the_monitor_alone_has_health_and_readiness() {
     shutdown.cancel();
     tokio::time::timeout(10 * S, task).await.expect("stops").unwrap().unwrap();
 }
+
+/// A force-release through the service's admin routes (contract 1.4) is counted apart
+/// from releases and lapses, on the metric the alert watches, in the status document and
+/// among the recent anomalies.
+#[tokio::test]
+async fn a_force_release_through_the_service_is_counted_apart() {
+    use lockprobe::service::admin_api::AdminPrincipal;
+
+    let clock = Arc::new(ManualClock::at_epoch());
+    let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));
+    let admins = [("alice", "alice-admin-key-00001"), ("bob", "bob-admin-key-000002")];
+    let config = ServiceConfig {
+        cache_ttls: vec![2 * S],
+        replication_bound: S,
+        admin_principals: admins
+            .iter()
+            .map(|(name, key)| AdminPrincipal { name: (*name).into(), key: (*key).into(), prefixes: vec![] })
+            .collect(),
+        ..ServiceConfig::new(KEY)
+    };
+    let dyn_clock: Arc<dyn Clock> = clock.clone();
+    let instance =
+        service::instance(0, Arc::new(config), store.clone(), dyn_clock.clone(), Arc::new(ItemStores::default()))
+            .unwrap();
+    let app = service::router(instance);
+    let registry = prometheus::Registry::new();
+    let monitor = Arc::new(Monitor::new(store, dyn_clock, MonitorConfig::default(), &registry).unwrap());
+    let admin = |method: Method, path: String, key: &str| {
+        let req = Request::builder().method(method).uri(path).header(header::AUTHORIZATION, format!("Bearer {key}"));
+        let req = req.header(header::CONTENT_TYPE, "application/json");
+        (app.clone(), req)
+    };
+    let send = |(app, req): (Router, axum::http::request::Builder), body: Value| async move {
+        let resp = app.oneshot(req.body(Body::from(body.to_string())).unwrap()).await.unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+    };
+
+    let (st, _) = call(
+        &app,
+        Method::POST,
+        "/v1/resources/res-9/lock",
+        Some(json!({"owner": "lost", "durationSeconds": 600})),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED);
+    monitor.drain().await.unwrap();
+    clock.advance(5 * S);
+    let path = "/v1/resources/res-9/lock/force-release".to_owned();
+    let (_, view) = send(admin(Method::GET, path.clone(), admins[0].1), Value::Null).await;
+    let body = json!({"lockFingerprint": view["lock"]["fingerprint"], "phase": "preLock", "reason": "journal lost"});
+    let (st, requested) = send(admin(Method::POST, path.clone(), admins[0].1), body).await;
+    assert_eq!(st, StatusCode::CREATED, "{requested}");
+    let request = requested["request"]["id"].as_str().unwrap();
+    let (st, approved) = send(admin(Method::POST, format!("{path}/{request}/approve"), admins[1].1), Value::Null).await;
+    assert_eq!(st, StatusCode::OK, "{approved}");
+    monitor.drain().await.unwrap();
+
+    assert_eq!(monitor.outcomes(Outcome::ForceReleased), 1);
+    assert_eq!(monitor.outcomes(Outcome::Released), 0);
+    let status = monitor.status();
+    assert_eq!((status.force_releases, status.migrations.force_released), (1, 1));
+    assert!(status.recent_anomalies.iter().any(|a| a.kind == "force_release" && a.resource == "res-9"));
+    let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap();
+    assert!(text.contains("lockprobe_monitor_force_releases_total{source=\"fleet\"} 1"), "{text}");
+}

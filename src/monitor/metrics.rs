@@ -32,6 +32,7 @@ pub struct MonitorMetrics {
     pub(crate) migrations: IntCounterVec,
     pub(crate) early_escalations: IntCounterVec,
     pub(crate) partial_cutovers: IntCounterVec,
+    pub(crate) force_releases: IntCounterVec,
     pub(crate) orphaned_locks: IntGaugeVec,
     pub(crate) in_flight: IntGaugeVec,
     pub(crate) renewals: IntCounterVec,
@@ -80,6 +81,13 @@ impl MonitorMetrics {
                 Opts::new(
                     "lockprobe_monitor_partial_cutovers_total",
                     "Documents seen with location and lock disagreeing (moved under a lock, or locked at the target).",
+                ),
+                &["source"],
+            )?,
+            force_releases: IntCounterVec::new(
+                Opts::new(
+                    "lockprobe_monitor_force_releases_total",
+                    "Locks removed by an approved force-release (requested by one admin principal, approved by another).",
                 ),
                 &["source"],
             )?,
@@ -144,6 +152,7 @@ impl MonitorMetrics {
         registry.register(Box::new(m.migrations.clone()))?;
         registry.register(Box::new(m.early_escalations.clone()))?;
         registry.register(Box::new(m.partial_cutovers.clone()))?;
+        registry.register(Box::new(m.force_releases.clone()))?;
         registry.register(Box::new(m.orphaned_locks.clone()))?;
         registry.register(Box::new(m.in_flight.clone()))?;
         registry.register(Box::new(m.renewals.clone()))?;
@@ -166,6 +175,7 @@ impl MonitorMetrics {
             m.escalation_interval.with_label_values(&[source]);
             m.early_escalations.with_label_values(&[source]);
             m.partial_cutovers.with_label_values(&[source]);
+            m.force_releases.with_label_values(&[source]);
             m.orphaned_locks.with_label_values(&[source]);
             m.in_flight.with_label_values(&[source]);
             m.renewals.with_label_values(&[source]);

@@ -105,12 +105,14 @@ fn render_outcomes(page: &mut String, caption: &str, m: &MigrationCounts, renewa
     let _ = writeln!(
         page,
         "<div class=\"scroll\" tabindex=\"0\"><table><caption class=\"note\">{}</caption>\n<tr><th>swapped</th><th>released</th>\
-         <th>lapsed</th><th>renewals seen</th></tr>\n<tr><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td></tr>\n</table></div>",
+         <th>lapsed</th><th>force-released</th><th>renewals seen</th></tr>\n<tr><td>{}</td><td>{}</td><td{}>{}</td><td{}>{}</td><td>{}</td></tr>\n</table></div>",
         esc(caption),
         m.swapped,
         m.released,
         if m.lapsed > 0 { " class=\"warn\"" } else { "" },
         m.lapsed,
+        if m.force_released > 0 { " class=\"warn\"" } else { "" },
+        m.force_released,
         renewals
     );
 }
@@ -120,7 +122,8 @@ fn render_outcomes(page: &mut String, caption: &str, m: &MigrationCounts, renewa
 fn render_anomalies(page: &mut String, status: &MonitorStatus) {
     let now = status.generated_at;
     let fleet: Vec<&AnomalyDocument> = status.recent_anomalies.iter().filter(|a| a.source != "probe").collect();
-    let total = status.early_escalations + status.partial_cutovers + status.orphaned_locks as u64;
+    let total =
+        status.early_escalations + status.partial_cutovers + status.force_releases + status.orphaned_locks as u64;
     let _ = writeln!(
         page,
         "<section class=\"card\" id=\"anomalies\">\n<h2>Anomalies {}</h2>",
@@ -131,7 +134,7 @@ fn render_anomalies(page: &mut String, status: &MonitorStatus) {
         }
     );
     let buffer = seconds(Some(status.escalation_buffer_seconds));
-    let sections: [(&str, &str, u64, String); 2] = [
+    let sections: [(&str, &str, u64, String); 3] = [
         (
             "early_escalation",
             "Early escalations",
@@ -145,6 +148,12 @@ fn render_anomalies(page: &mut String, status: &MonitorStatus) {
             "Partial cutovers",
             status.partial_cutovers,
             "location and lock disagree: the location moved under the lock, or the lock stayed at the target".into(),
+        ),
+        (
+            "force_release",
+            "Force-releases",
+            status.force_releases,
+            "a lock removed by two admin principals while its holder was lost: who and why are in the monitor's log and the resource's audit trail (lockprobe admin force-release list)".into(),
         ),
     ];
     for (kind, title, count, why) in sections {
@@ -547,7 +556,7 @@ mod tests {
         assert!(probe.contains("<dt>In flight</dt><dd>1 (preLock 0, hardDelete 0, write 1)</dd>"));
         assert!(probe.contains("<dt>Expired, left by design</dt><dd>1</dd>"));
         // The probe's own renewals, not a zero put in their place.
-        assert!(probe.contains("<td class=\"warn\">1</td><td>36</td>"), "{probe}");
+        assert!(probe.contains("<td class=\"warn\">1</td><td>0</td><td>36</td>"), "{probe}");
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct MonitorStatus {
     pub early_escalations: u64,
     /// Documents seen with location and lock disagreeing.
     pub partial_cutovers: u64,
+    /// Locks removed by an approved force-release (two admin principals).
+    #[serde(default)]
+    pub force_releases: u64,
     /// Lease renewals observed.
     pub renewals: u64,
     /// Document versions read from the change stream.
@@ -144,13 +147,16 @@ pub struct MigrationCounts {
     pub released: u64,
     /// The lease ran out first.
     pub lapsed: u64,
+    /// Removed by an approved force-release (contract 1.4).
+    #[serde(default)]
+    pub force_released: u64,
 }
 
 /// One recent anomaly.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AnomalyDocument {
-    /// `early_escalation`, `partial_cutover` or `orphaned_lock`.
+    /// `early_escalation`, `partial_cutover`, `orphaned_lock` or `force_release`.
     pub kind: String,
     /// The resource id.
     pub resource: String,

@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 
 use super::table::TimelineTable;
 use super::timeline::{ms, Timeline, EARLY_JUDGED, ENDED, LAPSED, PARTIAL_COUNTED, PROBE};
-use crate::document::{LocationDocument, LockInfo, Phase};
+use crate::document::{ForceOutcome, ForceRelease, LocationDocument, LockInfo, Phase};
 
 /// How a migration ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,6 +28,8 @@ pub enum Outcome {
     Released,
     /// The lease ran out first.
     Lapsed,
+    /// Removed by an approved force-release (two admin principals), its holder lost.
+    ForceReleased,
 }
 
 impl Outcome {
@@ -37,11 +39,12 @@ impl Outcome {
             Outcome::Swapped => "swapped",
             Outcome::Released => "released",
             Outcome::Lapsed => "lapsed",
+            Outcome::ForceReleased => "forceReleased",
         }
     }
 
     /// Every outcome, for pre-registering label values.
-    pub const ALL: [Outcome; 3] = [Outcome::Swapped, Outcome::Released, Outcome::Lapsed];
+    pub const ALL: [Outcome; 4] = [Outcome::Swapped, Outcome::Released, Outcome::Lapsed, Outcome::ForceReleased];
 }
 
 /// Whose lock a migration is: lockprobe's own probe or the fleet's orchestrators. A
@@ -129,6 +132,18 @@ pub enum Event {
     Renewed(u32),
     /// The migration ended.
     Ended(Outcome),
+    /// The migration's lock was removed by an approved force-release: who asked, who
+    /// approved and why, as the document's audit record says.
+    ForceReleased {
+        /// The request's id.
+        request: String,
+        /// Who asked.
+        requested_by: String,
+        /// Who approved.
+        approved_by: String,
+        /// Why.
+        reason: String,
+    },
     /// Location and lock disagree: the lock remains although the location changed, or
     /// the location already is the declared target.
     PartialCutover,
@@ -338,7 +353,14 @@ impl Tracker {
         let at_ms = ms(at);
         let location_hash = self.hash32(&doc.primary.location);
         let current = doc.primary.lock.as_ref().map(|l| (l, ms(l.acquired_at), self.hash32(l.token.expose())));
-        if !self.close_previous(&doc.id, current, location_hash, at_ms, out) {
+        // The newest approved force-release the document records: it may be what ended
+        // the migration this version no longer holds.
+        let forced = doc
+            .force_releases
+            .iter()
+            .filter(|r| r.outcome == ForceOutcome::Released && r.approved_at.is_some())
+            .max_by_key(|r| r.approved_at);
+        if !self.close_previous(&doc.id, current, location_hash, forced, at_ms, out) {
             return;
         }
         let Some((lock, acquired_ms, token_hash)) = current else {
@@ -396,6 +418,7 @@ impl Tracker {
         id: &str,
         current: Option<(&LockInfo, i64, u32)>,
         location_hash: u32,
+        forced: Option<&ForceRelease>,
         at_ms: i64,
         out: &mut Vec<Event>,
     ) -> bool {
@@ -414,7 +437,7 @@ impl Tracker {
             self.ended -= 1;
         } else if !same {
             let prev = prev.clone();
-            self.end_previous(&prev, location_hash, current.map(|(l, _, _)| l), at_ms, out);
+            self.end_previous(&prev, location_hash, current.map(|(l, _, _)| l), forced, at_ms, out);
             match self.timelines.get_mut(id) {
                 Some(ended) if current.is_none() => {
                     // Remember the end for a while: a lagging stream may still deliver
@@ -540,6 +563,7 @@ impl Tracker {
         prev: &Timeline,
         location_hash: u32,
         next: Option<&LockInfo>,
+        forced: Option<&ForceRelease>,
         at_ms: i64,
         out: &mut Vec<Event>,
     ) {
@@ -551,6 +575,27 @@ impl Tracker {
         }
         if source == Source::Probe {
             self.probe_live -= 1;
+        }
+        // An approval recorded after this migration began, and before any next lock was
+        // taken, removed it (the location never moves with a force-release). The record
+        // names the lock by a digest the timeline does not keep, so it is matched by time;
+        // a force-release is never counted for a migration that ended otherwise before it.
+        let approved_ms = forced.and_then(|r| r.approved_at).map(ms);
+        let force_released = approved_ms.filter(|t| {
+            location_hash == prev.location_hash
+                && *t >= prev.acquired_ms
+                && *t < prev.expires_ms.saturating_add(millis(self.rules.lapse_grace))
+                && next.is_none_or(|n| ms(n.acquired_at) >= *t)
+        });
+        if let (Some(end_ms), Some(record)) = (force_released, forced) {
+            out.push(Event::ForceReleased {
+                request: record.id.clone(),
+                requested_by: record.requested_by.clone(),
+                approved_by: record.approved_by.clone().unwrap_or_default(),
+                reason: record.reason.clone(),
+            });
+            Self::finish(prev, Outcome::ForceReleased, end_ms.min(prev.expires_ms), out);
+            return;
         }
         let (outcome, end_ms) = if location_hash != prev.location_hash {
             // Only a swap moves the location, and no swap happens after the lease.

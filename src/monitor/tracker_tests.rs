@@ -488,3 +488,52 @@ fn a_full_table_follows_what_it_holds_and_says_what_it_refused() {
     assert!(events.contains(&Event::Ended(Outcome::Released)), "{events:?}");
     assert_eq!(tracker.in_flight(), 2);
 }
+
+/// The lock's hardDelete escalation at 15 s, then a version without it at `gone` whose
+/// `forceReleases` holds an approval at `approved` (or none).
+fn force_released(approved: Option<u64>, gone: u64) -> Vec<(LocationDocument, DateTime<Utc>)> {
+    use crate::routing::force_release::{decide, AdminCall, ForceReleaseRequest};
+    use crate::routing::lifecycle::Decided;
+    let mig = migration(15, 40, 52);
+    let hard = mig.docs[1].0.clone();
+    let mut docs = vec![mig.docs[0].clone(), mig.docs[1].clone()];
+    let written = |doc: &LocationDocument, call: &AdminCall, t: u64| match decide(doc, call, &policy(), at(t)).unwrap()
+    {
+        Decided::Write(next) => *next,
+        Decided::Replayed => unreachable!(),
+    };
+    let gone_doc = match approved {
+        Some(t) => {
+            let request = AdminCall::Request(ForceReleaseRequest {
+                id: "req".into(),
+                lock: mig.token.digest(),
+                phase: Phase::HardDelete,
+                requested_by: "alice".into(),
+                reason: "holder lost".into(),
+            });
+            let asked = written(&hard, &request, t - 1);
+            written(&asked, &AdminCall::Approve { id: "req".into(), principal: "bob".into() }, t)
+        }
+        None => lifecycle::release(&hard, &mig.token, at(gone)).unwrap(),
+    };
+    docs.push((gone_doc, at(gone)));
+    docs
+}
+
+#[test]
+fn a_force_release_is_counted_apart_from_releases_with_who_and_why() {
+    let events = feed(&mut Tracker::new(rules()), &force_released(Some(30), 30));
+    assert_eq!(count(&events, &Event::Ended(Outcome::ForceReleased)), 1, "{events:?}");
+    assert_eq!(count(&events, &Event::Ended(Outcome::Released)), 0);
+    assert!(events.contains(&Event::ForceReleased {
+        request: "req".into(),
+        requested_by: "alice".into(),
+        approved_by: "bob".into(),
+        reason: "holder lost".into(),
+    }));
+    assert_eq!(held(&events, Phase::HardDelete), [15 * S], "the phase ends at the approval");
+    // A release by the holder is still a release.
+    let events = feed(&mut Tracker::new(rules()), &force_released(None, 30));
+    assert_eq!(count(&events, &Event::Ended(Outcome::Released)), 1);
+    assert!(!events.iter().any(|e| matches!(e, Event::ForceReleased { .. })));
+}
