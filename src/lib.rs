@@ -33,11 +33,12 @@
 //!    gives the memory store Cosmos DB's latencies for load runs. It knows documents,
 //!    not lock rules, and no command line.
 //! 3. [`routing`]: the lock lifecycle (pure, with the commit-time rules and idempotency
-//!    records), enforcement, cache freshness, the tiered cache and the `RoutingClient` a
-//!    service links.
+//!    records), the two-person force-release of a stuck lock (pure too), enforcement,
+//!    cache freshness, the tiered cache and the `RoutingClient` a service links.
 //! 4. Three components, none using another or the wiring:
 //!    - [`service`]: the reference service speaking the probe contract
-//!      (`docs/contract.md`) over the routing library, with the contract's OpenAPI 3.1
+//!      (`docs/contract.md`) over the routing library, with its operators' admin routes
+//!      (force-release, by two admin principals), the contract's OpenAPI 3.1
 //!      description at `GET /openapi.json`, over HTTP or HTTPS (optionally mutual TLS);
 //!      its locks embedded in the routing document or, as a measured baseline, in
 //!      separate lock records ([`service::design`]).
@@ -56,7 +57,7 @@
 //!    on a manual clock, a thousand probe targets in one process) and the one way they
 //!    read CPU time and memory; `examples/` and `app` drive them.
 //! 6. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,
-//!    `service`, `monitor`, `bench`), the store selection they share, usage errors and
+//!    `service`, `monitor`, `bench`, `admin`), the store selection they share, usage errors and
 //!    their shutdown; `main.rs` only parses the command line and calls into it.
 
 #![warn(missing_docs)]
