@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::SystemClock;
+use lockprobe::document::LocationDocument;
 use lockprobe::harness::load::{self, LoadResult, LoadSpec};
 use lockprobe::harness::sizes::{MAX_BYTES, P99_BUDGET_BYTES};
 use lockprobe::service::LockDesign;
@@ -77,13 +78,22 @@ async fn each_design_pays_for_the_lock_as_it_must() {
 
     // Every version the lock calls wrote was measured, in every phase a migration goes
     // through, and within contract 1.3's budget.
+    let bare = LocationDocument::new("smoke-0", "westeurope").serialized_len() as u64;
     for r in [&embedded, &record] {
         let sizes = &r.document_sizes;
         let shown = sizes.text("");
         for phase in ["preLock", "hardDelete", "write", "unlocked"] {
             let row = sizes.phase(phase).unwrap_or_else(|| panic!("{:?}: no {phase} row:\n{shown}", r.design));
             assert!(row.versions > 0, "{:?}: no {phase} version measured:\n{shown}", r.design);
-            assert!(row.p50 > 200 && row.p50 <= row.p99 && row.p99 <= row.max, "{:?}: {row:?}", r.design);
+            // No version is smaller than a bare routing document. The record design's
+            // routing moves after a swap are exactly that, and they are half its unlocked
+            // versions when no migration was abandoned (a swap writes the lock record and
+            // the move, a release only the lock record): its unlocked p50 may be one.
+            assert!(row.p50 >= bare && row.p50 <= row.p99 && row.p99 <= row.max, "{:?}: {row:?}", r.design);
+            assert!(row.max > 200, "{:?}: no version carries a lock or its records: {row:?}", r.design);
+            if !(r.design == LockDesign::Record && phase == "unlocked") {
+                assert!(row.p50 > 200, "{:?}: {row:?}", r.design);
+            }
             assert!(row.p99 < P99_BUDGET_BYTES && row.max < MAX_BYTES, "{:?}: {row:?}", r.design);
         }
         assert!(sizes.over_budget().is_empty(), "{:?}: {:?}", r.design, sizes.over_budget());
