@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
@@ -87,13 +87,8 @@ const MAX_REASON_BYTES: usize = 1024;
 /// key, 403 `forbidden` for a key that is no principal's (the lock API's key included),
 /// 403 `admin-out-of-scope` outside its prefixes or the service's test prefix.
 fn authorize<'a>(instance: &'a Instance, headers: &HeaderMap, id: &str) -> Result<&'a AdminPrincipal, ApiError> {
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, key)| LockToken::from_presented(key))
-        .ok_or_else(ApiError::admin_unauthorized)?;
+    let presented =
+        super::lock_api::bearer_key(headers).map(LockToken::from_presented).ok_or_else(ApiError::admin_unauthorized)?;
     // Every key is compared (in constant time), so the time taken says nothing of which
     // principal's key came close.
     let mut found = None;

@@ -66,13 +66,7 @@ const MAX_OWNER_BYTES: usize = 256;
 /// before looking at the body, so a caller without the key gets 401 or 403 and learns
 /// nothing from how its body was judged.
 fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), ApiError> {
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, key)| key)
-        .ok_or_else(ApiError::unauthorized)?;
+    let presented = bearer_key(headers).ok_or_else(ApiError::unauthorized)?;
     let expected = LockToken::from_presented(instance.config.api_key.as_str());
     if !expected.matches(&LockToken::from_presented(presented)) {
         return Err(ApiError::forbidden());
@@ -82,6 +76,17 @@ fn authorize(instance: &Instance, headers: &HeaderMap, id: &str) -> Result<(), A
         Some(prefix) if !id.starts_with(prefix.as_str()) => Err(ApiError::not_test_resource(prefix)),
         _ => Ok(()),
     }
+}
+
+/// The key of an `Authorization: Bearer <key>` header (the scheme in any case: RFC 9110
+/// §11.1), if one was sent: the lock API's and the admin routes' credentials alike.
+pub(super) fn bearer_key(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, key)| key)
 }
 
 /// The `Idempotency-Key` header, if sent: 1 to 128 printable ASCII characters.
