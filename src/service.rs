@@ -77,6 +77,10 @@ pub enum Fault {
     /// Answer a release 204 without releasing: the lock stays until its lease ends, and
     /// nobody holds its token any more (an orphan, for the release gate to find).
     AckReleaseWithoutReleasing,
+    /// Answer a force-release approval 200 `released` without removing the lock: its
+    /// old holder keeps acting and the resource stays locked (for the probe's
+    /// force-release check to find).
+    AckForceReleaseWithoutReleasing,
     /// Contract version 1.0: the `Idempotency-Key` header is ignored, so a repeated
     /// call is a new call (with [`Fault::DeclareNoVersion`], to show how a probe falls
     /// back against such a service; alone, a service that breaks the contract it

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::input::{self, JsonBody, PathParams};
-use super::Instance;
+use super::{Fault, Instance};
 use crate::document::{ForceOutcome, ForceRelease, LocationDocument, LockToken, Phase};
 use crate::routing::force_release::{self, AdminCall, ForceReleaseRequest};
 use crate::store::faults::in_step;
@@ -170,6 +170,9 @@ pub async fn approve(
 ) -> Result<Json<Value>, ApiError> {
     let principal = authorize(&instance, &headers, &id)?;
     input::check_name("request id", &request_id)?;
+    if instance.config.has_fault(Fault::AckForceReleaseWithoutReleasing) {
+        return acknowledged_without_releasing(&instance, &id, &request_id, &principal.name).await;
+    }
     let call = AdminCall::Approve { id: request_id.clone(), principal: principal.name.clone() };
     let answer = in_step("forceRelease", instance.routing.force_release(&instance.lock_document_id(&id), &call)).await;
     let record = match answer {
@@ -196,6 +199,32 @@ pub async fn approve(
             Err(ApiError::force_release_void())
         }
     }
+}
+
+/// [`Fault::AckForceReleaseWithoutReleasing`]: the request shown as released, nothing
+/// written (the requester's own approval is still refused).
+async fn acknowledged_without_releasing(
+    instance: &Instance,
+    id: &str,
+    request_id: &str,
+    principal: &str,
+) -> Result<Json<Value>, ApiError> {
+    let read = in_step("forceRelease", instance.routing.read_uncached(&instance.lock_document_id(id))).await?;
+    let now = instance.routing.clock().now();
+    let mut record = read
+        .record
+        .doc
+        .force_releases
+        .iter()
+        .find(|r| r.id == request_id)
+        .cloned()
+        .ok_or_else(|| ApiError::from(crate::routing::LockError::UnknownForceRelease(request_id.to_owned())))?;
+    if record.requested_by == principal {
+        return Err(crate::routing::LockError::SelfApproval { principal: principal.to_owned() }.into());
+    }
+    record.outcome = ForceOutcome::Released;
+    tracing::warn!(resource = %id, request = %request_id, "fault: force-release approval acknowledged without releasing");
+    Ok(Json(json!({ "request": record_view(&record, now) })))
 }
 
 /// `GET /v1/resources/{id}/lock/force-release`: the lock as an operator needs to judge
