@@ -45,8 +45,8 @@
 //!    - [`monitor`]: the convergence monitor; reads the store's change stream and settles
 //!      what it reads with the routing lifecycle's rules.
 //!    - [`probe`]: the black-box probe, in three rooms: [`probe::checks`] (the contract
-//!      client, one cycle's walk, negative and eager checks judged over their decision
-//!      windows, the report, credentials and the journal of held locks),
+//!      client, one cycle's walk, negative, force-release and eager checks judged over
+//!      their decision windows, the report, credentials and the journal of held locks),
 //!      [`probe::outputs`] (metrics, the status document and page, JUnit) and
 //!      [`probe::engine`] (`serve`'s configuration and its reload, the runtime and its
 //!      scheduler, the HTTP server, one-shot runs and the release gate's runs). It

@@ -149,6 +149,7 @@ fn scenario(url: &str, state: Arc<StateFile>) -> Scenario {
         concurrent_pre_locks: 4,
         owner: "test".into(),
         eager: false,
+        force_release: None,
         max_inconclusive: lockprobe::probe::checks::settings::DEFAULT_MAX_INCONCLUSIVE,
         clock: std::sync::Arc::new(lockprobe::clock::SystemClock),
     };

@@ -32,11 +32,26 @@ fn target(svc: &TestService, concurrency: usize) -> (ProbeSettings, TargetSchedu
 }
 
 async fn run(svc: &TestService, concurrency: usize, cycles: usize) -> (Probe, RunSummary, String) {
+    run_with(svc, concurrency, cycles, false).await
+}
+
+/// [`run`], with the force-release check when `force_release` (the service's two admin
+/// principals' keys).
+async fn run_with(
+    svc: &TestService,
+    concurrency: usize,
+    cycles: usize,
+    force_release: bool,
+) -> (Probe, RunSummary, String) {
     let probe = Probe::new().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let p = probe.clone();
-    let targets = vec![target(svc, concurrency)];
+    let (mut settings, schedule) = target(svc, concurrency);
+    if force_release {
+        settings.force_release = Some(svc.admin_keys());
+    }
+    let targets = vec![(settings, schedule)];
     let task = tokio::spawn(async move {
         p.run(
             targets,
@@ -69,7 +84,7 @@ async fn run(svc: &TestService, concurrency: usize, cycles: usize) -> (Probe, Ru
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlapping_cycles_pass_on_distinct_resources() {
     let svc = start_service(vec![], Duration::from_secs(1), Duration::from_millis(500)).await;
-    let (probe, summary, _) = run(&svc, 2, 2).await;
+    let (probe, summary, _) = run_with(&svc, 2, 2, true).await;
     assert!(summary.cycles >= 2, "{summary:?}");
     let cycles = probe.status.cycles("serve-test");
     let passed: Vec<_> = cycles.iter().filter(|c| c.result == CycleResult::Passed).collect();
@@ -78,6 +93,11 @@ async fn overlapping_cycles_pass_on_distinct_resources() {
     let (a, b) = (passed[0], passed[1]);
     assert!(a.started_at < b.finished_at && b.started_at < a.finished_at, "no overlap");
     assert_ne!(a.resource, b.resource);
+    // Each made the force-release check on a resource of its own, and it held.
+    for c in [a, b] {
+        let forced: Vec<_> = c.assertions.iter().filter(|x| x.check == "negative/force-release").collect();
+        assert!(forced.len() >= 15 && forced.iter().all(|x| x.passed), "{forced:#?}");
+    }
     // With both slots busy, schedules every second were missed and counted.
     assert!(probe.status.missed("serve-test") >= 1);
     assert!(probe.metrics.render().contains("lockprobe_probe_missed_schedules_total{target=\"serve-test\"}"));

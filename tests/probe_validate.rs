@@ -155,7 +155,10 @@ fn has_failure(run: &Run, phase: &str, op: &str, expected: &str, observed: &str)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_against_the_reference_service() {
     let svc = start_service(vec![], TTL, BOUND).await;
-    let run = validate(&svc, &["--buffer", "500ms", "--expect-convergence", "1500ms"]).await;
+    let mut flags = vec!["--buffer", "500ms", "--expect-convergence", "1500ms"];
+    let admin = svc.admin_flags();
+    flags.extend(admin.iter().map(String::as_str));
+    let run = validate(&svc, &flags).await;
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert!(run.stdout.contains("validate: PASSED"), "{}", run.stdout);
     assert_eq!(run.json["result"], "passed");
@@ -175,9 +178,11 @@ async fn passes_against_the_reference_service() {
         "negative/write-before-hard-delete",
         "negative/write-lease-lapse",
         "negative/concurrent-pre-locks",
+        "negative/force-release",
     ] {
         assert!(run.json["assertions"].as_array().unwrap().iter().any(|a| a["check"] == check), "{check} missing");
     }
+    assert_force_release_held(&run, &svc.urls);
     // The cutover lost nothing as seen from every instance, not only the first.
     for url in &svc.urls {
         assert!(
@@ -257,7 +262,10 @@ async fn passes_against_the_reference_service() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_against_the_lock_record_design() {
     let svc = start_service_with_design(LockDesign::Record, TTL, BOUND).await;
-    let run = validate(&svc, &["--buffer", "500ms", "--expect-convergence", "1500ms"]).await;
+    let mut flags = vec!["--buffer", "500ms", "--expect-convergence", "1500ms"];
+    let admin = svc.admin_flags();
+    flags.extend(admin.iter().map(String::as_str));
+    let run = validate(&svc, &flags).await;
     assert_eq!(run.code, 0, "{}", run.stdout);
     assert_eq!((run.json["result"].as_str(), run.json["enforcementViolations"].as_u64()), (Some("passed"), Some(0)));
     let assertions = run.json["assertions"].as_array().unwrap();
@@ -265,6 +273,29 @@ async fn passes_against_the_lock_record_design() {
     assert!(assertions.iter().all(|a| a["passed"] == true));
     let read_through = assertions.iter().filter(|a| a["op"] == "read-through" && a["passed"] == true).count();
     assert_eq!(read_through, svc.urls.len(), "every write-phase read went to the write region");
+    assert_force_release_held(&run, &svc.urls);
+}
+
+/// The force-release check made every step it has, on every instance, and each passed:
+/// writes blocked under the lock, the requester's own approval refused, the other's
+/// approval released, the old token refused and writes and deletes let through.
+fn assert_force_release_held(run: &Run, urls: &[String]) {
+    let mine: Vec<&Value> =
+        run.json["assertions"].as_array().unwrap().iter().filter(|a| a["check"] == "negative/force-release").collect();
+    assert!(mine.iter().all(|a| a["passed"] == true), "{mine:#?}");
+    let count = |phase: &str, op: &str, observed: &str| {
+        mine.iter().filter(|a| a["phase"] == phase && a["op"] == op && a["observed"] == observed).count()
+    };
+    assert_eq!(count("write", "force-release-view", "own-lock"), 1, "{mine:#?}");
+    assert_eq!(count("write", "force-release-request", "201"), 1);
+    assert_eq!(count("write", "self-approval", "403 self-approval"), 1);
+    assert_eq!(count("write", "force-release-approve", "200"), 1);
+    let n = urls.len();
+    assert_eq!(count("write", "write", "block"), n, "blocked on every instance first");
+    assert_eq!(count("forceReleased", "renew", "410 lock-force-released"), n);
+    assert_eq!(count("forceReleased", "release", "410 lock-force-released"), n);
+    assert_eq!(count("forceReleased", "write", "allow"), n, "writes resume on every instance");
+    assert_eq!(count("forceReleased", "delete", "allow"), n);
 }
 
 /// (phase, op, expected, observed) of a failed assertion in `validate`'s report.
@@ -370,6 +401,39 @@ broken_services! {
 
 // Broken services whose tests assert more than the failures: the common part through
 // the same helper, then what only they check.
+
+/// An approval acknowledged as `released` that removes nothing: the old holder keeps
+/// renewing, writes stay blocked, and only the force-release check says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_when_a_force_release_is_acknowledged_without_releasing() {
+    let svc = start_service(vec![Fault::AckForceReleaseWithoutReleasing], TTL, BOUND).await;
+    let mut flags = vec!["--buffer", "500ms"];
+    let admin = svc.admin_flags();
+    flags.extend(admin.iter().map(String::as_str));
+    let run = validate(&svc, &flags).await;
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    for (phase, op, expected, observed) in [
+        ("forceReleased", "renew", "410 lock-force-released", "200"),
+        ("forceReleased", "write", "allow", "block"),
+        ("forceReleased", "release", "410 lock-force-released", "204"),
+    ] {
+        assert!(has_failure(&run, phase, op, expected, observed), "no {phase}/{op} {observed}: {:#?}", failed(&run));
+    }
+    assert!(failed(&run).iter().all(|a| a["check"] == "negative/force-release"), "{:#?}", failed(&run));
+    assert!(!has_failure(&run, "write", "self-approval", "403 self-approval", "200"), "the fault keeps that rule");
+    // The lock the service kept was released by the probe on its way out (as the
+    // store has it, not a cache).
+    let resource = format!("{}-force-release", run.json["resource"].as_str().unwrap());
+    let view = svc.admin_view(&resource).await;
+    assert!(view["lock"].is_null(), "{view}");
+    // The audit trail keeps what happened: the request still waits, nothing approved it.
+    let request = &view["requests"][0];
+    assert_eq!(
+        (&request["requestedBy"], &request["status"]),
+        (&Value::from("probe-requester"), &Value::from("requested")),
+        "{view}"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_when_a_child_lease_outlives_the_pre_lock() {
@@ -696,7 +760,29 @@ async fn swaps_between_the_given_locations() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_run_flags_exit_64_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let (a, a_again, b) =
+        (key("a", "admin-a-0123456789\n"), key("a2", "admin-a-0123456789"), key("b", "admin-b-0123456789"));
+    let (short, lock_key) = (key("short", "admin-b\n"), key("lock", "lock-api-key-0123456789"));
+    let missing = dir.path().join("missing").display().to_string();
     for (args, named) in [
+        (vec!["--admin-key-file", a.as_str()], "--admin-key-file: give it twice"),
+        (
+            vec!["--admin-key-file", &a, "--admin-key-file", &b, "--admin-key-file", &b],
+            "--admin-key-file: give it twice",
+        ),
+        (
+            vec!["--admin-key-file", &a, "--admin-key-file", &a_again],
+            "--admin-key-file: the two admin keys are the same",
+        ),
+        (vec!["--admin-key-file", &a, "--admin-key-file", &short], "shorter than 16"),
+        (vec!["--admin-key-file", &a, "--admin-key-file", &missing], "--admin-key-file"),
+        (vec!["--admin-key-file", &a, "--admin-key-file", &lock_key], "an admin key is the lock API key"),
         (vec!["--location", "westeurope"], "--location"),
         (vec!["--location", "a", "--location", "a"], "--location"),
         (vec!["--location", "a/b", "--location", "c"], "--location"),
@@ -710,7 +796,7 @@ async fn bad_run_flags_exit_64_naming_the_flag() {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockprobe"))
             .args(["validate", "--endpoint", "http://127.0.0.1:9"])
             .args(&args)
-            .env("LOCKPROBE_LOCK_API_KEY", "k")
+            .env("LOCKPROBE_LOCK_API_KEY", "lock-api-key-0123456789")
             .env_remove("LOCKPROBE_STATE_FILE")
             .output()
             .await

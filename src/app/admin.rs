@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::usage::UsageError;
 use super::validate::TlsArgs;
-use crate::probe::checks::credentials::read_api_key;
+use crate::probe::checks::credentials::read_admin_key;
 
 /// `lockprobe admin ...`.
 #[derive(Debug, clap::Args)]
@@ -107,9 +107,8 @@ impl Admin {
         }
         crate::service::input::check_name("resource id", &target.resource)
             .map_err(|e| UsageError::new(format!("--resource: {}", e.detail)))?;
-        let key = read_api_key(&target.admin_key_file).map_err(|e| {
-            UsageError::new(format!("--admin-key-file {}", e.to_string().replace("lock API key", "admin key")))
-        })?;
+        let key =
+            read_admin_key(&target.admin_key_file).map_err(|e| UsageError::new(format!("--admin-key-file {e}")))?;
         let tls = target.tls.load()?;
         let http = tls
             .apply(reqwest::Client::builder().timeout(target.request_timeout))

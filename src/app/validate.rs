@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::usage::UsageError;
-use crate::probe::checks::credentials::{read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles};
+use crate::probe::checks::credentials::{
+    read_admin_key, read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles,
+};
 use crate::probe::checks::observer::PrintObserver;
 use crate::probe::checks::report::CycleResult;
 use crate::probe::checks::settings::Leases;
@@ -78,6 +80,12 @@ pub struct ValidateArgs {
     /// every instance writes (the service's own gate, not the orchestrator's patience).
     #[arg(long)]
     pub eager: bool,
+    /// An admin principal's key file (contract 1.4): give it twice, the requesting
+    /// principal's first, to also force-release a write lock of the run's own and check
+    /// that the old token is refused everywhere and writes resume (`negative/force-release`).
+    /// The service must scope both principals to the test prefix.
+    #[arg(long = "admin-key-file", value_name = "FILE")]
+    pub admin_key_files: Vec<PathBuf>,
     /// The largest share (0 to 1) of a check's operations that may be inconclusive
     /// (their decision window did not allow holding them to the lock) before the check
     /// fails as `inconclusive`.
@@ -116,6 +124,7 @@ impl TlsArgs {
 fn flag_error(e: CredentialError) -> UsageError {
     let flag = match e.file {
         CredentialFile::ApiKey => "--api-key-file",
+        CredentialFile::AdminKey => "--admin-key-file",
         CredentialFile::CaFile => "--ca-file",
         CredentialFile::ClientCert => "--client-cert",
         CredentialFile::ClientKey => "--client-key",
@@ -129,6 +138,20 @@ fn api_key(args: &ValidateArgs) -> Result<String, UsageError> {
     match &args.api_key_file {
         Some(path) => read_api_key(path).map_err(flag_error),
         None => Ok(std::env::var(API_KEY_ENV).unwrap_or_default()),
+    }
+}
+
+/// The two admin keys of `--admin-key-file`, given twice or not at all.
+fn admin_keys(args: &ValidateArgs) -> Result<Option<(String, String)>, UsageError> {
+    match args.admin_key_files.as_slice() {
+        [] => Ok(None),
+        [requester, approver] => {
+            Ok(Some((read_admin_key(requester).map_err(flag_error)?, read_admin_key(approver).map_err(flag_error)?)))
+        }
+        more => Err(UsageError::new(format!(
+            "--admin-key-file: give it twice (the requesting principal's key, then the approving one's) or not at all, got {}",
+            more.len()
+        ))),
     }
 }
 
@@ -153,6 +176,7 @@ pub async fn run(args: ValidateArgs, shutdown: CancellationToken) -> anyhow::Res
         request_timeout: args.request_timeout,
         deadline: args.deadline,
         eager: args.eager,
+        admin_keys: admin_keys(&args)?,
         max_inconclusive: args.max_inconclusive,
         run_id: None,
         ..ValidateOptions::default()

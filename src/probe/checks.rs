@@ -1,8 +1,8 @@
 //! What one probe cycle checks, and with what: the bottom room of the probe.
 //!
-//! - [`scenario`]: one cycle: the main migration walk, the negative checks and the eager
-//!   checks, each on its own test resource, every held operation judged over its
-//!   decision window.
+//! - [`scenario`]: one cycle: the main migration walk, the negative checks, the
+//!   force-release check (with two admin keys) and the eager checks, each on its own
+//!   test resource, every held operation judged over its decision window.
 //! - [`target`]: the contract client for a target's instances (and, in
 //!   `tls_refusal`, why an `https` instance refused a connection).
 //! - [`vocabulary`] and [`report`]: phases, operations and outcomes; assertions and

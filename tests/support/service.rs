@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::probe::checks::settings::{Leases, ProbeSettings};
+use lockprobe::service::admin_api::AdminPrincipal;
 use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
@@ -24,10 +25,41 @@ pub struct TestService {
     pub cache_ttl: Duration,
     /// Its store's replication bound.
     pub replication_bound: Duration,
+    /// The key files of its two admin principals (`probe-requester`, then
+    /// `probe-approver`), both scoped to the test prefix.
+    pub admin_key_files: [std::path::PathBuf; 2],
+    /// Holds the key files.
+    _admin_dir: Arc<tempfile::TempDir>,
     stop: CancellationToken,
 }
 
 impl TestService {
+    /// Both admin principals' keys, as a probe target's settings take them.
+    pub fn admin_keys(&self) -> lockprobe::probe::checks::settings::AdminKeys {
+        let [requester, approver] =
+            self.admin_key_files.clone().map(|f| std::fs::read_to_string(f).unwrap().trim().to_owned());
+        lockprobe::probe::checks::settings::AdminKeys { requester, approver }
+    }
+
+    /// `GET .../lock/force-release` on instance 0 as the requesting principal: the lock
+    /// as the store has it (not a cache), and the requests kept.
+    pub async fn admin_view(&self, resource: &str) -> serde_json::Value {
+        reqwest::Client::new()
+            .get(format!("{}/v1/resources/{resource}/lock/force-release", self.urls[0]))
+            .bearer_auth(self.admin_keys().requester)
+            .send()
+            .await
+            .expect("the admin view is reachable")
+            .json()
+            .await
+            .expect("the admin view is JSON")
+    }
+
+    /// The `validate` flags that give it both admin principals' keys.
+    pub fn admin_flags(&self) -> Vec<String> {
+        self.admin_key_files.iter().flat_map(|f| ["--admin-key-file".to_owned(), f.display().to_string()]).collect()
+    }
+
     /// Probe settings for a target `name` (locking as `owner`) against this service: its
     /// declared convergence (cache TTL + replication bound), a 300 ms buffer, leases long enough for a seconds-scale
     /// cycle and a 1 s short write lease for the lease-lapse check.
@@ -53,6 +85,7 @@ impl TestService {
             concurrent_pre_locks: 3,
             owner: owner.into(),
             eager: false,
+            force_release: None,
             max_inconclusive: lockprobe::probe::checks::settings::DEFAULT_MAX_INCONCLUSIVE,
             clock: std::sync::Arc::new(lockprobe::clock::SystemClock),
         }
@@ -139,7 +172,19 @@ async fn start_service_with(
         faulty.add_rule(rule.parse().expect("a valid store-fault rule"));
     }
     let store: Arc<dyn LocationStore> = faulty.clone();
+    let admin_dir = Arc::new(tempfile::tempdir().expect("a temporary directory"));
+    let mut admin_principals = Vec::new();
+    let mut admin_key_files = Vec::new();
+    for name in ["probe-requester", "probe-approver"] {
+        let admin_key = format!("{name}-key-{}-{}", std::process::id(), rand_suffix());
+        let file = admin_dir.path().join(name);
+        std::fs::write(&file, format!("{admin_key}\n")).expect("the key file is written");
+        admin_principals.push(AdminPrincipal { name: name.into(), key: admin_key, prefixes: vec!["probe-".into()] });
+        admin_key_files.push(file);
+    }
+    let admin_key_files: [std::path::PathBuf; 2] = admin_key_files.try_into().expect("two key files");
     let config = ServiceConfig {
+        admin_principals,
         cache_ttls: vec![cache_ttl],
         replication_bound,
         test_prefix: Some("probe-".into()),
@@ -153,7 +198,16 @@ async fn start_service_with(
     let urls = running.addrs.iter().map(|a| format!("http://{a}")).collect();
     // The service tasks stop when `stop` fires; nothing needs to wait for them here.
     std::mem::forget(running);
-    (TestService { urls, key, cache_ttl, replication_bound, stop }, kept, faulty)
+    (
+        TestService { urls, key, cache_ttl, replication_bound, admin_key_files, _admin_dir: admin_dir, stop },
+        kept,
+        faulty,
+    )
+}
+
+/// A few random digits, so two services' admin keys never match.
+fn rand_suffix() -> u32 {
+    rand::random()
 }
 
 /// The route view of `resource` on `url`.

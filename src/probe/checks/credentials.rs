@@ -15,6 +15,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 pub enum CredentialFile {
     /// The lock API key.
     ApiKey,
+    /// An admin principal's key, for the force-release check.
+    AdminKey,
     /// PEM bundle of CA certificates trusted for the target's instances.
     CaFile,
     /// PEM certificate chain the probe presents (mutual TLS).
@@ -49,14 +51,38 @@ fn read(file: CredentialFile, path: &Path) -> Result<Vec<u8>, CredentialError> {
 /// stores and `echo` add one). An empty key, a key of several lines or one with control
 /// characters is refused: none can be sent as a bearer token.
 pub fn read_api_key(path: &Path) -> Result<String, CredentialError> {
-    let bytes = read(CredentialFile::ApiKey, path)?;
-    let refuse = |m: &str| Err(CredentialError::new(CredentialFile::ApiKey, path, m));
+    read_key(CredentialFile::ApiKey, path, "the lock API key")
+}
+
+/// The shortest admin key a service accepts (contract 1.4): a shorter one is refused
+/// here, at load, rather than by every force-release check.
+pub const MIN_ADMIN_KEY_BYTES: usize = 16;
+
+/// Reads an admin principal's key from `path`, as [`read_api_key`] reads the lock API
+/// key, and refuses one shorter than [`MIN_ADMIN_KEY_BYTES`].
+pub fn read_admin_key(path: &Path) -> Result<String, CredentialError> {
+    let key = read_key(CredentialFile::AdminKey, path, "an admin principal's key")?;
+    if key.len() < MIN_ADMIN_KEY_BYTES {
+        return Err(CredentialError::new(
+            CredentialFile::AdminKey,
+            path,
+            format!(
+                "the key is shorter than {MIN_ADMIN_KEY_BYTES} characters, which no service of contract 1.4 accepts"
+            ),
+        ));
+    }
+    Ok(key)
+}
+
+fn read_key(file: CredentialFile, path: &Path, what: &str) -> Result<String, CredentialError> {
+    let bytes = read(file, path)?;
+    let refuse = |m: &str| Err(CredentialError::new(file, path, m));
     let Ok(text) = String::from_utf8(bytes) else {
         return refuse("the key is not UTF-8 text");
     };
     let key = text.trim_end_matches(['\n', '\r']);
     if key.trim().is_empty() {
-        return refuse("the file is empty: it must hold the lock API key");
+        return refuse(&format!("the file is empty: it must hold {what}"));
     }
     if key.chars().any(char::is_control) {
         return refuse("the key holds a line break or control character (one line expected)");

@@ -4,7 +4,9 @@
 //! probe; every path out of a check releases the lock it holds.
 //!
 //! `check` holds the per-resource helpers (assertions, lock bookkeeping, release),
-//! `walk` the main migration walk, `negative` the refusals the service must make.
+//! `walk` the main migration walk, `negative` the refusals the service must make,
+//! `eager` the checks that act at the first instant allowed, and `force_release` the
+//! two-principal removal of a lock (when the target has admin keys).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -24,7 +26,7 @@ use super::observer::Observer;
 use super::report::{
     Assertion, CheckDecisions, CycleReport, CycleResult, InstanceConvergence, InstanceVersions, StepStart, WalkTimeline,
 };
-use super::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
+use super::settings::{AdminKeys, ProbeSettings, RESOURCES_PER_CYCLE};
 use super::state::{HeldLock, PreLockIntent, StateError, StateFile};
 use super::target::{CallKey, Declared, HttpClients, TargetClient, TargetError};
 use super::vocabulary::{Op, Outcome, Phase};
@@ -126,6 +128,13 @@ pub fn checks() -> impl Iterator<Item = &'static str> {
     std::iter::once(MAIN_CHECK)
         .chain(Negative::ALL.into_iter().map(Negative::name))
         .chain(Eager::ALL.into_iter().map(Eager::name))
+        .chain(std::iter::once(force_release::NAME))
+}
+
+/// The resource the force-release check of a cycle whose main resource is `main` runs
+/// on (named after it, so a pool needs no more resources for the check).
+pub fn force_release_resource(main: &str) -> String {
+    force_release::resource_of(main)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -385,8 +394,12 @@ impl Scenario {
         let started_at = Utc::now();
         // Changes seen before this cycle belong to no cycle's report.
         let _ = self.client.take_store_region_changes();
+        let force_release =
+            self.settings.force_release.as_ref().map(|keys| (keys, force_release::resource_of(&resources[0])));
         // A release that failed last time (target unreachable) is retried before reuse.
-        self.recover_resources(resources).await;
+        let mut own: Vec<String> = resources.to_vec();
+        own.extend(force_release.iter().map(|(_, r)| r.clone()));
+        self.recover_resources(&own).await;
         let rec = Recorder::default();
         let main = Check::new(self, &rec, MAIN_CHECK, &resources[0]);
         let main_out = main.guarded(&cancel, main.walk()).await;
@@ -404,6 +417,9 @@ impl Scenario {
         } else {
             Vec::new()
         };
+        let force: Option<(&AdminKeys, Check<'_>)> = force_release.as_ref().map(|(keys, resource)| {
+            (*keys, Check::new(self, &rec, force_release::NAME, resource).starting_at(Negative::ALL.len() + 1))
+        });
         let outs = if matches!(main_out, Err(Abort::Cancelled | Abort::Transport(_) | Abort::Journal(_))) {
             Vec::new()
         } else {
@@ -417,8 +433,15 @@ impl Scenario {
                 self.observer.check_finished(&self.settings.name, &c.name);
                 out
             }));
-            let (mut outs, eager_outs) = tokio::join!(negatives, eagers);
+            let forced = async {
+                let (keys, c) = force.as_ref()?;
+                let out = c.guarded(&cancel, c.force_release(keys)).await;
+                self.observer.check_finished(&self.settings.name, &c.name);
+                Some(out)
+            };
+            let (mut outs, eager_outs, forced) = tokio::join!(negatives, eagers, forced);
             outs.extend(eager_outs);
+            outs.extend(forced);
             outs
         };
 
@@ -563,6 +586,7 @@ fn walk_timeline(rec: &Recorder, started_at: DateTime<Utc>, ended: DateTime<Utc>
 
 mod check;
 mod eager;
+mod force_release;
 mod negative;
 mod walk;
 mod window;

@@ -78,6 +78,9 @@ pub struct ProbeSettings {
     /// Also run the eager checks (escalate the moment the service allows, then assert
     /// enforcement on every instance at once), on [`EAGER_RESOURCES`] more resources.
     pub eager: bool,
+    /// Two admin principals' keys: when given, the cycle also force-releases a lock of
+    /// its own (`negative/force-release`, contract 1.4).
+    pub force_release: Option<AdminKeys>,
     /// The largest share of a check's operations that may be inconclusive (their
     /// decision window did not allow holding them to the lock) before the check fails
     /// as `inconclusive`, from 0 to 1.
@@ -139,9 +142,43 @@ impl ProbeSettings {
             concurrent_pre_locks: 4,
             owner: format!("lockprobe/{name}"),
             eager: false,
+            force_release: None,
             max_inconclusive: DEFAULT_MAX_INCONCLUSIVE,
             clock: Arc::new(SystemClock),
         }
+    }
+}
+
+/// The keys of the two admin principals the force-release check acts as: one requests,
+/// the other approves (a service refuses a principal's approval of its own request).
+/// The service names the principals; the probe only presents their keys, which never
+/// reach a log line through `{:?}`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminKeys {
+    /// The requesting principal's key.
+    pub requester: String,
+    /// The approving principal's key.
+    pub approver: String,
+}
+
+impl AdminKeys {
+    /// Two keys the check can use, or why not: they must differ from each other (one
+    /// principal cannot approve its own request) and from the lock API key (which a
+    /// service refuses on its admin routes).
+    pub fn checked(requester: String, approver: String, api_key: &str) -> Result<Self, String> {
+        if requester == approver {
+            return Err("the two admin keys are the same: the check needs two principals".into());
+        }
+        if requester == api_key || approver == api_key {
+            return Err("an admin key is the lock API key: admin keys are the principals' own".into());
+        }
+        Ok(Self { requester, approver })
+    }
+}
+
+impl std::fmt::Debug for AdminKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminKeys(<redacted>)")
     }
 }
 
@@ -159,6 +196,7 @@ impl std::fmt::Debug for ProbeSettings {
             .field("replication_bound", &self.replication_bound)
             .field("buffer", &self.buffer)
             .field("leases", &self.leases)
+            .field("force_release", &self.force_release.is_some())
             .field("max_inconclusive", &self.max_inconclusive)
             .finish_non_exhaustive()
     }
@@ -200,6 +238,10 @@ pub struct CycleWaits {
     /// The longest negative check, the lease lapse: its own wait before escalating, the
     /// short write lease + max(buffer, 200ms), and the skew-margin allowance.
     pub lapse_check: Duration,
+    /// The force-release check, when it runs: its wait before escalating, the same wait
+    /// again after the approval (the released lock's caches converge as a release's
+    /// do), and its skew allowance.
+    pub force_release_check: Option<Duration>,
 }
 
 impl CycleWaits {
@@ -218,11 +260,22 @@ impl CycleWaits {
                 + escalation.max(declared + poll_interval + CONVERGENCE_TOLERANCE_CONSTANT)
                 + SKEW_MARGIN_WAIT,
             lapse_check: escalation + lapse_wait(short_write, buffer) + SKEW_MARGIN_WAIT,
+            force_release_check: None,
         }
+    }
+
+    /// These waits with the force-release check among the negative checks.
+    pub fn with_force_release(self) -> Self {
+        Self { force_release_check: Some(self.escalation * 2 + SKEW_MARGIN_WAIT), ..self }
+    }
+
+    /// The longest of the checks that run side by side after the main walk.
+    pub fn checks(&self) -> Duration {
+        self.lapse_check.max(self.force_release_check.unwrap_or_default())
     }
 
     /// The whole cycle: the main walk, then the negative checks side by side.
     pub fn total(&self) -> Duration {
-        self.main_walk + self.lapse_check
+        self.main_walk + self.checks()
     }
 }

@@ -583,6 +583,63 @@ impl TargetClient {
         self.send(req).await
     }
 
+    /// `GET /lock/force-release` as the admin principal whose key is `admin_key`: the
+    /// lock as an operator sees it (its fingerprint, never its token) and the requests.
+    pub async fn force_release_view(
+        &self,
+        instance: usize,
+        resource: &str,
+        admin_key: &str,
+    ) -> Result<Reply, TargetError> {
+        self.guard(resource)?;
+        let req = self.http.get(self.url(instance, resource, "/lock/force-release")).bearer_auth(admin_key);
+        self.send(req).await
+    }
+
+    /// `POST /lock/force-release` as the admin principal whose key is `admin_key`: asks
+    /// for the lock named by `fingerprint` in `phase` to be removed, for `reason`.
+    #[allow(clippy::too_many_arguments)] // one per field of the request, as the contract names them
+    pub async fn request_force_release(
+        &self,
+        instance: usize,
+        resource: &str,
+        admin_key: &str,
+        fingerprint: &str,
+        phase: &str,
+        reason: &str,
+        key: CallKey,
+    ) -> Result<Reply, TargetError> {
+        self.guard(resource)?;
+        let body = json!({"lockFingerprint": fingerprint, "phase": phase, "reason": reason});
+        let req = self
+            .http
+            .post(self.url(instance, resource, "/lock/force-release"))
+            .bearer_auth(admin_key)
+            .header("Idempotency-Key", key.as_str())
+            .json(&body);
+        self.send(req).await
+    }
+
+    /// `POST /lock/force-release/{request}/approve` as the admin principal whose key is
+    /// `admin_key` (a repeat by the same principal answers as the first time did).
+    pub async fn approve_force_release(
+        &self,
+        instance: usize,
+        resource: &str,
+        admin_key: &str,
+        request: &str,
+        key: CallKey,
+    ) -> Result<Reply, TargetError> {
+        self.guard(resource)?;
+        let tail = format!("/lock/force-release/{request}/approve");
+        let req = self
+            .http
+            .post(self.url(instance, resource, &tail))
+            .bearer_auth(admin_key)
+            .header("Idempotency-Key", key.as_str());
+        self.send(req).await
+    }
+
     /// `GET /route`: what the routing path of `instance` resolves now.
     pub async fn route(&self, instance: usize, resource: &str) -> Result<Reply, TargetError> {
         self.send(self.http.get(self.url(instance, resource, "/route"))).await

@@ -83,6 +83,8 @@ vocabulary! {
         Swap => "swap",
         /// Releasing what a check still holds.
         Cleanup => "cleanup",
+        /// After a force-release: no lock, and its old holder fenced.
+        ForceReleased => "forceReleased",
     }
 }
 
@@ -166,6 +168,14 @@ vocabulary! {
         /// A check decided enough of the operations it meant to hold to a lock: no more
         /// than the configured share was inconclusive.
         Decided => "decided",
+        /// `GET /lock/force-release`: the lock as an admin sees it (contract 1.4).
+        ForceReleaseView => "force-release-view",
+        /// `POST /lock/force-release`: one admin principal asks for the lock's removal.
+        ForceReleaseRequest => "force-release-request",
+        /// The requesting principal approves its own request (which must be refused).
+        SelfApproval => "self-approval",
+        /// `POST /lock/force-release/{request}/approve` by the other principal.
+        ForceReleaseApprove => "force-release-approve",
     }
 }
 
@@ -320,6 +330,10 @@ outcomes! {
     Decided => "decided",
     /// A check left more of its operations undecided than allowed.
     Inconclusive => "inconclusive",
+    /// The admin view shows the check's own lock, in the phase it holds.
+    OwnLock => "own-lock",
+    /// The admin view shows no lock, another one, or one in another phase.
+    NotOwnLock => "not-own-lock",
 }
 
 impl Outcome {
@@ -356,6 +370,16 @@ impl Outcome {
     /// `410 lock-expired`.
     pub fn lock_expired() -> Self {
         Self::reply(410, Some("lock-expired"))
+    }
+
+    /// `410 lock-force-released`: the old holder's token after a force-release.
+    pub fn lock_force_released() -> Self {
+        Self::reply(410, Some("lock-force-released"))
+    }
+
+    /// `403 self-approval`.
+    pub fn self_approval() -> Self {
+        Self::reply(403, Some("self-approval"))
     }
 
     /// An HTTP answer: `201`, or `423 lock-held` with its problem type.

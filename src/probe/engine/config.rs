@@ -11,9 +11,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::scheduler::{parse_schedule, TargetSchedule};
-use crate::probe::checks::credentials::{read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles};
+use crate::probe::checks::credentials::{
+    read_admin_key, read_api_key, CredentialError, CredentialFile, TargetTls, TlsFiles,
+};
 use crate::probe::checks::settings::{
-    CycleWaits, Leases, ProbeSettings, CONVERGENCE_TOLERANCE_CONSTANT, PRIMING_LIMIT, RESOURCES_PER_CYCLE,
+    AdminKeys, CycleWaits, Leases, ProbeSettings, CONVERGENCE_TOLERANCE_CONSTANT, PRIMING_LIMIT, RESOURCES_PER_CYCLE,
     SKEW_MARGIN_WAIT,
 };
 use crate::probe::checks::target::check_instance_url;
@@ -101,6 +103,11 @@ pub struct TargetConfig {
     /// PEM private key of `client_cert_file`.
     #[serde(default)]
     pub client_key_file: Option<PathBuf>,
+    /// Two admin principals' key files (contract 1.4), the requesting principal's
+    /// first: when given, every cycle also force-releases a write lock of its own
+    /// (`negative/force-release`). The service must scope both to the test prefix.
+    #[serde(default)]
+    pub admin_key_files: Vec<PathBuf>,
     /// What the files above held, read by [`Config::load`] (never serialized or logged);
     /// `None` in a configuration deserialized some other way, which reads them when asked.
     #[serde(skip)]
@@ -213,6 +220,8 @@ pub const DEFAULT_KEY_ENV: &str = "LOCKPROBE_LOCK_API_KEY";
 struct Loaded {
     /// The key from `api_key_file`.
     api_key: Option<String>,
+    /// The keys from `admin_key_files`.
+    admin_keys: Option<(String, String)>,
     /// From `ca_file`, `client_cert_file` and `client_key_file`.
     tls: TargetTls,
 }
@@ -222,6 +231,7 @@ impl std::fmt::Debug for Loaded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Loaded")
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("admin_keys", &self.admin_keys.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
             .finish()
     }
@@ -343,6 +353,28 @@ impl TargetConfig {
         if self.locations.len() != 2 || self.locations[0] == self.locations[1] {
             return Err(ConfigError::invalid(field("locations"), "must list exactly two distinct locations"));
         }
+        match self.admin_key_files.as_slice() {
+            [] => {}
+            [a, b] if a.as_os_str().is_empty() || b.as_os_str().is_empty() => {
+                return Err(ConfigError::invalid(field("admin_key_files"), "must name two files"))
+            }
+            [a, b] if a == b => {
+                return Err(ConfigError::invalid(
+                    field("admin_key_files"),
+                    "names one file twice: the check needs two principals",
+                ))
+            }
+            [_, _] => {}
+            more => {
+                return Err(ConfigError::invalid(
+                    field("admin_key_files"),
+                    format!(
+                        "must name two files (the requesting principal's key, then the approving one's), got {}",
+                        more.len()
+                    ),
+                ))
+            }
+        }
         Ok(())
     }
 
@@ -405,6 +437,7 @@ impl TargetConfig {
         // that ends first would fail every cycle.
         let declared = self.cache_ttl + self.replication_bound;
         let waits = CycleWaits::new(declared, self.buffer, self.replication_bound, self.poll_interval, l.short_write);
+        let waits = if self.admin_key_files.is_empty() { waits } else { waits.with_force_release() };
         if l.pre_lock <= waits.escalation {
             return Err(ConfigError::invalid(
                 field("leases.pre_lock"),
@@ -433,8 +466,8 @@ impl TargetConfig {
             "{} is not longer than the worst-case cycle of {} (waits only, requests take their time on top): \
              main walk {} (priming at most {} + wait before escalating {} = max(cache_ttl {} + replication_bound {} + buffer {}, replication_bound); \
              convergence watched at least declared {} + poll_interval {} + {}; + skew allowance {}) \
-             + write-lease-lapse check {} (wait before escalating {} + leases.short_write {} + max(buffer, 200ms) {} \
-             + skew-margin allowance {})",
+             + the longest check {}: write-lease-lapse check {} (wait before escalating {} + leases.short_write {} + max(buffer, 200ms) {} \
+             + skew-margin allowance {}){}",
             fmt(self.timeout),
             fmt(w.total()),
             fmt(w.main_walk),
@@ -447,11 +480,21 @@ impl TargetConfig {
             fmt(self.poll_interval),
             fmt(CONVERGENCE_TOLERANCE_CONSTANT),
             fmt(SKEW_MARGIN_WAIT),
+            fmt(w.checks()),
             fmt(w.lapse_check),
             fmt(w.escalation),
             fmt(self.leases.short_write),
             fmt(self.buffer.max(Duration::from_millis(200))),
             fmt(SKEW_MARGIN_WAIT),
+            match w.force_release_check {
+                Some(d) => format!(
+                    ", force-release check {} (wait before escalating {} twice: before escalating and after the approval, + skew allowance {})",
+                    fmt(d),
+                    fmt(w.escalation),
+                    fmt(SKEW_MARGIN_WAIT)
+                ),
+                None => String::new(),
+            },
         )
     }
 }
@@ -477,6 +520,7 @@ impl TargetConfig {
         let named = |e: CredentialError| {
             let name = match e.file {
                 CredentialFile::ApiKey => "api_key_file",
+                CredentialFile::AdminKey => "admin_key_files",
                 CredentialFile::CaFile => "ca_file",
                 CredentialFile::ClientCert => "client_cert_file",
                 CredentialFile::ClientKey => "client_key_file",
@@ -485,7 +529,13 @@ impl TargetConfig {
         };
         let api_key = self.api_key_file.as_deref().map(read_api_key).transpose().map_err(named)?;
         let tls = TargetTls::load(&self.tls_files()).map_err(named)?;
-        Ok(Loaded { api_key, tls })
+        let admin_keys = match self.admin_key_files.as_slice() {
+            [requester, approver] => {
+                Some((read_admin_key(requester).map_err(&named)?, read_admin_key(approver).map_err(&named)?))
+            }
+            _ => None,
+        };
+        Ok(Loaded { api_key, admin_keys, tls })
     }
 }
 
@@ -531,6 +581,11 @@ impl TargetConfig {
                 })?
             }
         };
+        let force_release = loaded
+            .admin_keys
+            .map(|(requester, approver)| AdminKeys::checked(requester, approver, &api_key))
+            .transpose()
+            .map_err(|why| ConfigError::invalid(format!("targets[{index}].admin_key_files"), why))?;
         Ok(ProbeSettings {
             name: self.name.clone(),
             instances: self.instances.clone(),
@@ -554,6 +609,7 @@ impl TargetConfig {
             // `serve` runs the walk and the negative checks; the eager checks are
             // `validate --eager`'s and the release gate's.
             eager: false,
+            force_release,
             max_inconclusive: self.max_inconclusive,
             clock: Arc::new(crate::clock::SystemClock),
         })
@@ -700,6 +756,66 @@ short_write = "30s"
             .unwrap();
         let e = c.targets[0].settings(0).unwrap_err().to_string();
         assert!(e.starts_with("targets[0].api_key_env:"), "{e}");
+    }
+
+    #[test]
+    fn admin_key_files_give_the_force_release_check_two_principals_or_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        let (a, b) = (file("a", "admin-a-0123456789\n"), file("b", "admin-b-0123456789\n"));
+        let lock_key = file("lock", "lock-key-0123456789");
+        let with = |files: &[&str]| {
+            let list: Vec<String> = files.iter().map(|f| format!("{f:?}")).collect();
+            let keys = format!("name = \"demo\"\napi_key_file = {lock_key:?}\nadmin_key_files = [{}]", list.join(", "));
+            GOOD.replace("name = \"demo\"", &keys)
+        };
+        let c: Config = with(&[&a, &b]).parse().unwrap();
+        let keys = c.targets[0].settings(0).unwrap().force_release.expect("the check runs");
+        assert_eq!((keys.requester.as_str(), keys.approver.as_str()), ("admin-a-0123456789", "admin-b-0123456789"));
+        assert!(!format!("{c:?}").contains("admin-a-0123456789"), "{c:?}");
+        for (files, says) in [
+            (vec![a.as_str()], "targets[0].admin_key_files: must name two files"),
+            (vec![&a, &b, &b], "targets[0].admin_key_files: must name two files"),
+            (vec![&a, &a], "targets[0].admin_key_files: names one file twice"),
+            (vec![&a, ""], "targets[0].admin_key_files: must name two files"),
+        ] {
+            let e = err_of(&with(&files));
+            assert!(e.starts_with(says), "{files:?}: {e}");
+        }
+        let short = file("short", "admin\n");
+        let e = err_of(&with(&[&a, &short]));
+        assert!(e.starts_with("targets[0].admin_key_files:") && e.contains("shorter than 16"), "{e}");
+        for (other, says) in [
+            (file("same", "admin-a-0123456789"), "the two admin keys are the same"),
+            (file("lock-again", "lock-key-0123456789"), "an admin key is the lock API key"),
+        ] {
+            let c: Config = with(&[&a, &other]).parse().unwrap();
+            let e = c.targets[0].settings(0).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("targets[0].admin_key_files: {says}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_force_release_check_lengthens_the_worst_case_cycle() {
+        // As below, 18.5s without it; with it the longest check waits 2s twice and has its
+        // skew allowance: 10s + max(8.5s, 2s + 2s + 5s) = 19s.
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, "admin-a-0123456789").unwrap();
+        std::fs::write(&b, "admin-b-0123456789").unwrap();
+        let small = GOOD
+            .replace("cache_ttl = \"1h\"", "cache_ttl = \"1s\"")
+            .replace("replication_bound = \"5m\"", "replication_bound = \"500ms\"")
+            .replace("buffer = \"10m\"", "buffer = \"500ms\"")
+            .replace("short_write = \"30s\"", "short_write = \"1s\"")
+            .replace("name = \"demo\"", &format!("name = \"demo\"\nadmin_key_files = [{:?}, {:?}]", a, b));
+        let e = err_of(&small.replace("timeout = \"60h\"", "timeout = \"19s\""));
+        assert!(e.contains("worst-case cycle of 19s") && e.contains("force-release check 9s"), "{e}");
+        small.replace("timeout = \"60h\"", "timeout = \"19s 100ms\"").parse::<Config>().unwrap();
     }
 
     #[test]

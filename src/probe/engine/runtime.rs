@@ -629,6 +629,7 @@ mod tests {
             concurrent_pre_locks: 2,
             owner: format!("lockprobe/{name}"),
             eager: false,
+            force_release: None,
             max_inconclusive: crate::probe::checks::settings::DEFAULT_MAX_INCONCLUSIVE,
             clock: std::sync::Arc::new(crate::clock::SystemClock),
             tls: Default::default(),

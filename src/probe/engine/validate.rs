@@ -13,7 +13,9 @@ use crate::probe::checks::observer::Observer;
 use crate::probe::checks::report::CycleReport;
 use crate::probe::checks::report::CycleResult;
 use crate::probe::checks::scenario::Scenario;
-use crate::probe::checks::settings::{check_max_inconclusive, Leases, ProbeSettings, DEFAULT_MAX_INCONCLUSIVE};
+use crate::probe::checks::settings::{
+    check_max_inconclusive, AdminKeys, Leases, ProbeSettings, DEFAULT_MAX_INCONCLUSIVE,
+};
 use crate::probe::checks::state::{StateError, StateFile};
 use crate::probe::checks::target::{check_instance_url, TargetError};
 
@@ -50,6 +52,9 @@ pub struct ValidateOptions {
     pub deadline: Option<Duration>,
     /// Also run the eager checks (`--eager`).
     pub eager: bool,
+    /// The two admin principals' keys (`--admin-key-file`, twice): when given, the
+    /// force-release check runs too.
+    pub admin_keys: Option<(String, String)>,
     /// Names the run's resources `<prefix>v<run_id>-<i>`; random when unset. The release
     /// gate sets it to look at the resources afterwards.
     pub run_id: Option<String>,
@@ -76,6 +81,7 @@ impl Default for ValidateOptions {
             request_timeout: Duration::from_secs(10),
             deadline: None,
             eager: false,
+            admin_keys: None,
             run_id: None,
             max_inconclusive: DEFAULT_MAX_INCONCLUSIVE,
             clock: Arc::new(SystemClock),
@@ -131,6 +137,7 @@ impl ValidateOptions {
         }
         check_max_inconclusive(self.max_inconclusive)
             .map_err(|why| ValidateError::Usage(format!("--max-inconclusive: {why}")))?;
+        self.force_release_keys()?;
         self.check_locations()?;
         self.check_durations()
     }
@@ -181,12 +188,22 @@ impl ValidateOptions {
         Ok(())
     }
 
+    /// The keys of the force-release check, if two were given and they can be used.
+    fn force_release_keys(&self) -> Result<Option<AdminKeys>, ValidateError> {
+        let Some((requester, approver)) = &self.admin_keys else { return Ok(None) };
+        AdminKeys::checked(requester.clone(), approver.clone(), &self.api_key)
+            .map(Some)
+            .map_err(|why| ValidateError::Usage(format!("--admin-key-file: {why}")))
+    }
+
     /// Probe settings for a one-shot run: leases long enough for one cycle.
     pub fn settings(&self) -> ProbeSettings {
         ProbeSettings {
             expected_convergence: self.expect_convergence,
             buffer: self.buffer,
             eager: self.eager,
+            // Checked by `check`, which every run makes first.
+            force_release: self.force_release_keys().ok().flatten(),
             locations: [self.locations[0].clone(), self.locations[1].clone()],
             leases: self.leases.clone(),
             request_timeout: self.request_timeout,
