@@ -37,6 +37,49 @@ struct Fake {
     /// With a lock view in the pre-lock's answer: `effectiveAt` this long after
     /// `acquiredAt` (without, the answer has no timestamps).
     effective_after: Option<Duration>,
+    /// How an escalation to the lease-lapse check's short write lease is answered.
+    short_escalation: ShortEscalation,
+    /// Idempotency keys of the short escalations seen.
+    short_keys: Mutex<Vec<String>>,
+}
+
+/// How the fake answers an escalation to a write lease of [`SHORT_WRITE`].
+#[derive(Default, Clone, Copy, PartialEq)]
+enum ShortEscalation {
+    /// 200, as every other call.
+    #[default]
+    Granted,
+    /// `503 outcome-unknown` (Retry-After 1), then under the same key `410
+    /// lock-expired`: the lease lapsed before the repeat, as under an ambiguous store.
+    UnknownThenExpired,
+    /// `410 lock-expired` at once: no repeat excuses it.
+    Expired,
+}
+
+/// The fake probe's short write lease.
+const SHORT_WRITE: Duration = Duration::from_millis(100);
+
+async fn escalate(State(f): S, headers: axum::http::HeaderMap, Json(body): Json<Value>) -> axum::response::Response {
+    let short = body["phase"] == "write" && body["durationSeconds"].as_f64() == Some(SHORT_WRITE.as_secs_f64());
+    let problem = |status: u16, kind: &str| {
+        let body = Json(json!({"type": format!("urn:lockprobe:error:{kind}"), "status": status}));
+        (StatusCode::from_u16(status).unwrap(), [("retry-after", "1")], body).into_response()
+    };
+    match f.short_escalation {
+        ShortEscalation::Granted => ok().await.into_response(),
+        _ if !short => ok().await.into_response(),
+        ShortEscalation::UnknownThenExpired => {
+            let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            let mut seen = f.short_keys.lock().unwrap();
+            if seen.contains(&key) {
+                problem(410, "lock-expired")
+            } else {
+                seen.push(key);
+                problem(503, "outcome-unknown")
+            }
+        }
+        ShortEscalation::Expired => problem(410, "lock-expired"),
+    }
 }
 
 type S = State<Arc<Fake>>;
@@ -115,7 +158,7 @@ async fn start_fake_with(fake: Fake) -> (String, Arc<Fake>) {
     let fake = Arc::new(fake);
     let app = Router::new()
         .route("/v1/resources/{id}/lock", post(pre_lock).delete(release))
-        .route("/v1/resources/{id}/lock/escalate", post(ok))
+        .route("/v1/resources/{id}/lock/escalate", post(escalate))
         .route("/v1/resources/{id}/lock/renew", post(ok))
         .route("/v1/resources/{id}/lock/swap", post(swap))
         .route("/v1/resources/{id}/route", get(route))
@@ -142,7 +185,7 @@ fn scenario(url: &str, state: Arc<StateFile>) -> Scenario {
             pre_lock: Duration::from_secs(60),
             hard_delete: Duration::from_secs(60),
             write: Duration::from_secs(60),
-            short_write: Duration::from_millis(100),
+            short_write: SHORT_WRITE,
         },
         request_timeout: Duration::from_secs(5),
         poll_interval: Duration::from_millis(20),
@@ -205,6 +248,48 @@ async fn an_early_escalation_is_judged_only_when_it_surely_came_before_effective
         let state = Arc::new(StateFile::in_memory());
         let report = scenario(&url, state).run_cycle(&resources(), CancellationToken::new()).await;
         assert_eq!(escalate_early(&report), expected, "effectiveAt {after:?} after acquiredAt: {report:#?}");
+    }
+}
+
+/// An escalation to the lease-lapse check's short write lease whose outcome was unknown
+/// and whose repeat, a second later, finds the lease lapsed (`410 lock-expired`, the
+/// honest answer under an ambiguous store) cannot say whether it took: inconclusive, so
+/// the check fails as undecided, never as a refusal. The same 410 answered at once is a
+/// failure.
+#[tokio::test]
+async fn a_short_lease_answered_only_after_it_lapsed_is_inconclusive_not_a_failure() {
+    for (mode, judged) in [(ShortEscalation::UnknownThenExpired, false), (ShortEscalation::Expired, true)] {
+        let fake = Fake { declared: 0.1, grant_status: 201, short_escalation: mode, ..Fake::default() };
+        let (url, _fake) = start_fake_with(fake).await;
+        let report =
+            scenario(&url, Arc::new(StateFile::in_memory())).run_cycle(&resources(), CancellationToken::new()).await;
+        let escalation: Vec<_> = report
+            .assertions
+            .iter()
+            .filter(|a| {
+                a.check == "negative/write-lease-lapse" && a.op.as_str() == "escalate" && a.phase.as_str() == "write"
+            })
+            .collect();
+        assert_eq!(escalation.len(), 1, "{escalation:#?}");
+        let a = escalation[0];
+        assert_eq!(a.observed.as_str(), "410 lock-expired");
+        if judged {
+            assert!(a.failed() && a.inconclusive.is_none(), "{a:#?}");
+        } else {
+            assert!(!a.failed() && a.inconclusive.as_deref().unwrap().contains("past the 0.100s lease"), "{a:#?}");
+            // The fake's lock views carry no timestamps (failed `lock-view`s); beyond
+            // them, only the check's verdict: it decided nothing.
+            let failed: Vec<_> = failed_ops(&report, "negative/write-lease-lapse")
+                .into_iter()
+                .filter(|(op, ..)| op != "lock-view")
+                .collect();
+            assert_eq!(failed, [("decided".to_owned(), "decided".to_owned(), "inconclusive".to_owned())]);
+        }
+        // Nothing after the escalation was asked.
+        assert!(!report
+            .assertions
+            .iter()
+            .any(|a| a.check == "negative/write-lease-lapse" && a.op.as_str() == "swap-after-lapse"));
     }
 }
 

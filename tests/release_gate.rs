@@ -113,6 +113,8 @@ fn the_shipped_library_passes_every_profile_within_the_assumptions_and_the_repor
         assert!(s.tests > 100, "{}: the whole cycle and the eager checks ran ({} cases)", s.name, s.tests);
         assert!(s.cases.iter().any(|c| c.contains(".eager.escalation ::")), "{}: eager checks ran", s.name);
         assert!(s.cases.iter().any(|c| c.contains(".eager.renewal ::")), "{}: eager checks ran", s.name);
+        let force_release = s.cases.iter().filter(|c| c.contains(".negative.force-release")).count();
+        assert!(force_release >= 15, "{}: the force-release check ran ({force_release} cases)", s.name);
         assert!(!s.cases.iter().any(|c| c.contains("http://")), "{}: names carry no URL", s.name);
         let mut unique = s.cases.clone();
         unique.sort();

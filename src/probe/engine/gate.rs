@@ -20,6 +20,8 @@ use super::validate::{self, ValidateError, ValidateOptions};
 use crate::probe::checks::credentials::TargetTls;
 use crate::probe::checks::observer::TracingObserver;
 use crate::probe::checks::report::{CycleReport, CycleResult};
+use crate::probe::checks::scenario::force_release_resource;
+use crate::probe::checks::settings::Leases;
 use crate::probe::checks::target::TargetClient;
 use crate::probe::checks::vocabulary::Op;
 
@@ -147,6 +149,13 @@ pub struct GateOptions {
     pub service_args: Vec<String>,
 }
 
+/// The lease-lapse check's write lease under the gate: longer than a lock call whose
+/// outcome was unknown takes to be answered again (the `ambiguous` profile's 250 ms
+/// timeout, then the service's one-second `Retry-After`), so the repeat lands inside
+/// the lease it asked for instead of after it (where its honest answer, `410
+/// lock-expired`, can only be inconclusive).
+pub const GATE_SHORT_WRITE: Duration = Duration::from_millis(2500);
+
 /// The test prefix of the candidate and of every resource the gate's probe locks.
 const TEST_PREFIX: &str = "gate-";
 
@@ -218,7 +227,11 @@ pub async fn run_until_decided(options: &GateOptions, profile: Profile, shutdown
 /// Starts the candidate under `profile`, probes it, looks for locks left behind, stops it.
 async fn run_profile(options: &GateOptions, profile: Profile, shutdown: CancellationToken) -> ProfileOutcome {
     let key = hex::encode(rand::random::<[u8; 16]>());
-    let mut child = match start_candidate(options, profile, &key) {
+    let admins = match GateAdmins::new() {
+        Ok(a) => a,
+        Err(e) => return ProfileOutcome::failed(format!("cannot write the admin key files: {e}")),
+    };
+    let mut child = match start_candidate(options, profile, &key, &admins) {
         Ok(c) => c,
         Err(e) => return ProfileOutcome::failed(e),
     };
@@ -237,6 +250,8 @@ async fn run_profile(options: &GateOptions, profile: Profile, shutdown: Cancella
         api_key: key,
         tls: options.tls.clone(),
         eager: true,
+        admin_keys: Some(admins.keys.clone()),
+        leases: Leases { short_write: GATE_SHORT_WRITE, ..Leases::short_run() },
         run_id: Some(run_id.clone()),
         max_inconclusive: options.max_inconclusive,
         ..ValidateOptions::default()
@@ -287,7 +302,11 @@ async fn left_behind(opts: &ValidateOptions, run_id: &str, report: &CycleReport)
         Err(e) => return vec![format!("cannot look: {e}")],
     };
     let mut found = Vec::new();
-    for resource in opts.resources(run_id) {
+    let mut resources = opts.resources(run_id);
+    if let Some(main) = resources.first() {
+        resources.push(force_release_resource(main));
+    }
+    for resource in resources {
         for (i, _) in opts.endpoints.iter().enumerate() {
             match client.route(i, &resource).await {
                 Ok(r) if r.status == 200 && r.body.get("lock").is_some_and(|l| !l.is_null()) => {
@@ -303,15 +322,57 @@ async fn left_behind(opts: &ValidateOptions, run_id: &str, report: &CycleReport)
     found
 }
 
+/// The two admin principals the gate gives its candidate, for the force-release check:
+/// their keys in files of a private directory (a key is never in argv), removed when
+/// the profile ends.
+struct GateAdmins {
+    dir: tempfile::TempDir,
+    /// The requester's key, then the approver's.
+    keys: (String, String),
+}
+
+/// The names of the gate's two admin principals.
+const GATE_ADMINS: [&str; 2] = ["gate-requester", "gate-approver"];
+
+impl GateAdmins {
+    fn new() -> std::io::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("lockprobe-gate-").tempdir()?;
+        let key = || hex::encode(rand::random::<[u8; 16]>());
+        let keys = (key(), key());
+        for (name, key) in GATE_ADMINS.iter().zip([&keys.0, &keys.1]) {
+            std::fs::write(dir.path().join(name), key)?;
+        }
+        Ok(Self { dir, keys })
+    }
+
+    /// `--admin-key-file` and `--admin-prefix` of both principals, scoped to the gate's
+    /// test prefix.
+    fn service_args(&self) -> Vec<String> {
+        GATE_ADMINS
+            .iter()
+            .flat_map(|name| {
+                let file = self.dir.path().join(name);
+                [
+                    "--admin-key-file".to_owned(),
+                    format!("{name}={}", file.display()),
+                    "--admin-prefix".to_owned(),
+                    format!("{name}={TEST_PREFIX}"),
+                ]
+            })
+            .collect()
+    }
+}
+
 /// `CANDIDATE service` with the gate's settings, the profile's faults and the extra
 /// flags, on free ports, its key in the environment (never in argv).
-fn start_candidate(options: &GateOptions, profile: Profile, key: &str) -> Result<Child, String> {
+fn start_candidate(options: &GateOptions, profile: Profile, key: &str, admins: &GateAdmins) -> Result<Child, String> {
     let ttl = humantime::format_duration(options.cache_ttl).to_string();
     let mut command = Command::new(&options.candidate);
     command
         .arg("service")
         .args(["--listen", "127.0.0.1:0", "--test-prefix", TEST_PREFIX, "--cache-ttl", &ttl])
         .args(["--instances", &options.instances.to_string()])
+        .args(admins.service_args())
         .args(profile.service_args())
         .args(&options.service_args)
         .env(CANDIDATE_KEY_ENV, key)

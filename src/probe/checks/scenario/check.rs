@@ -515,6 +515,43 @@ impl<'a> Check<'a> {
     /// Escalates the held lock to `phase` (`hardDelete` or `write`) with `lease`; the check
     /// stops unless the service agrees. The lock view answered is checked.
     pub(super) async fn escalate_to(&self, phase: Phase, lease: Duration) -> Result<Timed, Abort> {
+        let (out, midpoint, window, at) = self.escalation(phase, lease).await;
+        let reply = self.expect(phase, Op::Escalate, Outcome::ok()).on(at).must_lock_op(async { out }).await?;
+        self.escalated(phase, reply, midpoint, window)
+    }
+
+    /// [`Self::escalate_to`] a lease so short that the escalation's answer may come after
+    /// it: a call whose outcome was unknown is repeated under its key, and a repeat that
+    /// arrives past the lease's end is rightly answered `410 lock-expired` (the lease it
+    /// asked for has lapsed). Such an answer, when the whole call took the lease or longer,
+    /// cannot say whether the escalation took: inconclusive, and the check stops
+    /// (`Ok(None)`) without a failure.
+    pub(super) async fn escalate_to_short(&self, phase: Phase, lease: Duration) -> Result<Option<Timed>, Abort> {
+        let (out, midpoint, window, at) = self.escalation(phase, lease).await;
+        if let Ok(r) = &out {
+            let took = window.answered.mono.saturating_duration_since(window.sent.mono);
+            if r.outcome() == Outcome::lock_expired() && took >= lease {
+                let why = format!(
+                    "answered {:.3}s after it was first sent, past the {:.3}s lease it asked for: its outcome was unknown until that lease could have lapsed",
+                    took.as_secs_f64(),
+                    lease.as_secs_f64()
+                );
+                self.expect(phase, Op::Escalate, Outcome::ok()).on(at).observed_if(Err(why), r.outcome(), r.elapsed);
+                return Ok(None);
+            }
+        }
+        let reply = self.expect(phase, Op::Escalate, Outcome::ok()).on(at).must_lock_op(async { out }).await?;
+        self.escalated(phase, reply, midpoint, window).map(Some)
+    }
+
+    /// One escalation of the held lock to `phase`, asked again (within the skew
+    /// allowance) while the service answers it is too early; the answer, its midpoint and
+    /// window, and the instance it went to.
+    async fn escalation(
+        &self,
+        phase: Phase,
+        lease: Duration,
+    ) -> (Result<Reply, TargetError>, DateTime<Utc>, Window, usize) {
         let c = &self.sc.client;
         let token = self.token();
         let at = self.lock_instance();
@@ -532,7 +569,11 @@ impl<'a> Check<'a> {
             tokio::time::sleep(wait).await;
             ((out, midpoint), window) = self.windowed(self.timed(c.until_known(&CallKey::fresh(), send))).await;
         }
-        let reply = self.expect(phase, Op::Escalate, Outcome::ok()).on(at).must_lock_op(async { out }).await?;
+        (out, midpoint, window, at)
+    }
+
+    /// Records a granted escalation to `phase`: the walk's step, its lock view.
+    fn escalated(&self, phase: Phase, reply: Reply, midpoint: DateTime<Utc>, window: Window) -> Result<Timed, Abort> {
         self.mark(phase);
         self.check_lock_view(phase, &reply);
         Ok(Timed { reply, midpoint, window })
