@@ -529,7 +529,8 @@ impl Monitor {
     /// Turns one event into metrics, logs and the status document. The probe's
     /// migrations are counted under `source="probe"` only: their timings stay out of the
     /// status percentiles (the probe reports its own), and the lapse its lease-lapse
-    /// check leaves by design is not an anomaly. An early escalation or a partial
+    /// check leaves by design is not an anomaly, nor is the force-release its
+    /// force-release check makes. An early escalation or a partial
     /// cutover is still one, whoever's lock it is.
     fn record(&self, inner: &mut Inner, id: &str, source: Source, event: Event, at: DateTime<Utc>) {
         let m = &self.metrics;
@@ -561,7 +562,7 @@ impl Monitor {
                 m.migrations.with_label_values(&[label, outcome.as_str()]).inc();
                 debug!(resource = id, source = label, outcome = outcome.as_str(), "migration ended");
             }
-            Event::ForceReleased { request, requested_by, approved_by, reason } => {
+            Event::ForceReleased { request, requested_by, approved_by, reason } if fleet => {
                 m.force_releases.with_label_values(&[label]).inc();
                 warn!(
                     resource = id,
@@ -573,6 +574,16 @@ impl Monitor {
                     "lock force-released by two admin principals"
                 );
                 self.anomaly(inner, "force_release", id, source, at);
+            }
+            Event::ForceReleased { request, requested_by, approved_by, .. } => {
+                m.force_releases.with_label_values(&[label]).inc();
+                debug!(
+                    resource = id,
+                    request,
+                    requested_by,
+                    approved_by,
+                    "the probe's force-release check ended its own lock, as designed"
+                );
             }
             Event::PartialCutover => {
                 m.partial_cutovers.with_label_values(&[label]).inc();

@@ -99,7 +99,7 @@ fn the_probes_locks_are_reported_apart_and_its_lapse_is_no_fleet_anomaly() {
 
     // The demo's closing summary says the same.
     assert!(out.contains("early escalations 0, partial cutovers 0, orphaned locks 0"), "{out}");
-    assert!(out.contains("0 swapped, 0 released, 0 lapsed;"), "{out}");
+    assert!(out.contains("0 swapped, 0 released, 0 force-released, 0 lapsed;"), "{out}");
     assert!(out.contains("monitor, the probe's own locks"), "{out}");
 }
 
@@ -117,7 +117,8 @@ fn the_demos_fleet_shows_what_the_monitor_is_for() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let fleet =
         stdout.lines().find(|l| l.starts_with("monitor: ")).unwrap_or_else(|| panic!("no monitor line: {stdout}"));
-    // "monitor: N swapped, N released, N lapsed; early escalations N, partial cutovers N, orphaned locks N"
+    // "monitor: N swapped, N released, N force-released, N lapsed; early escalations N,
+    // partial cutovers N, orphaned locks N"
     let count = |after: &str| -> u64 {
         let rest = &fleet[fleet.find(after).unwrap_or_else(|| panic!("no {after:?} in {fleet}")) + after.len()..];
         rest.trim_start().split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
@@ -129,4 +130,15 @@ fn the_demos_fleet_shows_what_the_monitor_is_for() {
     assert!(swapped >= 2, "the fleet's migrations get through: {fleet}");
     let probe = stdout.lines().find(|l| l.starts_with("monitor, the probe's own locks")).expect("the probe's line");
     assert!(probe.contains("swapped"), "{probe}");
+    // The probe's force-release check ends one lock a cycle by two principals' approval,
+    // which the monitor tells from a release (the last cycle's may not be read yet).
+    let force_released = |line: &str| -> u64 {
+        line.split(" force-released")
+            .next()
+            .and_then(|head| head.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no force-released count: {line}"))
+    };
+    assert!(force_released(probe) >= 1, "{probe}");
+    assert_eq!(force_released(fleet), 0, "the fleet force-releases nothing: {fleet}");
 }

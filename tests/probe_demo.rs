@@ -110,7 +110,7 @@ fn demo_two_cycles_pass_and_export_metrics() {
             seen_blocks += 1;
         }
     }
-    assert_eq!(seen_blocks, 2 * 6, "each of the 6 negative checks prints one block per cycle:\n{out}");
+    assert_eq!(seen_blocks, 2 * 7, "each of the 7 negative checks prints one block per cycle:\n{out}");
 }
 
 #[test]

@@ -17,10 +17,11 @@ use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::monitor::{http as monitor_http, Monitor, MonitorConfig, MonitorStatus};
 use crate::probe::checks::observer::PrintObserver;
-use crate::probe::checks::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
+use crate::probe::checks::settings::{AdminKeys, ProbeSettings, RESOURCES_PER_CYCLE};
 use crate::probe::checks::state::StateFile;
 use crate::probe::engine::runtime::Probe;
 use crate::probe::engine::scheduler::{parse_schedule, TargetSchedule};
+use crate::service::admin_api::AdminPrincipal;
 use crate::service::{self, ServiceConfig};
 use crate::store::LocationStore;
 
@@ -66,6 +67,11 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
     // At once: starting the parts and waiting for the first scheduled cycle take seconds.
     println!("{}", starting_line(&args, &schedule, chrono::Utc::now()));
     let api_key = hex::encode(rand::random::<[u8; 16]>());
+    // Two admin principals, so every cycle shows the force-release check too.
+    let admins = AdminKeys {
+        requester: hex::encode(rand::random::<[u8; 16]>()),
+        approver: hex::encode(rand::random::<[u8; 16]>()),
+    };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let mut probe = Probe::new()?;
     // Store metrics (Cosmos request charges) are served with the probe's own.
@@ -86,14 +92,14 @@ pub async fn run(args: DemoArgs, shutdown: CancellationToken) -> anyhow::Result<
         background.spawn("demo fleet", fleet::run(store.clone(), clock.clone(), settings, background.token()));
     }
     let registry = probe.metrics.registry().clone();
-    let instances = start_service(&args, &api_key, store, clock, registry, &background).await?;
+    let instances = start_service(&args, &api_key, &admins, store, clock, registry, &background).await?;
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     print_banner(&args, &instances, listener.local_addr()?);
 
     let summary = probe
         .run(
-            vec![probe_target(&args, schedule, instances, api_key)],
+            vec![probe_target(&args, schedule, instances, api_key, admins)],
             Arc::new(StateFile::in_memory()),
             Arc::new(PrintObserver::default()),
             listener,
@@ -156,6 +162,7 @@ fn start_monitor(
 async fn start_service(
     args: &DemoArgs,
     api_key: &str,
+    admins: &AdminKeys,
     store: Arc<dyn LocationStore>,
     clock: Arc<dyn Clock>,
     registry: prometheus::Registry,
@@ -167,6 +174,10 @@ async fn start_service(
         test_prefix: Some("probe-".into()),
         max_decision_age: args.max_decision_age,
         metrics: Some(registry),
+        admin_principals: [("demo-requester", &admins.requester), ("demo-approver", &admins.approver)]
+            .into_iter()
+            .map(|(name, key)| AdminPrincipal { name: name.into(), key: key.clone(), prefixes: vec!["probe-".into()] })
+            .collect(),
         ..ServiceConfig::new(api_key)
     };
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -184,6 +195,7 @@ fn probe_target(
     schedule: cron::Schedule,
     instances: Vec<String>,
     api_key: String,
+    admins: AdminKeys,
 ) -> (ProbeSettings, TargetSchedule) {
     let settings = ProbeSettings {
         expected_convergence: Some(args.cache_ttl + args.replication_bound),
@@ -191,6 +203,7 @@ fn probe_target(
         buffer: args.buffer,
         request_timeout: Duration::from_secs(5),
         poll_interval: Duration::from_millis(100),
+        force_release: Some(admins),
         ..ProbeSettings::short_run("demo", instances, api_key, "probe-")
     };
     let target = TargetSchedule {
@@ -242,12 +255,22 @@ fn print_banner(args: &DemoArgs, instances: &[String], probe_addr: SocketAddr) {
 fn print_monitor_summary(status: &MonitorStatus) {
     let m = status.migrations;
     println!(
-        "monitor: {} swapped, {} released, {} lapsed; early escalations {}, partial cutovers {}, orphaned locks {}",
-        m.swapped, m.released, m.lapsed, status.early_escalations, status.partial_cutovers, status.orphaned_locks,
+        "monitor: {} swapped, {} released, {} force-released, {} lapsed; early escalations {}, partial cutovers {}, orphaned locks {}",
+        m.swapped,
+        m.released,
+        m.force_released,
+        m.lapsed,
+        status.early_escalations,
+        status.partial_cutovers,
+        status.orphaned_locks,
     );
     let p = &status.probe;
     println!(
-        "monitor, the probe's own locks (apart, not alerted on): {} swapped, {} released, {} lapsed, orphaned locks {} (the lease-lapse check leaves one by design)",
-        p.migrations.swapped, p.migrations.released, p.migrations.lapsed, p.orphaned_locks,
+        "monitor, the probe's own locks (apart, not alerted on): {} swapped, {} released, {} force-released, {} lapsed, orphaned locks {} (the lease-lapse check leaves one by design)",
+        p.migrations.swapped,
+        p.migrations.released,
+        p.migrations.force_released,
+        p.migrations.lapsed,
+        p.orphaned_locks,
     );
 }
