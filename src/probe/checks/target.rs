@@ -455,7 +455,13 @@ impl TargetClient {
     }
 
     fn lock_call(&self, method: reqwest::Method, url: String, key: &CallKey) -> reqwest::RequestBuilder {
-        self.http.request(method, url).bearer_auth(&self.api_key).header("Idempotency-Key", key.as_str())
+        self.keyed_call(method, url, &self.api_key, key)
+    }
+
+    /// A request under `key`, presenting `bearer`: the lock API's key, or an admin
+    /// principal's on the admin routes.
+    fn keyed_call(&self, method: reqwest::Method, url: String, bearer: &str, key: &CallKey) -> reqwest::RequestBuilder {
+        self.http.request(method, url).bearer_auth(bearer).header("Idempotency-Key", key.as_str())
     }
 
     /// A `POST` to the lock API under `/v1/resources/{id}{path}`, refused before sending
@@ -611,12 +617,8 @@ impl TargetClient {
     ) -> Result<Reply, TargetError> {
         self.guard(resource)?;
         let body = json!({"lockFingerprint": fingerprint, "phase": phase, "reason": reason});
-        let req = self
-            .http
-            .post(self.url(instance, resource, "/lock/force-release"))
-            .bearer_auth(admin_key)
-            .header("Idempotency-Key", key.as_str())
-            .json(&body);
+        let url = self.url(instance, resource, "/lock/force-release");
+        let req = self.keyed_call(reqwest::Method::POST, url, admin_key, &key).json(&body);
         self.send(req).await
     }
 
@@ -632,11 +634,7 @@ impl TargetClient {
     ) -> Result<Reply, TargetError> {
         self.guard(resource)?;
         let tail = format!("/lock/force-release/{request}/approve");
-        let req = self
-            .http
-            .post(self.url(instance, resource, &tail))
-            .bearer_auth(admin_key)
-            .header("Idempotency-Key", key.as_str());
+        let req = self.keyed_call(reqwest::Method::POST, self.url(instance, resource, &tail), admin_key, &key);
         self.send(req).await
     }
 

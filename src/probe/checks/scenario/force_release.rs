@@ -44,14 +44,7 @@ impl Check<'_> {
     pub(super) async fn force_release(&self, keys: &AdminKeys) -> Result<(), Abort> {
         let s = &self.sc.settings;
         self.step(&format!("a write lock on {} is force-released by two principals", self.resource));
-        let pre_lock = match self.pre_lock(Phase::PreLock, None, false).await? {
-            (r, true) => r,
-            (_, false) => return Err(Abort::Stop),
-        };
-        let declared = self.declared(&pre_lock).unwrap_or_default();
-        let wait = self.escalation_wait(&pre_lock, declared);
-        self.step(&format!("waiting {:.3}s for the pre-lock to take effect", wait.as_secs_f64()));
-        tokio::time::sleep(wait).await;
+        let declared = self.pre_lock_and_wait().await?;
         self.escalate_to(Phase::HardDelete, s.leases.hard_delete).await?;
         let write = self.escalate_to(Phase::Write, s.leases.write).await?;
         let lease = Lease::granted(write.window, s.leases.write);

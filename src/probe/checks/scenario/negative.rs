@@ -70,14 +70,16 @@ impl Check<'_> {
         }
     }
 
-    /// Pre-locks and waits until the lock is effective everywhere.
-    pub(super) async fn pre_lock_and_wait(&self) -> Result<(), Abort> {
+    /// Pre-locks and waits until the lock is effective everywhere; returns the
+    /// convergence delay the pre-lock declared (zero when it declared none).
+    pub(super) async fn pre_lock_and_wait(&self) -> Result<Duration, Abort> {
         let r = self.must_pre_lock().await?;
         // The main walk judges the declaration; here it only paces a test resource.
-        let wait = self.escalation_wait(&r, self.declared(&r).unwrap_or_default());
+        let declared = self.declared(&r).unwrap_or_default();
+        let wait = self.escalation_wait(&r, declared);
         self.step(&format!("waiting {:.3}s for the pre-lock to take effect", wait.as_secs_f64()));
         tokio::time::sleep(wait).await;
-        Ok(())
+        Ok(declared)
     }
 
     pub(super) async fn second_pre_lock(&self) -> Result<(), Abort> {
