@@ -32,6 +32,12 @@ short_write = "30s"
 "#;
 
 fn check(text: &str) -> (Option<i32>, String, String) {
+    check_with_env(text, &[])
+}
+
+/// [`check`] with more environment variables (a process of its own, so no other test
+/// sees them).
+fn check_with_env(text: &str, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("probe.toml");
     std::fs::write(&path, text).unwrap();
@@ -42,6 +48,7 @@ fn check(text: &str) -> (Option<i32>, String, String) {
         // add one (base64, never used).
         .env("ORDERS_LOCK_API_KEY", "k")
         .env("LOCKPROBE_TEST_CONFIG_COSMOS_KEY", "cGxhY2Vob2xkZXI=")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     (
@@ -276,6 +283,26 @@ max_inconclusive = nan"
             }
         }
     }
+}
+
+/// A `[monitor]` key in the file wins over its flag's environment variable, which
+/// fills only the keys the file leaves out; a `false` switch in the file wins too.
+#[test]
+fn a_monitor_key_in_the_file_wins_over_its_variable() {
+    let monitor = "\n[monitor]\nstore = \"cosmos\"\ncosmos_endpoint = \"https://acct.documents.azure.com:443/\"\ncosmos_key_env = \"LOCKPROBE_TEST_CONFIG_COSMOS_KEY\"\ncosmos_database = \"routing\"\ncosmos_container = \"locations\"\n";
+    let bad_page = [("LOCKPROBE_MONITOR_SCAN_PAGE", "0")];
+    let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{monitor}"), &bad_page);
+    assert_eq!(code, Some(64), "the variable fills a key the file leaves out: {stdout}{stderr}");
+    assert!(stderr.contains("monitor_scan_page: must be at least 1"), "{stderr}");
+    let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{monitor}monitor_scan_page = 10\n"), &bad_page);
+    assert_eq!(code, Some(0), "the file's key wins: {stdout}{stderr}");
+    let bad_switch = [("LOCKPROBE_COSMOS_CREATE_IF_MISSING", "perhaps")];
+    let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{monitor}"), &bad_switch);
+    assert_eq!(code, Some(64), "the variable is read when the file has no key: {stdout}{stderr}");
+    assert!(stderr.contains("cosmos_create_if_missing"), "{stderr}");
+    let (code, stdout, stderr) =
+        check_with_env(&format!("{GOOD}{monitor}cosmos_create_if_missing = false\n"), &bad_switch);
+    assert_eq!(code, Some(0), "a false switch in the file wins: {stdout}{stderr}");
 }
 
 /// `serve` refuses the absurd pool at once, instead of aborting on a 96 GB allocation.

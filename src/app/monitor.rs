@@ -2,18 +2,17 @@
 //! [`MonitorSection`], what the monitor watches and how, which is both the flags of that
 //! command and the `[monitor]` table of a `serve` configuration.
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
 use clap::FromArgMatches;
 use prometheus::Registry;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::listen::{ListenArgs, WebArgs};
-use super::store::{CosmosArgs, OpenStoreError, StoreArgs, StoreKind};
+use super::store::{OpenStoreError, StoreArgs, StoreKind};
 use crate::app::usage::UsageError;
 use crate::clock::{Clock, SystemClock};
 use crate::exposition;
@@ -28,16 +27,14 @@ use crate::monitor::{http, Monitor, MonitorConfig, MonitorConfigError};
 /// As a table it is read by [`MonitorSection::from_table`] (its environment variables,
 /// deprecated spellings and checks included), so a configuration file that holds one
 /// parses into a typed, checked section in one pass ([`super::serve::ServeConfig`]).
-#[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, clap::Args, Deserialize)]
 #[serde(try_from = "toml::Table")]
 pub struct MonitorSection {
     /// The store to watch (`--store memory|cosmos` and the `--cosmos-*` flags).
     #[command(flatten)]
-    #[serde(flatten)]
     pub store: StoreArgs,
     /// Monitor settings.
     #[command(flatten)]
-    #[serde(flatten)]
     pub monitor: MonitorConfig,
 }
 
@@ -127,36 +124,6 @@ async fn serve(
     served.context("serving the monitor's endpoints")
 }
 
-/// Where each key of a `[monitor]` table belongs.
-struct Keys {
-    cosmos: BTreeSet<String>,
-    monitor: BTreeSet<String>,
-}
-
-impl Keys {
-    /// The key of every flag of `cmd`: its name without the dashes, `_` for `-`.
-    fn of(cmd: clap::Command) -> BTreeSet<String> {
-        cmd.get_arguments().filter_map(|a| a.get_long()).map(|l| l.replace('-', "_")).collect()
-    }
-
-    fn new() -> Self {
-        Self {
-            cosmos: Self::of(<CosmosArgs as clap::Args>::augment_args(clap::Command::new("cosmos"))),
-            monitor: Self::of(<MonitorConfig as clap::Args>::augment_args(clap::Command::new("monitor"))),
-        }
-    }
-}
-
-/// Reads `part` of a table as `T`: `base` (the flags' defaults and environment
-/// variables) with the file's `keys` over it. Through TOML text, so an error points at
-/// the key it is about.
-fn overlay<T: Serialize + serde::de::DeserializeOwned>(base: &T, file: &toml::Table) -> Result<T, String> {
-    let mut merged = toml::Table::try_from(base).map_err(|e| e.to_string())?;
-    merged.extend(file.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let text = toml::to_string(&merged).map_err(|e| e.to_string())?;
-    toml::from_str(&text).map_err(|e| e.to_string().trim().to_owned())
-}
-
 impl TryFrom<toml::Table> for MonitorSection {
     type Error = UsageError;
 
@@ -165,66 +132,113 @@ impl TryFrom<toml::Table> for MonitorSection {
     }
 }
 
-impl MonitorSection {
-    /// Reads and validates a `[monitor]` table; errors name the key.
-    ///
-    /// Precedence: a key in the file wins; a key the file leaves out takes its flag's
-    /// environment variable (`LOCKPROBE_COSMOS_*`, `LOCKPROBE_MONITOR_*`), logged, and
-    /// else its default. Kebab-case keys (`cosmos-endpoint`, the form before 0.2) are
-    /// still read, with a warning naming their new spelling.
-    pub fn from_table(table: &toml::Table) -> Result<Self, UsageError> {
-        let keys = Keys::new();
-        let mut store_kind = None;
-        let (mut cosmos, mut monitor) = (toml::Table::new(), toml::Table::new());
+/// The command line a `[monitor]` table stands for, and the command that parses it.
+struct TableArgs {
+    /// The section's flags; the environment variables of the file's keys are taken off.
+    command: clap::Command,
+    /// One `--flag=value` per value in the file.
+    argv: Vec<String>,
+}
+
+impl TableArgs {
+    /// Turns each key into its flag (`cosmos_endpoint` → `--cosmos-endpoint`), a list into
+    /// the flag repeated, and `true` into a switch; `false` leaves a switch off.
+    fn of(table: &toml::Table) -> Result<Self, UsageError> {
+        let mut command = <MonitorSection as clap::Args>::augment_args(clap::Command::new("[monitor]"))
+            .no_binary_name(true)
+            .disable_help_flag(true);
+        let mut argv = Vec::new();
         for (written, value) in table {
             let key = written.replace('-', "_");
             if key != *written {
                 tracing::warn!(key = %written, use_instead = %key, "deprecated kebab-case key in [monitor]");
             }
-            if key == "store" {
-                store_kind = Some(value.clone());
-            } else if keys.cosmos.contains(&key) {
-                cosmos.insert(key, value.clone());
-            } else if keys.monitor.contains(&key) {
-                monitor.insert(key, value.clone());
-            } else {
+            let long = key.replace('_', "-");
+            let Some(arg) = command.get_arguments().find(|a| a.get_long() == Some(long.as_str())) else {
                 return Err(UsageError::new(format!(
                     "[monitor] unknown key {written:?} (keys are the `lockprobe monitor` flags without their dashes, `_` for `-`: store, cosmos_endpoint, monitor_escalation_buffer, ...)"
                 )));
+            };
+            let switch = !arg.get_action().takes_values();
+            let id = arg.get_id().clone();
+            // A key in the file wins over its variable: the flag reads none.
+            command = command.mut_arg(id, |a| a.env(None::<&'static str>));
+            let values = match value {
+                toml::Value::Array(items) if !switch => items.iter().collect(),
+                other => vec![other],
+            };
+            for value in values {
+                let text = match (value, switch) {
+                    (toml::Value::Boolean(true), true) => Some(format!("--{long}")),
+                    (toml::Value::Boolean(false), true) => None,
+                    (_, true) => {
+                        return Err(UsageError::new(format!("[monitor] {key}: {value} is not true or false")));
+                    }
+                    (toml::Value::String(s), false) => Some(format!("--{long}={s}")),
+                    (toml::Value::Integer(n), false) => Some(format!("--{long}={n}")),
+                    (_, false) => {
+                        return Err(UsageError::new(format!(
+                            "[monitor] {key}: {value} is not a value this key takes (a string, a number, or a list of them for a repeated flag)"
+                        )));
+                    }
+                };
+                argv.extend(text);
             }
         }
-        let base = Self::from_environment()?;
-        let kind = match store_kind {
-            None => base.store.kind,
-            Some(v) => StoreKind::deserialize(v.clone())
-                .map_err(|_| UsageError::new(format!("[monitor] store: {v} is not memory or cosmos")))?,
-        };
-        let section = Self {
-            store: StoreArgs {
-                kind,
-                cosmos: overlay(&base.store.cosmos, &cosmos).map_err(|e| UsageError::new(format!("[monitor] {e}")))?,
-            },
-            monitor: overlay(&base.monitor, &monitor).map_err(|e| UsageError::new(format!("[monitor] {e}")))?,
-        };
-        section.validate()?;
-        Ok(section)
+        Ok(Self { command, argv })
     }
 
-    /// The flags' defaults with their environment variables applied; each value taken
-    /// from a variable is logged.
-    fn from_environment() -> Result<Self, UsageError> {
-        let cmd = <Self as clap::Args>::augment_args(clap::Command::new("[monitor]").no_binary_name(true));
-        let matches = cmd.clone().try_get_matches_from(Vec::<String>::new()).map_err(|e| {
-            UsageError::new(format!("[monitor] from the environment: {}", e.render().to_string().trim()))
+    /// Parses the flags: the file's values, else the variables, else the defaults. A
+    /// refusal names the key (and the flag, in clap's words); each value taken from a
+    /// variable is logged.
+    fn parse(self) -> Result<MonitorSection, UsageError> {
+        let matches = self.command.clone().try_get_matches_from(self.argv).map_err(|e| {
+            let flag = match e.get(clap::error::ContextKind::InvalidArg) {
+                Some(clap::error::ContextValue::String(arg)) => arg.split(' ').next().unwrap_or_default().to_owned(),
+                _ => String::new(),
+            };
+            let key = flag.trim_start_matches("--").replace('-', "_");
+            // clap's words without its advice to the command line's user (usage, `--help`,
+            // tips): a file has no command line.
+            let rendered = e.render().to_string();
+            let said = rendered
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .filter(|l| !l.is_empty() && !l.starts_with("tip:"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let said = said.trim_start_matches("error: ");
+            if key.is_empty() {
+                UsageError::new(format!("[monitor] {said}"))
+            } else {
+                UsageError::new(format!("[monitor] {key}: {said}"))
+            }
         })?;
-        for arg in cmd.get_arguments() {
+        for arg in self.command.get_arguments() {
             if matches.value_source(arg.get_id().as_str()) == Some(clap::parser::ValueSource::EnvVariable) {
                 let key = arg.get_long().unwrap_or_default().replace('-', "_");
                 let env = arg.get_env().map(|v| v.to_string_lossy().into_owned()).unwrap_or_default();
                 tracing::info!(%key, %env, "[monitor] setting taken from the environment; a key in the file wins");
             }
         }
-        Self::from_arg_matches(&matches).map_err(|e| UsageError::new(format!("[monitor] {e}")))
+        MonitorSection::from_arg_matches(&matches).map_err(|e| UsageError::new(format!("[monitor] {e}")))
+    }
+}
+
+impl MonitorSection {
+    /// Reads and validates a `[monitor]` table; errors name the key.
+    ///
+    /// The table is read as the command line it stands for, by the very flags of
+    /// `lockprobe monitor`, so a key cannot differ from its flag in name, parser or
+    /// default. Precedence: a key in the file wins; a key the file leaves out takes its
+    /// flag's environment variable (`LOCKPROBE_COSMOS_*`, `LOCKPROBE_MONITOR_*`), logged,
+    /// and else its default. Kebab-case keys (`cosmos-endpoint`, the form before 0.2) are
+    /// still read, with a warning naming their new spelling.
+    pub fn from_table(table: &toml::Table) -> Result<Self, UsageError> {
+        let section = TableArgs::of(table)?.parse()?;
+        section.validate()?;
+        Ok(section)
     }
 
     /// Checks what the table says: a store the services share, usable settings.
@@ -312,5 +326,75 @@ mod tests {
         ))
         .unwrap_err();
         assert!(zero.0.contains("monitor_sweep_interval: must be positive"), "{zero}");
+    }
+
+    /// Every test's own variable, so no other test races on it.
+    fn key_variable(name: &str) -> String {
+        std::env::set_var(name, "c2VjcmV0LWtleS1mb3ItdGVzdHM=");
+        name.to_owned()
+    }
+
+    fn cosmos(key_env: &str, rest: &str) -> toml::Table {
+        table(&format!(
+            "store = \"cosmos\"\ncosmos_endpoint = \"https://a.example/\"\ncosmos_key_env = \"{key_env}\"\ncosmos_database = \"d\"\ncosmos_container = \"c\"\n{rest}"
+        ))
+    }
+
+    #[test]
+    fn a_table_and_the_flags_are_two_views_of_one_type() {
+        let key_env = key_variable("LOCKPROBE_TEST_SERVE_VIEWS_KEY");
+        let from_table = MonitorSection::from_table(&cosmos(
+            &key_env,
+            "cosmos_preferred_region = [\"a\", \"b\"]\ncosmos_create_if_missing = true\nmonitor_poll_interval = \"3s\"\ncosmos_poll_interval = \"4s\"\nmonitor_declared_delay = \"2h\"\nmonitor_poll_batch = 7\ncosmos_change_stream = \"change-feed\"",
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            section: MonitorSection,
+        }
+        let flags = [
+            "lockprobe",
+            "--store=cosmos",
+            "--cosmos-endpoint=https://a.example/",
+            "--cosmos-key-env=LOCKPROBE_TEST_SERVE_VIEWS_KEY",
+            "--cosmos-database=d",
+            "--cosmos-container=c",
+            "--cosmos-preferred-region=a",
+            "--cosmos-preferred-region=b",
+            "--cosmos-create-if-missing",
+            "--monitor-poll-interval=3s",
+            "--cosmos-poll-interval=4s",
+            "--monitor-declared-delay=2h",
+            "--monitor-poll-batch=7",
+            "--cosmos-change-stream=change-feed",
+        ];
+        let from_flags = <Cli as clap::Parser>::try_parse_from(flags).unwrap().section;
+        assert_eq!(from_table, from_flags);
+        // The two poll intervals, one per part, are told apart.
+        assert_eq!(from_table.monitor.poll_interval, Duration::from_secs(3));
+        assert_eq!(from_table.store.cosmos.poll_interval, Duration::from_secs(4));
+        assert!(from_table.store.cosmos.create_if_missing);
+    }
+
+    #[test]
+    fn values_of_the_wrong_shape_name_the_key() {
+        let key_env = key_variable("LOCKPROBE_TEST_SERVE_SHAPE_KEY");
+        for (rest, key) in [
+            ("cosmos_create_if_missing = \"yes\"", "cosmos_create_if_missing"),
+            ("monitor_poll_batch = 1.5", "monitor_poll_batch"),
+            ("monitor_poll_batch = \"many\"", "monitor_poll_batch"),
+            ("monitor_lapse_grace = \"500000years\"", "monitor_lapse_grace"),
+            ("cosmos_write_region = [\"a\", \"b\"]", "cosmos_write_region"),
+            ("cosmos_preferred_region = [[\"a\"]]", "cosmos_preferred_region"),
+            ("cosmos_auth = \"password\"", "cosmos_auth"),
+            ("monitor_scan_interval = { every = \"5m\" }", "monitor_scan_interval"),
+        ] {
+            let err = MonitorSection::from_table(&cosmos(&key_env, rest)).unwrap_err();
+            assert!(err.0.starts_with(&format!("[monitor] {key}")), "{rest}: {err}");
+        }
+        let twice = table("cosmos_endpoint = \"https://a.example/\"\ncosmos-endpoint = \"https://b.example/\"");
+        let err = MonitorSection::from_table(&twice).unwrap_err();
+        assert!(err.0.contains("cosmos_endpoint"), "one key spelled twice is refused: {err}");
     }
 }

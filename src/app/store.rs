@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::Registry;
-use serde::{Deserialize, Serialize};
 
 pub use cosmos::{CosmosArgs, CosmosConfigError};
 
@@ -19,8 +18,7 @@ use crate::store::memory::{MemoryStore, MemoryStoreConfig};
 use crate::store::LocationStore;
 
 /// Which routing store to run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StoreKind {
     /// In process memory (the embedded default; replicas lag by the replication bound).
     Memory,
@@ -30,15 +28,13 @@ pub enum StoreKind {
 
 /// Store selection: the `--store` and `--cosmos-*` flags, or the `store` and
 /// `cosmos_*` keys of a `[monitor]` table.
-#[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct StoreArgs {
     /// Routing store: memory (embedded) or cosmos (Azure Cosmos DB, see --cosmos-*).
     #[arg(long = "store", env = "LOCKPROBE_STORE", value_enum, default_value = "memory")]
-    #[serde(rename = "store")]
     pub kind: StoreKind,
     /// Cosmos DB settings (used with --store cosmos).
     #[command(flatten)]
-    #[serde(flatten)]
     pub cosmos: CosmosArgs,
 }
 

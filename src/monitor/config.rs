@@ -1,15 +1,14 @@
 //! What the monitor is told: intervals, the escalation buffer and the service's
 //! declared convergence delay. Every duration is configuration.
 //!
-//! [`MonitorConfig`] is the one settings type of the monitor: its flags (each with a
-//! `--monitor-` prefix and a `LOCKPROBE_MONITOR_*` variable, so it can be flattened into
-//! any command beside other parts' flags) and its keys in a `[monitor]` table of a
+//! [`MonitorConfig`] is the one settings type of the monitor, written once as clap
+//! flags: each with a `--monitor-` prefix and a `LOCKPROBE_MONITOR_*` variable, so it can
+//! be flattened into any command beside other parts' flags. A `[monitor]` table of a
 //! `serve` configuration (the flag's name without its dashes, `_` for `-`:
-//! `monitor_escalation_buffer = "10m"`) are two views of it.
+//! `monitor_escalation_buffer = "10m"`) is read through these same flags by the wiring,
+//! so a key has no name, parser or default of its own to drift from its flag's.
 
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 /// A monitor setting that cannot be used, naming the field at fault (see
 /// [`MonitorConfigError::flag`] and [`MonitorConfigError::key`] for its other names).
@@ -39,39 +38,27 @@ pub enum MonitorConfigError {
 
 /// Settings of one monitor: flags, `[monitor]` keys and the struct are one type.
 /// Missing keys and absent flags take the defaults of [`MonitorConfig::default`].
-#[derive(Debug, Clone, PartialEq, Eq, clap::Args, Serialize, Deserialize)]
-#[serde(default)]
+///
+/// Each flag names itself twice, as `long` and `env`; clap needs both spelled out because
+/// it has no prefix for a flattened group. The one explicit `id` is for the field whose
+/// name the Cosmos store's flags (flattened beside these) also use.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct MonitorConfig {
     /// Wait after an empty change-stream poll.
     #[arg(id = "monitor_poll_interval", long = "monitor-poll-interval", env = "LOCKPROBE_MONITOR_POLL_INTERVAL", default_value = "200ms", value_parser = crate::duration::parse_bounded_duration)]
-    #[serde(rename = "monitor_poll_interval", with = "crate::duration::human")]
     pub poll_interval: Duration,
     /// Changes asked for per poll.
-    #[arg(
-        id = "monitor_poll_batch",
-        long = "monitor-poll-batch",
-        env = "LOCKPROBE_MONITOR_POLL_BATCH",
-        default_value_t = 1000
-    )]
-    #[serde(rename = "monitor_poll_batch")]
+    #[arg(long = "monitor-poll-batch", env = "LOCKPROBE_MONITOR_POLL_BATCH", default_value_t = 1000)]
     pub poll_batch: usize,
     /// How often the whole store is scanned for orphans and partial cutovers the stream
     /// may have missed.
-    #[arg(id = "monitor_scan_interval", long = "monitor-scan-interval", env = "LOCKPROBE_MONITOR_SCAN_INTERVAL", default_value = "5m", value_parser = crate::duration::parse_bounded_duration)]
-    #[serde(rename = "monitor_scan_interval", with = "crate::duration::human")]
+    #[arg(long = "monitor-scan-interval", env = "LOCKPROBE_MONITOR_SCAN_INTERVAL", default_value = "5m", value_parser = crate::duration::parse_bounded_duration)]
     pub scan_interval: Duration,
     /// Documents per scan page.
-    #[arg(
-        id = "monitor_scan_page",
-        long = "monitor-scan-page",
-        env = "LOCKPROBE_MONITOR_SCAN_PAGE",
-        default_value_t = 1000
-    )]
-    #[serde(rename = "monitor_scan_page")]
+    #[arg(long = "monitor-scan-page", env = "LOCKPROBE_MONITOR_SCAN_PAGE", default_value_t = 1000)]
     pub scan_page: usize,
     /// How often lapsed leases are looked for between scans.
-    #[arg(id = "monitor_sweep_interval", long = "monitor-sweep-interval", env = "LOCKPROBE_MONITOR_SWEEP_INTERVAL", default_value = "5s", value_parser = crate::duration::parse_bounded_duration)]
-    #[serde(rename = "monitor_sweep_interval", with = "crate::duration::human")]
+    #[arg(long = "monitor-sweep-interval", env = "LOCKPROBE_MONITOR_SWEEP_INTERVAL", default_value = "5s", value_parser = crate::duration::parse_bounded_duration)]
     pub sweep_interval: Duration,
     /// How long past a lease's end the sweep waits before calling it lapsed (covers
     /// change-stream delivery lag).
@@ -79,30 +66,22 @@ pub struct MonitorConfig {
     /// A lock still in the document is taken as live until then (by the sweep, the stream
     /// or a scan alike): a swap committed just before expiry may be delivered late by the
     /// stream, and a service whose clock lags the monitor's may still swap under the lease.
-    #[arg(id = "monitor_lapse_grace", long = "monitor-lapse-grace", env = "LOCKPROBE_MONITOR_LAPSE_GRACE", default_value = "30s", value_parser = crate::duration::parse_bounded_duration)]
-    #[serde(rename = "monitor_lapse_grace", with = "crate::duration::human")]
+    #[arg(long = "monitor-lapse-grace", env = "LOCKPROBE_MONITOR_LAPSE_GRACE", default_value = "30s", value_parser = crate::duration::parse_bounded_duration)]
     pub lapse_grace: Duration,
     /// The orchestrator's buffer after the convergence delay before hardDelete.
     ///
     /// hardDelete must not come before acquiredAt + declared delay + buffer.
-    #[arg(id = "monitor_escalation_buffer", long = "monitor-escalation-buffer", env = "LOCKPROBE_MONITOR_ESCALATION_BUFFER", default_value = "10m", value_parser = crate::duration::parse_bounded_duration)]
-    #[serde(rename = "monitor_escalation_buffer", with = "crate::duration::human")]
+    #[arg(long = "monitor-escalation-buffer", env = "LOCKPROBE_MONITOR_ESCALATION_BUFFER", default_value = "10m", value_parser = crate::duration::parse_bounded_duration)]
     pub escalation_buffer: Duration,
     /// The service's declared convergence delay (max cache TTL + replication bound); a
     /// lock declaring less is judged against this.
     ///
     /// A client that under-declares (effectiveAt - acquiredAt shorter than this) cannot
     /// hide an early escalation.
-    #[arg(id = "monitor_declared_delay", long = "monitor-declared-delay", env = "LOCKPROBE_MONITOR_DECLARED_DELAY", value_parser = crate::duration::parse_bounded_duration)]
-    #[serde(
-        rename = "monitor_declared_delay",
-        with = "crate::duration::human::option",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[arg(long = "monitor-declared-delay", env = "LOCKPROBE_MONITOR_DECLARED_DELAY", value_parser = crate::duration::parse_bounded_duration)]
     pub declared_delay: Option<Duration>,
     /// How many recent anomalies the status API lists (not a flag: embedders set it).
     #[arg(skip = MonitorConfig::RECENT_ANOMALIES)]
-    #[serde(skip)]
     pub recent_anomalies: usize,
 }
 
@@ -201,12 +180,10 @@ mod tests {
     fn the_flags_default_to_the_defaults() {
         // A variable of this test's would race other tests; none of these is set here.
         assert_eq!(parse(&[]).unwrap(), MonitorConfig::default());
-        let config: MonitorConfig = toml::from_str("").unwrap();
-        assert_eq!(config, MonitorConfig::default());
     }
 
     #[test]
-    fn flags_and_keys_are_two_views_of_one_type() {
+    fn flags_parse_human_durations() {
         let from_flags = parse(&[
             "--monitor-scan-interval",
             "2s",
@@ -217,27 +194,9 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(from_flags.scan_interval, Duration::from_secs(2));
+        assert_eq!(from_flags.escalation_buffer, Duration::from_secs(1));
         assert_eq!(from_flags.declared_delay, Some(Duration::from_secs(4)));
         assert_eq!(from_flags.poll_interval, Duration::from_millis(200));
-        let from_keys: MonitorConfig = toml::from_str(
-            "monitor_scan_interval = \"2s\"\nmonitor_escalation_buffer = \"1s\"\nmonitor_declared_delay = \"4s\"",
-        )
-        .unwrap();
-        assert_eq!(from_keys, from_flags);
-        // Every flag has the key of its name, and back.
-        let keys =
-            toml::Table::try_from(MonitorConfig { declared_delay: Some(Duration::ZERO), ..MonitorConfig::default() })
-                .unwrap();
-        let flags: Vec<String> = <Cli as clap::CommandFactory>::command()
-            .get_arguments()
-            .filter_map(|a| a.get_long())
-            .map(|l| l.replace('-', "_"))
-            .collect();
-        let mut keys: Vec<String> = keys.keys().cloned().collect();
-        keys.sort();
-        let mut flags = flags;
-        flags.sort();
-        assert_eq!(keys, flags);
     }
 
     #[test]
@@ -268,8 +227,6 @@ mod tests {
         let err = parse(&["--monitor-lapse-grace", "500000years"]).unwrap_err().to_string();
         assert!(err.contains("--monitor-lapse-grace") && err.contains("over the limit of 10years"), "{err}");
         assert!(parse(&["--monitor-lapse-grace", "10years"]).is_ok());
-        let err = toml::from_str::<MonitorConfig>("monitor_lapse_grace = \"500000years\"").unwrap_err().to_string();
-        assert!(err.contains("monitor_lapse_grace") && err.contains("over the limit of 10years"), "{err}");
     }
 
     #[test]

@@ -9,32 +9,28 @@ use std::time::Duration;
 
 use azure_core::credentials::Secret;
 use azure_core::http::Url;
-use serde::{Deserialize, Serialize};
 
 use crate::store::cosmos::{is_local_emulator, ChangeStreamMode, CosmosAuth, CosmosConfig};
 
 /// The Cosmos store's settings: the `--cosmos-*` flags (each also read from a
 /// `LOCKPROBE_COSMOS_*` variable) and the `cosmos_*` keys of a `[monitor]` table are two
-/// views of this one type; [`CosmosArgs::to_config`] validates it into the store's
-/// [`CosmosConfig`].
-#[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
-#[serde(default)]
+/// views of this one type (a table is read through the flags: see
+/// [`crate::app::monitor::MonitorSection::from_table`]); [`CosmosArgs::to_config`]
+/// validates it into the store's [`CosmosConfig`].
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct CosmosArgs {
     /// Account endpoint, e.g. `https://myaccount.documents.azure.com:443/` (required with
     /// `--store cosmos`).
     #[arg(long = "cosmos-endpoint", env = "LOCKPROBE_COSMOS_ENDPOINT", value_name = "URL")]
-    #[serde(rename = "cosmos_endpoint", skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
 
     /// How to authenticate: `key` (account key from --cosmos-key-env) or `entra`.
     #[arg(long = "cosmos-auth", env = "LOCKPROBE_COSMOS_AUTH", value_enum, default_value = "key")]
-    #[serde(rename = "cosmos_auth")]
     pub auth: AuthKind,
 
     /// Name of the environment variable that holds the account key (never the key);
     /// required with `--store cosmos` and `--cosmos-auth key`.
     #[arg(long = "cosmos-key-env", env = "LOCKPROBE_COSMOS_KEY_ENV", value_name = "VAR")]
-    #[serde(rename = "cosmos_key_env", skip_serializing_if = "Option::is_none")]
     pub key_env: Option<String>,
 
     /// With `--cosmos-auth entra`: `managed-identity` (system-assigned, or user-assigned
@@ -46,22 +42,18 @@ pub struct CosmosArgs {
         value_enum,
         default_value = "managed-identity"
     )]
-    #[serde(rename = "cosmos_entra_credential")]
     pub entra_credential: EntraCredentialKind,
 
     /// Client id of a user-assigned managed identity (with `managed-identity`).
     #[arg(long = "cosmos-entra-client-id", env = "LOCKPROBE_COSMOS_ENTRA_CLIENT_ID", value_name = "ID")]
-    #[serde(rename = "cosmos_entra_client_id", skip_serializing_if = "Option::is_none")]
     pub entra_client_id: Option<String>,
 
     /// Database name (required with `--store cosmos`).
     #[arg(long = "cosmos-database", env = "LOCKPROBE_COSMOS_DATABASE", value_name = "NAME")]
-    #[serde(rename = "cosmos_database", skip_serializing_if = "Option::is_none")]
     pub database: Option<String>,
 
     /// Container name, partition key `/id` (required with `--store cosmos`).
     #[arg(long = "cosmos-container", env = "LOCKPROBE_COSMOS_CONTAINER", value_name = "NAME")]
-    #[serde(rename = "cosmos_container", skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
 
     /// Region for replica reads, nearest first; repeat the flag (comma-separated in the
@@ -72,49 +64,41 @@ pub struct CosmosArgs {
         value_name = "REGION",
         value_delimiter = ','
     )]
-    #[serde(rename = "cosmos_preferred_region")]
     pub preferred_regions: Vec<String>,
 
     /// The write region you expect the account to have. Optional: the store discovers
     /// the write region from the account (and follows a failover); a mismatch with this
     /// is logged and exported as `lockprobe_cosmos_write_region_mismatch`.
     #[arg(long = "cosmos-write-region", env = "LOCKPROBE_COSMOS_WRITE_REGION", value_name = "REGION")]
-    #[serde(rename = "cosmos_write_region", skip_serializing_if = "Option::is_none")]
     pub write_region: Option<String>,
 
     /// Create the database and container when they do not exist.
     #[arg(long = "cosmos-create-if-missing", env = "LOCKPROBE_COSMOS_CREATE_IF_MISSING")]
-    #[serde(rename = "cosmos_create_if_missing")]
     pub create_if_missing: bool,
 
     /// Change stream source: `auto` (poll on a local emulator, change feed otherwise),
     /// `change-feed` or `poll`.
     #[arg(long = "cosmos-change-stream", env = "LOCKPROBE_COSMOS_CHANGE_STREAM", value_enum, default_value = "auto")]
-    #[serde(rename = "cosmos_change_stream")]
     pub change_stream: ChangeStreamChoice,
 
     /// How often change-stream consumers poll when they are caught up.
     #[arg(long = "cosmos-poll-interval", env = "LOCKPROBE_COSMOS_POLL_INTERVAL", value_name = "DURATION", default_value = "1s", value_parser = crate::duration::parse_bounded_duration)]
-    #[serde(rename = "cosmos_poll_interval", with = "crate::duration::human")]
     pub poll_interval: Duration,
 
     /// How far back the `_ts` poll re-reads, to catch writes that became visible after
     /// a later second was already read (whole seconds; `_ts` has one-second resolution).
     #[arg(long = "cosmos-poll-overlap", env = "LOCKPROBE_COSMOS_POLL_OVERLAP", value_name = "DURATION", default_value = "2s", value_parser = crate::duration::parse_bounded_duration)]
-    #[serde(rename = "cosmos_poll_overlap", with = "crate::duration::human")]
     pub poll_overlap: Duration,
 
     /// Upper bound on one store call, retries included; past it the call fails as
     /// unavailable.
     #[arg(long = "cosmos-request-timeout", env = "LOCKPROBE_COSMOS_REQUEST_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = crate::duration::parse_bounded_duration)]
-    #[serde(rename = "cosmos_request_timeout", with = "crate::duration::human")]
     pub request_timeout: Duration,
 
     /// How often the account's write region is looked up when nothing suggested that it
     /// moved (a write refused by a read region, or committed elsewhere, triggers a
     /// lookup at once).
     #[arg(long = "cosmos-region-refresh-interval", env = "LOCKPROBE_COSMOS_REGION_REFRESH_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = crate::duration::parse_bounded_duration)]
-    #[serde(rename = "cosmos_region_refresh_interval", with = "crate::duration::human")]
     pub region_refresh_interval: Duration,
 }
 
@@ -142,8 +126,7 @@ impl Default for CosmosArgs {
 }
 
 /// `--cosmos-auth`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum AuthKind {
     /// The account key, from the variable `--cosmos-key-env` names.
     Key,
@@ -152,8 +135,7 @@ pub enum AuthKind {
 }
 
 /// `--cosmos-entra-credential`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum EntraCredentialKind {
     /// A system-assigned managed identity, or a user-assigned one with
     /// `--cosmos-entra-client-id`.
@@ -163,8 +145,7 @@ pub enum EntraCredentialKind {
 }
 
 /// `--cosmos-change-stream`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ChangeStreamChoice {
     /// The `_ts` poll on a local emulator, the change feed otherwise.
     Auto,
@@ -534,40 +515,6 @@ mod tests {
         let err =
             <Cli as clap::Parser>::try_parse_from(["lockprobe", "--cosmos-entra-credential", "password"]).unwrap_err();
         assert!(err.to_string().contains("--cosmos-entra-credential") && err.to_string().contains("password"), "{err}");
-    }
-
-    #[test]
-    fn flags_and_keys_are_two_views_of_one_type() {
-        let keys: CosmosArgs = toml::from_str(
-            "cosmos_endpoint = \"https://a.documents.azure.com/\"\ncosmos_preferred_region = [\"North Europe\"]\ncosmos_change_stream = \"poll\"\ncosmos_poll_interval = \"100ms\"",
-        )
-        .unwrap();
-        assert_eq!(keys.endpoint.as_deref(), Some("https://a.documents.azure.com/"));
-        assert_eq!((keys.change_stream, keys.poll_interval), (ChangeStreamChoice::Poll, Duration::from_millis(100)));
-        assert_eq!(keys.request_timeout, Duration::from_secs(10), "a missing key takes the flag's default");
-        let all = CosmosArgs {
-            endpoint: Some("e".into()),
-            key_env: Some("k".into()),
-            entra_client_id: Some("c".into()),
-            database: Some("d".into()),
-            container: Some("c".into()),
-            write_region: Some("w".into()),
-            ..CosmosArgs::default()
-        };
-        let mut keys: Vec<String> = toml::Table::try_from(all).unwrap().keys().cloned().collect();
-        keys.sort();
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            cosmos: CosmosArgs,
-        }
-        let mut flags: Vec<String> = <Cli as clap::CommandFactory>::command()
-            .get_arguments()
-            .filter_map(|a| a.get_long())
-            .map(|l| l.replace('-', "_"))
-            .collect();
-        flags.sort();
-        assert_eq!(keys, flags);
     }
 
     #[test]
