@@ -517,6 +517,34 @@ mod tests {
         assert!(err.to_string().contains("--cosmos-entra-credential") && err.to_string().contains("password"), "{err}");
     }
 
+    /// The refusals name flags and variables as text; each must be a real one, so a
+    /// renamed flag cannot leave its error naming the old one.
+    #[test]
+    fn refusals_name_real_flags_and_their_variables() {
+        let command = <CosmosArgs as clap::Args>::augment_args(clap::Command::new("cosmos"));
+        let variable_of = |flag: &str| {
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_long() == Some(flag.trim_start_matches("--")))
+                .unwrap_or_else(|| panic!("{flag} is not a flag"));
+            arg.get_env().map(|v| v.to_string_lossy().into_owned())
+        };
+        for (flag, env) in [ENDPOINT, KEY_ENV, DATABASE, CONTAINER] {
+            assert_eq!(variable_of(flag).as_deref(), Some(env), "{flag}");
+        }
+        let source = include_str!("cosmos.rs");
+        let named: std::collections::BTreeSet<&str> = source
+            .split("flag: \"")
+            .skip(1)
+            .chain(source.split("const FLAG: &str = \"").skip(1))
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        assert!(named.len() >= 4, "{named:?}");
+        for flag in named {
+            variable_of(flag);
+        }
+    }
+
     #[test]
     fn flags_parse_with_clap() {
         #[derive(clap::Parser)]
