@@ -368,3 +368,57 @@ async fn a_target_that_never_answers_delays_only_its_own_recovery() {
     wait_for("the silent target's lost firings to be counted", DEADLINE * 2, async || missed(http.clone()).await >= 10)
         .await;
 }
+
+/// Killed after its force-release check's approval, while the old token is still in the
+/// journal (the check keeps it until every instance has refused it, after the caches'
+/// convergence): the restarted probe's release of that token is refused `410
+/// lock-force-released`, which recovery counts as cleared. The journal empties and no
+/// lock is left on either resource, with no lease to wait out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_killed_after_a_force_release_approval_clears_its_journal() {
+    const FORCED: &str = "probe-0001-force-release";
+    let svc = start_service(vec![], Duration::from_secs(1), Duration::from_millis(500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let admin_key_files: Vec<String> = svc.admin_key_files.iter().map(|f| f.display().to_string()).collect();
+    let config = |schedule: &str| {
+        ProbeConfig::new(dir.path().join("state.json"))
+            .listen("127.0.0.1:0")
+            .target(
+                TargetConfig::new("kill", &svc.urls)
+                    .api_key_env(KEY_ENV)
+                    .set("admin_key_files", admin_key_files.clone())
+                    // The wait after the approval, before the last refusals: the window the
+                    // kill must fall in.
+                    .buffer("8s")
+                    .schedule(schedule)
+                    .timeout("5m"),
+            )
+            .write_as(dir.path(), &format!("probe-{}.toml", schedule.len()))
+    };
+    let journaled = |dir: &Path| state_tokens(dir).iter().any(|(r, has_token)| r == FORCED && *has_token);
+    let first = serve(&config("* * * * * *"), &svc.key);
+    wait_for("the force-release approved, its old token still journaled", Duration::from_secs(90), async || {
+        let approved = svc.admin_view(FORCED).await["requests"]
+            .as_array()
+            .is_some_and(|requests| requests.iter().any(|r| r["status"] == "released"));
+        approved && journaled(dir.path())
+    })
+    .await;
+    drop(first);
+    assert!(journaled(dir.path()), "killed with the old token in the journal");
+
+    // Only recovery runs (year 2099): its release of the old token is refused 410, and
+    // that clears the entry.
+    let second = serve(&config("0 0 0 1 1 * 2099"), &svc.key);
+    wait_for("the state file to be emptied", Duration::from_secs(20), async || state_tokens(dir.path()).is_empty())
+        .await;
+    for url in &svc.urls {
+        for resource in ["probe-0001", FORCED] {
+            wait_for("every instance to show no lock", Duration::from_secs(5), async || {
+                route(url, resource).await["lock"].is_null()
+            })
+            .await;
+        }
+    }
+    drop(second);
+}
