@@ -157,7 +157,13 @@ impl StateFile {
         self.write_failure.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The entries, waited for off the runtime: a writer holds them while the disk
+    /// syncs.
     fn locks(&self) -> std::sync::MutexGuard<'_, Locks> {
+        off_the_runtime(|| self.locks_here())
+    }
+
+    fn locks_here(&self) -> std::sync::MutexGuard<'_, Locks> {
         self.locks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -230,16 +236,32 @@ impl StateFile {
     }
 
     fn update(&self, f: impl FnOnce(&mut Locks)) -> Result<(), StateError> {
-        // The mutex is held across the write so concurrent cycles never interleave files.
-        let mut locks = self.locks();
-        f(&mut locks);
-        if let Some(path) = &self.path {
-            let written = write_atomically(path, &StateDoc { locks: locks.values().cloned().collect() });
-            *self.write_failure.lock().unwrap_or_else(|e| e.into_inner()) =
-                written.as_ref().err().map(ToString::to_string);
-            written?;
-        }
-        Ok(())
+        off_the_runtime(|| {
+            // The mutex is held across the write so concurrent cycles never interleave
+            // files.
+            let mut locks = self.locks_here();
+            f(&mut locks);
+            if let Some(path) = &self.path {
+                let written = write_atomically(path, &StateDoc { locks: locks.values().cloned().collect() });
+                *self.write_failure.lock().unwrap_or_else(|e| e.into_inner()) =
+                    written.as_ref().err().map(ToString::to_string);
+                written?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Runs `f`, which may wait on the disk (a write and its fsync, or the lock a writer
+/// holds meanwhile), without stalling the async runtime: on a multi-threaded runtime the
+/// worker first hands its other tasks to another thread, so a slow or stalled disk
+/// holds up the cycles that journal and never `/metrics`, `/healthz` or the scheduler.
+/// Elsewhere (a current-thread runtime, a plain thread) `f` just runs.
+fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(runtime) if runtime.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 
@@ -271,6 +293,8 @@ fn write_atomically(path: &Path, doc: &StateDoc) -> Result<(), StateError> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -380,6 +404,35 @@ mod tests {
         assert_eq!(StateFile::open(&path).unwrap().entries().len(), 2);
         // A missing directory is refused as well.
         assert!(StateFile::check_writable(&dir.path().join("gone/state.json")).is_err());
+    }
+
+    /// A stalled disk (here the write's temporary file is a FIFO nobody reads, so
+    /// opening it for writing waits) holds up the journaling task only: another task on
+    /// the same single worker keeps running.
+    #[cfg(unix)]
+    #[test]
+    fn a_stalled_write_does_not_stall_the_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let state = std::sync::Arc::new(StateFile::open(&path).unwrap());
+        let made = std::process::Command::new("mkfifo").arg(temp_path(&path)).status().unwrap();
+        assert!(made.success());
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        // Queued in this order on the one worker: the write first, then the other task.
+        let writer = runtime.spawn({
+            let state = state.clone();
+            async move { state.record_intent("t", "probe-1", None) }
+        });
+        let (ran, heard) = std::sync::mpsc::channel();
+        runtime.spawn(async move { ran.send(()) });
+        let other_ran = heard.recv_timeout(Duration::from_secs(10)).is_ok();
+        // The disk answers (a FIFO takes the bytes, then refuses the fsync), before any
+        // assertion, so a failing run ends instead of leaving a worker blocked.
+        let drained = std::fs::read(temp_path(&path)).map(|b| b.len());
+        assert!(other_ran, "a task beside a stalled journal write never ran");
+        assert!(drained.unwrap() > 0, "the write was waiting on the disk");
+        let written = runtime.block_on(async { tokio::time::timeout(Duration::from_secs(10), writer).await });
+        assert!(matches!(written, Ok(Ok(_))), "the write ends once the disk answers");
     }
 
     #[test]
