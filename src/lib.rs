@@ -26,12 +26,13 @@
 //!      authentication; re-read on change).
 //! 2. [`store`]: the `LocationStore` trait; [`store::memory`] is the embedded default,
 //!    [`store::cosmos`] the Azure Cosmos DB backend (which discovers the account's write
-//!    region and follows a failover), [`store::faults`] a wrapper around either and the
-//!    only fault injector (slow, late, ambiguous, failed and lost-race calls),
-//!    [`store::counting`] the only counter (point calls by document kind, routing
-//!    document or lock record, and every call by kind), and [`store::latency`] one that
-//!    gives the memory store Cosmos DB's latencies for load runs. It knows documents,
-//!    not lock rules, and no command line.
+//!    region and follows a failover); inside the crate, `store::faults` a wrapper around
+//!    either and the only fault injector (slow, late, ambiguous, failed and lost-race
+//!    calls), `store::counting` the only counter (point calls by document kind, routing
+//!    document or lock record, and every call by kind), and `store::latency` one that
+//!    gives the memory store Cosmos DB's latencies for load runs (the tests reach these
+//!    three through `testing`, below). It knows documents, not lock rules, and no
+//!    command line.
 //! 3. [`routing`]: the lock lifecycle (pure, with the commit-time rules and idempotency
 //!    records), the two-person force-release of a stuck lock (pure too), enforcement,
 //!    cache freshness, the tiered cache and the `RoutingClient` a service links.
@@ -77,3 +78,19 @@ pub mod routing;
 pub mod service;
 pub mod store;
 pub mod versions;
+
+#[doc(hidden)]
+pub mod testing {
+    //! What the fault, campaign, store and load tests need from inside the crate, exposed
+    //! once and on purpose: the store's fault injector, its call counter and its latency
+    //! wrapper. They are the reference service's, the release gate's and the benchmarks'
+    //! tools, not part of the library a service embeds, so they are hidden from the
+    //! documentation and carry no stability promise: any release may change them.
+    //!
+    //! `tests/layering.rs` names the test files that may use this module; no module of
+    //! the crate uses it (they use the items by their own paths).
+
+    pub use crate::store::counting::{CountingStore, OpCounts};
+    pub use crate::store::faults::{in_step, FaultAction, FaultKind, FaultRule, FaultStats, FaultyStore, OpSet};
+    pub use crate::store::latency::{LatencyModel, LatencyStore};
+}

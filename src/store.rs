@@ -6,9 +6,13 @@
 //! paged scan of all documents.
 
 pub mod cosmos;
-pub mod counting;
-pub mod faults;
-pub mod latency;
+// The wrappers that rehearse, count and slow a store are for the reference service,
+// the release gate, the benchmarks and the tests, not for a service embedding the
+// library: the crate uses them by these paths, and the tests through
+// `lockprobe::testing`, which promises them no stability.
+pub(crate) mod counting;
+pub(crate) mod faults;
+pub(crate) mod latency;
 pub mod memory;
 
 use std::fmt::{self, Debug};

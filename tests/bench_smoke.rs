@@ -10,9 +10,9 @@ use lockprobe::document::LocationDocument;
 use lockprobe::harness::load::{self, LoadResult, LoadSpec};
 use lockprobe::harness::sizes::{MAX_BYTES, P99_BUDGET_BYTES};
 use lockprobe::service::LockDesign;
-use lockprobe::store::latency::{LatencyModel, LatencyStore};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::LocationStore;
+use lockprobe::testing::{LatencyModel, LatencyStore};
 
 const MIGRATING: f64 = 0.1;
 

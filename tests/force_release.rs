@@ -555,8 +555,8 @@ async fn the_admin_command_releases_a_lock_through_the_service_binary() {
 /// loses the release, and the old token is refused after both.
 #[tokio::test]
 async fn an_approval_whose_write_is_late_or_ambiguous_releases_once() {
-    use lockprobe::store::faults::FaultAction;
     use lockprobe::store::OpKind;
+    use lockprobe::testing::FaultAction;
 
     let h = Harness::new(LockDesign::Embedded).await;
     for (n, action) in [

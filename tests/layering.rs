@@ -27,6 +27,11 @@
 //! path is written in, inline `mod tests { .. }` included); comments and string literals
 //! are not code. A single crate with this test rather than a Cargo workspace: see
 //! `docs/architecture.md`.
+//!
+//! `lockprobe::testing` (the store's fault injector, counter and latency wrapper, exposed
+//! for tests and hidden from the API) is used only by the test files named in
+//! [`MAY_USE_TESTING`], by `examples/` and `benches/`; no module of the crate outside
+//! `lib.rs` uses `crate::testing`.
 
 use std::path::{Path, PathBuf};
 
@@ -628,4 +633,91 @@ fn the_rules_refuse_what_runs_up() {
     ] {
         assert!(refusal(&m(from), &m(to)).is_none(), "{from} -> {to} must be allowed");
     }
+}
+
+/// The test files that may use `lockprobe::testing`, relative to the package: the fault,
+/// campaign, store and load tests and the support modules they share. `examples/` and
+/// `benches/` may use it too. A file added here is a test that needs the crate's
+/// insides; a file that stops using it must leave the list.
+const MAY_USE_TESTING: &[&str] = &[
+    "tests/bench_smoke.rs",
+    "tests/fault_campaign.rs",
+    "tests/force_release.rs",
+    "tests/monitor_run.rs",
+    "tests/probe_kill_restart.rs",
+    "tests/routing_bugs.rs",
+    "tests/routing_client.rs",
+    "tests/routing_concurrency.rs",
+    "tests/routing_properties.rs",
+    "tests/routing_resolve.rs",
+    "tests/service_contract.rs",
+    "tests/store_fault_scenarios.rs",
+    "tests/support/fleet.rs",
+    "tests/support/service.rs",
+    "tests/support/stores.rs",
+];
+
+/// Whether `code` (a whole file) names `testing` at the crate root, through `lockprobe::`
+/// or `crate::` (resolved as the layer scan resolves them, `module` being the file's own
+/// module path).
+fn uses_testing(code: &str, module: &[String]) -> bool {
+    references(&code_only(code), module).iter().any(|p| p.first().is_some_and(|s| s == "testing"))
+}
+
+/// Every use of `testing` where it may not be, and every file of [`MAY_USE_TESTING`]
+/// that no longer uses it (or no longer exists), each as a line to report.
+fn testing_misuses() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    let src = root.join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    for file in files {
+        if file == src.join("lib.rs") {
+            continue;
+        }
+        if uses_testing(&std::fs::read_to_string(&file).unwrap(), &module_of(&src, &file)) {
+            found.push(format!("{}: crate::testing is for the tests, not the crate's modules", file.display()));
+        }
+    }
+    let mut files = Vec::new();
+    sources(&root.join("tests"), &mut files);
+    assert!(files.len() > 40, "{files:?}");
+    let mut users = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+        if !uses_testing(&std::fs::read_to_string(&file).unwrap(), &[]) {
+            continue;
+        }
+        if !MAY_USE_TESTING.contains(&rel.as_str()) {
+            found.push(format!("{rel}: uses lockprobe::testing but is not in MAY_USE_TESTING"));
+        }
+        users.push(rel);
+    }
+    for listed in MAY_USE_TESTING {
+        if !users.iter().any(|u| u == listed) {
+            found.push(format!("{listed}: in MAY_USE_TESTING but does not use lockprobe::testing"));
+        }
+    }
+    found
+}
+
+#[test]
+fn only_the_named_tests_use_the_testing_module() {
+    let found = testing_misuses();
+    assert!(found.is_empty(), "uses of lockprobe::testing ({}):\n{}", found.len(), found.join("\n"));
+}
+
+#[test]
+fn the_testing_scan_sees_direct_grouped_and_crate_uses() {
+    let m = |p: &str| p.split("::").map(str::to_string).collect::<Vec<_>>();
+    assert!(uses_testing("use lockprobe::testing::FaultyStore;", &[]));
+    assert!(uses_testing("use lockprobe::{store, testing::{FaultAction, OpSet}};", &[]));
+    assert!(uses_testing("fn f() { lockprobe::testing::in_step(\"x\", g()) }", &[]));
+    assert!(uses_testing("use crate::testing::CountingStore;", &m("service::lock_api")));
+    assert!(uses_testing("mod t { use super::super::testing::OpSet; }", &m("store")));
+    // Comments, strings and look-alikes are not uses.
+    assert!(!uses_testing("// lockprobe::testing::FaultyStore\nlet s = \"crate::testing\";", &[]));
+    assert!(!uses_testing("use lockprobe::store::testing_helpers;", &[]));
+    assert!(!uses_testing("use lockprobe::testing_more::X;", &[]));
 }

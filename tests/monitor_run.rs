@@ -17,12 +17,12 @@ use lockprobe::routing::cache::TieredCache;
 use lockprobe::routing::{
     ClientOptions, LocationDocument, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient,
 };
-use lockprobe::store::faults::FaultAction;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::OpKind;
 use lockprobe::store::{
     ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
 };
+use lockprobe::testing::FaultAction;
 use prometheus::{Encoder, TextEncoder};
 use tokio_util::sync::CancellationToken;
 

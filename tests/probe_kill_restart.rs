@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lockprobe::store::faults::FaultKind;
 use lockprobe::store::OpKind;
+use lockprobe::testing::FaultKind;
 use probe_config::{ProbeConfig, TargetConfig};
 use support::{route, start_service, start_service_with_store_faults};
 

@@ -15,9 +15,9 @@ use lockprobe::routing::{
     enforce, ClientOptions, Decision, LocationDocument, LockPolicy, Operation, Phase, PreLockRequest, RoutingClient,
     Source,
 };
-use lockprobe::store::counting::OpCounts;
 use lockprobe::store::memory::MemoryStoreConfig;
 use lockprobe::store::{LocationStore, ReadFrom};
+use lockprobe::testing::OpCounts;
 
 const TTL: Duration = Duration::from_secs(4);
 const LAG: Duration = Duration::from_secs(3);

@@ -21,11 +21,11 @@ use lockprobe::routing::{
     ClientOptions, LocationDocument, LockError, LockPolicy, Phase, PreLockRequest, RoutingClient, RoutingError, Source,
     SwapPlan,
 };
-use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::{
     ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
 };
+use lockprobe::testing::FaultyStore;
 
 const TTL: Duration = Duration::from_secs(1);
 const LAG: Duration = Duration::from_secs(1);

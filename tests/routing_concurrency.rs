@@ -21,12 +21,12 @@ use lockprobe::routing::{
     ClientOptions, Grant, LocationDocument, LockCall, LockError, LockPolicy, LockToken, PreLockRequest, RoutingClient,
     RoutingError,
 };
-use lockprobe::store::faults::FaultAction;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::OpKind;
 use lockprobe::store::{
     ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
 };
+use lockprobe::testing::FaultAction;
 use tokio::sync::Barrier;
 
 const TASKS: usize = 50;

@@ -44,12 +44,12 @@ use lockprobe::routing::{
     ClientOptions, LocationDocument, LockError, LockInfo, LockPolicy, LockToken, Phase, PreLockRequest, RoutingClient,
     RoutingError, Source,
 };
-use lockprobe::store::faults::FaultAction;
 use lockprobe::store::memory::MemoryStoreConfig;
 use lockprobe::store::OpKind;
 use lockprobe::store::{
     ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
 };
+use lockprobe::testing::FaultAction;
 
 const ID: &str = "res-1";
 const REGIONS: [&str; 3] = ["westeurope", "northeurope", "eastus"];

@@ -15,9 +15,9 @@ use chrono::{DateTime, Utc};
 use lockprobe::clock::{to_chrono, Clock, ManualClock};
 use lockprobe::routing::cache::TieredCache;
 use lockprobe::routing::{ClientOptions, LocationDocument, LockPolicy, Phase, PreLockRequest, RoutingClient, Source};
-use lockprobe::store::counting::OpCounts;
 use lockprobe::store::memory::MemoryStoreConfig;
 use lockprobe::store::{LocationStore, ReadFrom};
+use lockprobe::testing::OpCounts;
 
 const FAST: Duration = Duration::from_secs(1);
 const SLOW: Duration = Duration::from_secs(4);

@@ -15,8 +15,8 @@ use chrono::TimeDelta;
 use fleet::{Answer, Fleet, FleetOptions};
 use lockprobe::document::lock_record_id;
 use lockprobe::service::{Fault, LockDesign};
-use lockprobe::store::faults::{FaultKind, FaultRule};
 use lockprobe::store::{LocationStore, OpKind, ReadFrom};
+use lockprobe::testing::{FaultKind, FaultRule};
 use serde_json::json;
 
 const ID: &str = "r";

@@ -7,7 +7,7 @@
 //! slowed to Cosmos DB's latencies ([`LatencyModel`]), or with `--store cosmos` a real
 //! Cosmos DB endpoint (the local one of `scripts/setup-cosmos.sh` included).
 //!
-//! Lock reads are counted by the store ([`crate::store::counting`]): the reads a user
+//! Lock reads are counted by the store (`crate::store::counting`): the reads a user
 //! operation makes to learn the lock. In the record design those are its lock-record
 //! reads; in the embedded design the lock travels in the routing document, and the
 //! reads it causes are the write-region read-throughs of a started lock. One formula

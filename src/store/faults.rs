@@ -415,7 +415,7 @@ pub const INJECTION_LOG: usize = 65_536;
 
 /// What the wrapper has counted: faults injected by call kind and fault, and faults
 /// injected by the step of the caller they hit (see [`in_step`]). Calls are counted by
-/// [`super::counting`].
+/// `super::counting`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FaultStats {
     injected: [[u64; FaultKind::ALL.len()]; OpKind::ALL.len()],

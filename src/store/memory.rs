@@ -3,8 +3,8 @@
 //! It behaves like the production store where the lock protocol cares: a new ETag on
 //! every write, 412 on a stale ETag, 409 on creating an existing id, and replicas that
 //! lag the write region by a configured bound (bounded staleness), so stale reads can be
-//! shown. It is only a store: faults come from [`super::faults`] and counts from
-//! [`super::counting`] wrapped around it, as around any store.
+//! shown. It is only a store: faults come from `super::faults` and counts from
+//! `super::counting` wrapped around it, as around any store.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};

@@ -22,11 +22,11 @@ use lockprobe::clock::{Clock, SkewedClock, TokioClock};
 use lockprobe::routing::LocationDocument;
 use lockprobe::service::items::ItemStores;
 use lockprobe::service::{self, Fault, LockDesign, ServiceConfig};
-use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::{
     ChangeBatch, ChangeCursor, Committed, ETag, LocationStore, ReadFrom, ScanPage, StoreError, Versioned,
 };
+use lockprobe::testing::FaultyStore;
 use serde_json::Value;
 use tower::ServiceExt;
 

@@ -10,9 +10,9 @@ use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::probe::checks::settings::{Leases, ProbeSettings};
 use lockprobe::service::admin_api::AdminPrincipal;
 use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
-use lockprobe::store::faults::FaultyStore;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::LocationStore;
+use lockprobe::testing::FaultyStore;
 use tokio_util::sync::CancellationToken;
 
 /// A running two-instance reference service; stops when dropped.

@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use lockprobe::clock::Clock;
-use lockprobe::store::counting::{CountingStore, OpCounts};
-use lockprobe::store::faults::{FaultAction, FaultRule, FaultyStore};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::{LocationStore, OpKind};
+use lockprobe::testing::{CountingStore, OpCounts};
+use lockprobe::testing::{FaultAction, FaultRule, FaultyStore};
 
 /// A memory store behind a fault injector behind a counter: every call a client makes
 /// is counted, faulted or not.
