@@ -106,7 +106,7 @@ fn main() -> std::process::ExitCode {
         r.peak_monitor_bytes as f64 / 1048576.0
     );
     println!("store peak          {} documents", r.peak_documents);
-    if let Some(kib) = lockprobe::harness::measure::peak_rss_bytes().map(|b| b / 1024) {
+    if let Some(kib) = lockprobe::harness::peak_rss_bytes().map(|b| b / 1024) {
         println!("peak RSS            {:.1} MiB (whole process)", kib as f64 / 1024.0);
     }
     let over_budget = r.document_sizes.over_budget();

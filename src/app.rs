@@ -19,7 +19,7 @@
 //! - [`listen`]: `--header-read-timeout` and `--max-connections`, the listener bounds
 //!   of every command that listens.
 //! - [`usage`]: usage errors (exit 64).
-//! - [`tasks`]: how `serve` and `demo` run their background parts and stop them.
+//! - `tasks`: how `serve` and `demo` run their background parts and stop them.
 
 pub mod admin;
 pub mod bench;
@@ -30,6 +30,6 @@ pub mod monitor;
 pub mod serve;
 pub mod service;
 pub mod store;
-pub mod tasks;
+mod tasks;
 pub mod usage;
 pub mod validate;

@@ -42,7 +42,7 @@
 //!      (force-release, by two admin principals), the contract's OpenAPI 3.1
 //!      description at `GET /openapi.json`, over HTTP or HTTPS (optionally mutual TLS);
 //!      its locks embedded in the routing document or, as a measured baseline, in
-//!      separate lock records ([`service::design`]).
+//!      separate lock records ([`service::LockDesign`]).
 //!    - [`monitor`]: the convergence monitor; reads the store's change stream and settles
 //!      what it reads with the routing lifecycle's rules.
 //!    - [`probe`]: the black-box probe, in three rooms: [`probe::checks`] (the contract

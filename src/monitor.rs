@@ -1,31 +1,34 @@
 //! The convergence monitor: every migration's lock timeline, read from the store.
 //!
 //! The monitor follows the store's change stream and keeps a compact timeline per
-//! in-flight migration (see [`timeline`]); from those it measures phase holds and the
+//! in-flight migration (see `timeline`); from those it measures phase holds and the
 //! pre-lock -> hardDelete interval against the declared delay + buffer, counts
 //! outcomes, and flags early escalations, orphaned locks and partial cutovers
-//! ([`tracker`]). A periodic scan of the write region finds what the stream missed
+//! (`tracker`). A periodic scan of the write region finds what the stream missed
 //! (a restart, a change log that dropped entries), and a sweep ends timelines whose
 //! lease ran out with no event. It reads the store, never the probe.
 //!
-//! - [`config`]: [`MonitorConfig`], the monitor's settings as flags and as `[monitor]`
-//!   keys; [`http`]: the `/api/v1/monitor` route and the `/monitor` page ([`page`]).
-//! - [`tracker`]: the pure inference from observed versions to events, over a
-//!   [`table`] of [`timeline`]s packed for a million migrations in flight.
-//! - [`metrics`]: `lockprobe_monitor_*` and the HDR percentiles of the status API.
-//! - [`status`]: [`MonitorStatus`], the document of `/api/v1/monitor`.
-//! - [`unreadable`]: the documents the monitor cannot read (a newer library's format, or
+//! - `config`: [`MonitorConfig`], the monitor's settings as flags and as `[monitor]`
+//!   keys; [`http`]: the `/api/v1/monitor` route and the `/monitor` page (`page`).
+//! - `tracker`: the pure inference from observed versions to events, over a
+//!   `table` of `timeline`s packed for a million migrations in flight.
+//! - `metrics`: `lockprobe_monitor_*` and the HDR percentiles of the status API.
+//! - `status`: [`MonitorStatus`], the document of `/api/v1/monitor`.
+//! - `unreadable`: the documents the monitor cannot read (a newer library's format, or
 //!   no location document), skipped and counted so they blind it to nothing else.
 
-pub mod config;
+// The parts are private and what callers need is re-exported below; `http` stays a
+// module of its own, since its routes (`http::router`, `http::health_router`) read as
+// what they are only under that name.
+mod config;
 pub mod http;
-pub mod metrics;
-pub mod page;
-pub mod status;
-pub mod table;
-pub mod timeline;
-pub mod tracker;
-pub mod unreadable;
+mod metrics;
+mod page;
+mod status;
+mod table;
+mod timeline;
+mod tracker;
+mod unreadable;
 
 use std::borrow::Cow;
 use std::collections::VecDeque;

@@ -1,18 +1,18 @@
 //! The reference resource-owning service: the probe contract (`docs/architecture.md`)
 //! over the routing library.
 //!
-//! - [`lock_api`]: the orchestrator's lock calls, behind a bearer key and an optional
+//! - `lock_api`: the orchestrator's lock calls, behind a bearer key and an optional
 //!   test-resource prefix.
-//! - [`admin_api`]: the operators' force-release of a stuck lock, requested by one
+//! - `admin_api`: the operators' force-release of a stuck lock, requested by one
 //!   admin principal and approved by another, each with a key of its own.
-//! - [`design`]: where locks live, `embedded` in the routing document or in a separate
+//! - `design`: where locks live, `embedded` in the routing document or in a separate
 //!   lock `record` read on every operation (the baseline the benchmark compares with).
-//! - [`data_api`]: the route view and the item API, with allow / block / tombstone
+//! - `data_api`: the route view and the item API, with allow / block / tombstone
 //!   from [`crate::routing::enforce()`] and `Server-Timing` on every answer.
-//! - [`items`]: user data, one item store per location.
-//! - [`input`], [`error`]: request checks and problem+json errors.
-//! - [`openapi`]: the contract's OpenAPI 3.1 description, served at `GET /openapi.json`.
-//! - [`metrics`]: the service's own metrics on `GET /metrics` (the size of the documents
+//! - `items`: user data, one item store per location.
+//! - `input`, `error`: request checks and problem+json errors.
+//! - `openapi`: the contract's OpenAPI 3.1 description, served at `GET /openapi.json`.
+//! - `metrics`: the service's own metrics on `GET /metrics` (the size of the documents
 //!   its lock calls write).
 //! - HTTPS, optionally requiring client certificates: [`crate::listener::tls`].
 //!
@@ -23,15 +23,18 @@
 //! its own `RoutingClient` and so its own cache tiers: that is how stale caches and
 //! convergence are observed across instances.
 
-pub mod admin_api;
-pub mod data_api;
-pub mod design;
-pub mod error;
-pub mod input;
-pub mod items;
-pub mod lock_api;
-pub mod metrics;
-pub mod openapi;
+// The parts are private: what a caller (the wiring, the harness, the tests) needs is
+// re-exported below, so the module layout can change without changing the API. The two
+// the wiring reaches into for its own checks are visible to the crate only.
+pub(crate) mod admin_api;
+mod data_api;
+mod design;
+mod error;
+pub(crate) mod input;
+mod items;
+mod lock_api;
+mod metrics;
+mod openapi;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -55,8 +58,9 @@ use crate::routing::lifecycle::{DEFAULT_KEYED_RECORDS, DEFAULT_SKEW_MARGIN};
 use crate::routing::{ClientOptions, CommitObserver, Deviations, LockPolicy, RoutingClient};
 use crate::store::LocationStore;
 use crate::versions::{self, NEWEST_FORMAT};
+pub use admin_api::AdminPrincipal;
 pub use design::LockDesign;
-use items::ItemStores;
+pub use items::ItemStores;
 use metrics::ServiceMetrics;
 
 /// Deliberate misbehaviour, for proving that a probe catches it. Off by default.
@@ -144,13 +148,13 @@ pub struct ServiceConfig {
     /// within `skew_margin` must change nothing a client can see).
     pub clock_skews: Vec<ClockSkew>,
     /// The registry served at `GET /metrics`: the store's metrics (e.g. Cosmos request
-    /// charges) and, registered on it by [`start`], the service's own ([`metrics`]).
+    /// charges) and, registered on it by [`start`], the service's own (`metrics`).
     /// [`start`] makes one for its own metrics when none is set; an instance built
     /// alone ([`instance`]) serves this as it is, nothing when unset.
     pub metrics: Option<prometheus::Registry>,
     /// Serve HTTPS with this configuration ([`crate::listener::tls::server_config`]) instead of HTTP.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
-    /// Where locks live (see [`design`]).
+    /// Where locks live (see [`LockDesign`]).
     pub lock_design: LockDesign,
     /// The newest document format the routing library writes ([`LockPolicy::write_format`]).
     pub write_format: u64,
@@ -379,7 +383,7 @@ pub fn instance_observed(
     Ok(Arc::new(Instance { index, routing, items, config }))
 }
 
-/// Every path the router serves; [`openapi`]'s test holds the description to exactly
+/// Every path the router serves; `openapi`'s test holds the description to exactly
 /// these, method by method, so a route added here without a description fails it.
 pub mod paths {
     /// Pre-lock (POST) and release (DELETE).

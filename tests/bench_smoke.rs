@@ -8,7 +8,7 @@ use std::time::Duration;
 use lockprobe::clock::SystemClock;
 use lockprobe::document::LocationDocument;
 use lockprobe::harness::load::{self, LoadResult, LoadSpec};
-use lockprobe::harness::sizes::{MAX_BYTES, P99_BUDGET_BYTES};
+use lockprobe::harness::{MAX_BYTES, P99_BUDGET_BYTES};
 use lockprobe::service::LockDesign;
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::LocationStore;

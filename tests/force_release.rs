@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use lockprobe::clock::ManualClock;
 use lockprobe::routing::lifecycle::DEFAULT_SKEW_MARGIN;
-use lockprobe::service::admin_api::AdminPrincipal;
+use lockprobe::service::AdminPrincipal;
 use lockprobe::service::{start, LockDesign, ServiceConfig};
 use lockprobe::store::memory::MemoryStoreConfig;
 use reqwest::{Method, StatusCode};
@@ -344,7 +344,7 @@ async fn admin_routes_need_an_admin_key_in_scope_and_refuse_what_cannot_be_decid
 async fn a_swap_prepared_before_the_force_release_copies_nothing() {
     use axum::body::Body;
     use axum::http::Request;
-    use lockprobe::service::items::ItemStores;
+    use lockprobe::service::ItemStores;
     use lockprobe::service::{instance, router};
     use lockprobe::store::memory::MemoryStore;
     use lockprobe::store::LocationStore;

@@ -13,7 +13,7 @@ use lockprobe::app::monitor::{run, run_on, MonitorCommand};
 use lockprobe::app::usage::UsageError;
 use lockprobe::clock::{Clock, ManualClock};
 use lockprobe::monitor::{http, Monitor, MonitorConfig, Outcome};
-use lockprobe::service::{self, items::ItemStores, Fault, ServiceConfig};
+use lockprobe::service::{self, Fault, ItemStores, ServiceConfig};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::LocationStore;
 use serde_json::{json, Value};
@@ -242,7 +242,7 @@ async fn the_monitor_alone_has_health_and_readiness() {
 /// among the recent anomalies.
 #[tokio::test]
 async fn a_force_release_through_the_service_is_counted_apart() {
-    use lockprobe::service::admin_api::AdminPrincipal;
+    use lockprobe::service::AdminPrincipal;
 
     let clock = Arc::new(ManualClock::at_epoch());
     let store: Arc<dyn LocationStore> = Arc::new(MemoryStore::new(clock.clone(), MemoryStoreConfig::default()));

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use lockprobe::harness::replay::{self, ReplayConfig};
-use lockprobe::harness::sizes::{MAX_BYTES, P99_BUDGET_BYTES};
+use lockprobe::harness::{MAX_BYTES, P99_BUDGET_BYTES};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_migration_of_a_day_is_seen_ending_as_it_did() {

@@ -651,7 +651,7 @@ async fn lock_calls_check_credentials_before_the_body(design: LockDesign) {
 async fn a_swap_to_an_undeclared_target_copies_nothing(design: LockDesign) {
     use axum::body::Body;
     use axum::http::Request;
-    use lockprobe::service::items::ItemStores;
+    use lockprobe::service::ItemStores;
     use lockprobe::service::{instance, router};
     use tower::ServiceExt;
 

@@ -17,7 +17,7 @@
 //! tiers in both designs.
 //!
 //! Document sizes: every version the orchestration's lock calls write is measured as
-//! stored, by lock phase ([`crate::harness::sizes`]), and reported per design and
+//! stored, by lock phase (`crate::harness::sizes`), and reported per design and
 //! fraction (over several runs, each figure's largest), against contract 1.3's budget.
 
 use std::sync::Arc;
@@ -335,7 +335,7 @@ impl Matrix {
     }
 
     /// The sizes of the documents written over the runs of one cell (each figure's
-    /// largest over the runs, see [`SizeTable::worst_of`]).
+    /// largest over the runs, see `SizeTable::worst_of`).
     pub fn document_sizes(&self, fraction: f64, design: LockDesign) -> Option<SizeTable> {
         let results = self.results(fraction, design);
         (!results.is_empty()).then(|| SizeTable::worst_of(results.iter().map(|r| &r.document_sizes)))

@@ -21,7 +21,7 @@ use crate::probe::checks::settings::{AdminKeys, ProbeSettings, RESOURCES_PER_CYC
 use crate::probe::checks::state::StateFile;
 use crate::probe::engine::runtime::Probe;
 use crate::probe::engine::scheduler::{parse_schedule, TargetSchedule};
-use crate::service::admin_api::AdminPrincipal;
+use crate::service::AdminPrincipal;
 use crate::service::{self, ServiceConfig};
 use crate::store::LocationStore;
 

@@ -9,7 +9,7 @@
 //! exactly the reads user operations made.
 //!
 //! The size of every version the orchestration writes is counted by lock phase
-//! ([`super::sizes`]), in front of its counting wrapper: in the embedded design the
+//! (`super::sizes`), in front of its counting wrapper: in the embedded design the
 //! routing documents carrying the lock, in the record design the lock records and the
 //! routing documents' moves after a swap (unlocked).
 
@@ -34,7 +34,7 @@ use super::sizes::{DocumentSizes, SizeTable};
 use crate::clock::{Clock, SystemClock};
 use crate::document::LocationDocument;
 use crate::routing::CommitObserver;
-use crate::service::items::ItemStores;
+use crate::service::ItemStores;
 use crate::service::{instance, instance_observed, router, LockDesign, ServiceConfig};
 use crate::store::counting::{CountingStore, StoreCounts};
 use crate::store::LocationStore;

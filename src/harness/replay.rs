@@ -17,7 +17,7 @@
 //! forgets ended migrations on its sweeps, so memory follows the migrations in flight
 //! rather than the day's total.
 //! The size of every version the lock calls write is counted by lock phase
-//! ([`super::sizes`]; [`ReplayConfig::document_sizes`]), for contract 1.3's budget.
+//! (`super::sizes`; [`ReplayConfig::document_sizes`]), for contract 1.3's budget.
 //!
 //! `examples/replay.rs` runs it from the command line (BENCHMARKS.md has the figures);
 //! `tests/replay_day.rs` runs a small day in the suite. No command of its own.

@@ -87,11 +87,6 @@ impl TimelineTable {
         self.slots.len()
     }
 
-    /// Whether no timeline is held.
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-
     /// 32 bits of `id`'s keyed hash (truncated on purpose).
     fn hash32(&self, id: &[u8]) -> u32 {
         self.hasher.hash_one(id) as u32
@@ -115,11 +110,6 @@ impl TimelineTable {
         self.slot_of(id).map(|s| &mut self.slots[s])
     }
 
-    /// Whether `id` has a timeline.
-    pub fn contains(&self, id: &str) -> bool {
-        self.slot_of(id).is_some()
-    }
-
     /// The timeline of `id`, made by `make` when there is none; says whether it was made.
     pub fn get_or_insert_with(
         &mut self,
@@ -131,14 +121,6 @@ impl TimelineTable {
         }
         let s = self.push(id, make())?;
         Ok((&mut self.slots[s], true))
-    }
-
-    /// Adds `timeline` under `id`, which must have none (replacing one is a remove and
-    /// an insert).
-    pub fn insert(&mut self, id: &str, timeline: Timeline) -> Result<&mut Timeline, TableFull> {
-        debug_assert!(!self.contains(id), "{id} is already in the table");
-        let s = self.push(id, timeline)?;
-        Ok(&mut self.slots[s])
     }
 
     fn push(&mut self, id: &str, mut timeline: Timeline) -> Result<usize, TableFull> {
@@ -453,7 +435,7 @@ mod tests {
             let mut table = TimelineTable::new();
             for i in 0..n {
                 let id = format!("{:08x}-0000-4000-8000-{:012x}", i, i.wrapping_mul(2_654_435_761));
-                table.insert(&id, timeline(i as i64)).unwrap();
+                table.get_or_insert_with(&id, || timeline(i as i64)).unwrap();
             }
             let per = table.heap_bytes() / n;
             assert!(per <= 128, "{per} bytes per migration at {n}");
@@ -464,29 +446,29 @@ mod tests {
     fn memory_returns_after_a_wave_of_removals() {
         let mut table = TimelineTable::new();
         for i in 0..200_000 {
-            table.insert(&format!("resource-{i}"), timeline(i)).unwrap();
+            table.get_or_insert_with(&format!("resource-{i}"), || timeline(i)).unwrap();
         }
         let full = table.heap_bytes();
         table.retain(|t| t.acquired_ms < 1_000);
         assert_eq!(table.len(), 1_000);
         let after = table.heap_bytes();
         assert!(after * 20 < full, "{after} bytes kept of {full}");
-        assert!((0..1_000).all(|i| table.contains(&format!("resource-{i}"))));
+        assert!((0..1_000).all(|i| table.get(&format!("resource-{i}")).is_some()));
     }
 
     #[test]
     fn a_full_arena_refuses_and_changes_nothing() {
         let mut table = TimelineTable::with_arena(IdArena::new(1));
         let long = "y".repeat(IdArena::CHUNK / 2);
-        table.insert(&long, timeline(1)).unwrap();
-        assert_eq!(table.insert(&"z".repeat(IdArena::CHUNK), timeline(2)).err(), Some(TableFull));
+        table.get_or_insert_with(&long, || timeline(1)).unwrap();
+        assert_eq!(table.get_or_insert_with(&"z".repeat(IdArena::CHUNK), || timeline(2)).err(), Some(TableFull));
         assert_eq!((table.len(), table.ids.chunks.len()), (1, 1), "the refusal changed nothing");
         assert_eq!(table.get_or_insert_with("another", || timeline(3)).err(), None, "room left in the chunk");
         assert_eq!(table.len(), 2);
         // Once its ids are removed, compaction makes room again.
         table.remove(&long);
-        table.insert(&"z".repeat(IdArena::CHUNK - 16), timeline(4)).unwrap();
+        table.get_or_insert_with(&"z".repeat(IdArena::CHUNK - 16), || timeline(4)).unwrap();
         assert_eq!(table.len(), 2);
-        assert!(table.contains("another"));
+        assert!(table.get("another").is_some());
     }
 }

@@ -152,7 +152,7 @@ pub enum Event {
     /// A previously orphaned lock is gone (replaced or cleared).
     OrphanCleared,
     /// The migration could not be followed: the table of timelines is full (see
-    /// [`super::table::TableFull`]). Nothing else is learned about it.
+    /// `TableFull`, in the private `table` module). Nothing else is learned about it.
     Untracked,
 }
 

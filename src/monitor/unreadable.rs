@@ -84,11 +84,6 @@ impl UnreadableDocuments {
         self.by_id.len()
     }
 
-    /// Whether none is known.
-    pub fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
-    }
-
     /// At most `limit` of them, by id.
     pub fn listing(&self, limit: usize) -> Vec<(String, UnreadableEntry)> {
         let mut ids: Vec<&String> = self.by_id.keys().collect();
@@ -141,6 +136,6 @@ mod tests {
         assert_eq!((known.len(), known.count("unsupported-format")), (0, 0));
         known.met(&newer_format("a", 10));
         assert!(known.readable("a", None), "a scan's version is the newest");
-        assert!(known.is_empty());
+        assert_eq!(known.len(), 0);
     }
 }

@@ -20,7 +20,7 @@ use axum::Router;
 use chrono::{DateTime, TimeDelta, Utc};
 use lockprobe::clock::{Clock, SkewedClock, TokioClock};
 use lockprobe::routing::LocationDocument;
-use lockprobe::service::items::ItemStores;
+use lockprobe::service::ItemStores;
 use lockprobe::service::{self, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::{
@@ -245,7 +245,7 @@ impl Fleet {
             lock_design: opts.lock_design,
             admin_principals: ADMINS
                 .iter()
-                .map(|(name, key)| service::admin_api::AdminPrincipal {
+                .map(|(name, key)| service::AdminPrincipal {
                     name: (*name).into(),
                     key: (*key).into(),
                     prefixes: Vec::new(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lockprobe::clock::{Clock, SystemClock};
 use lockprobe::probe::checks::settings::{Leases, ProbeSettings};
-use lockprobe::service::admin_api::AdminPrincipal;
+use lockprobe::service::AdminPrincipal;
 use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
 use lockprobe::store::LocationStore;
