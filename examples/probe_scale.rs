@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, default_value = "2s", value_parser = lockprobe::duration::parse_bounded_duration)]
     jitter: Duration,
     /// The probe's cap on cycles running at once (`max_concurrent_cycles`).
-    #[arg(long, default_value_t = lockprobe::probe::engine::runtime::DEFAULT_MAX_CONCURRENT_CYCLES)]
+    #[arg(long, default_value_t = lockprobe::probe::DEFAULT_MAX_CONCURRENT_CYCLES)]
     max_concurrent_cycles: usize,
     /// Worker threads of the runtime.
     #[arg(long, default_value_t = 2)]

@@ -45,11 +45,11 @@
 //!      separate lock records ([`service::LockDesign`]).
 //!    - [`monitor`]: the convergence monitor; reads the store's change stream and settles
 //!      what it reads with the routing lifecycle's rules.
-//!    - [`probe`]: the black-box probe, in three rooms: [`probe::checks`] (the contract
+//!    - [`probe`]: the black-box probe, in three rooms: `probe::checks` (the contract
 //!      client, one cycle's walk, negative, force-release and eager checks judged over
 //!      their decision windows, the report, credentials and the journal of held locks),
-//!      [`probe::outputs`] (metrics, the status document and page, JUnit) and
-//!      [`probe::engine`] (`serve`'s configuration and its reload, the runtime and its
+//!      `probe::outputs` (metrics, the status document and page, JUnit) and
+//!      `probe::engine` (`serve`'s configuration and its reload, the runtime and its
 //!      scheduler, the HTTP server, one-shot runs and the release gate's runs). It
 //!      speaks HTTP to the service it judges and uses only [`clock`], [`duration`],
 //!      [`percentiles`], [`exposition`], [`html`] and [`listener`].
@@ -60,6 +60,15 @@
 //! 6. [`app`]: the wiring, one module per command (`serve`, `demo`, `validate`, `gate`,
 //!    `service`, `monitor`, `bench`, `admin`), the store selection they share, usage errors and
 //!    their shutdown; `main.rs` only parses the command line and calls into it.
+//!
+//! What is public: the bottom modules, [`store`] (but for its three wrappers above) and
+//! [`routing`] with their module paths (services embed them, and
+//! `scripts/compat-corpus/` compiles against those paths), and
+//! for each component a short `pub use` list at its root ([`service`], [`monitor`] with
+//! its [`monitor::http`] routes, [`probe`], [`harness`] with its three runs); the
+//! components' parts are private. [`app`] keeps one public module per command, for
+//! `main.rs`. `testing`, hidden from the documentation, exposes once what the fault,
+//! campaign, store and load tests need from inside; it carries no stability promise.
 
 #![warn(missing_docs)]
 

@@ -653,7 +653,7 @@ async fn a_forced_failover_loses_a_write_the_store_saw_committed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_reports_its_store_region_and_the_probe_sees_it_change() {
     use lockprobe::clock::{Clock, SystemClock};
-    use lockprobe::probe::checks::target::TargetClient;
+    use lockprobe::probe::TargetClient;
     use lockprobe::service::{start, ServiceConfig};
     use tokio_util::sync::CancellationToken;
 
@@ -672,7 +672,7 @@ async fn the_service_reports_its_store_region_and_the_probe_sees_it_change() {
     regions.failover(Failover::Planned).await;
     // Item writes only read the routing document; the pre-lock writes it, and that
     // write, committed in the new write region, makes the service's store look.
-    let key = lockprobe::probe::checks::target::CallKey::fresh();
+    let key = lockprobe::probe::CallKey::fresh();
     let second = probe.pre_lock(0, "probe-r1", "probe", Duration::from_secs(5), None, key).await.unwrap();
     let third = probe.read(0, "probe-r1", "a").await.unwrap();
     assert!(second.status == 201 && third.status == 200, "{second:?} {third:?}");
@@ -687,9 +687,9 @@ async fn the_service_reports_its_store_region_and_the_probe_sees_it_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validate_during_a_failover_names_it_in_its_report() {
     use lockprobe::clock::{Clock, SystemClock};
-    use lockprobe::probe::checks::observer::PrintObserver;
-    use lockprobe::probe::checks::report::CycleResult;
-    use lockprobe::probe::engine::validate::{self, ValidateOptions};
+    use lockprobe::probe::CycleResult;
+    use lockprobe::probe::PrintObserver;
+    use lockprobe::probe::{validate, ValidateOptions};
     use lockprobe::service::{start, ServiceConfig};
     use tokio_util::sync::CancellationToken;
 
@@ -718,7 +718,7 @@ async fn validate_during_a_failover_names_it_in_its_report() {
             regions.failover(Failover::Planned).await
         }
     });
-    let report = validate::run(&options, Arc::new(PrintObserver::default()), CancellationToken::new()).await.unwrap();
+    let report = validate(&options, Arc::new(PrintObserver::default()), CancellationToken::new()).await.unwrap();
     failover.await.unwrap();
     println!(
         "validate during a failover: {} ({} assertions, {} failed); notes: {:?}",

@@ -131,11 +131,19 @@ fn defines(file: &Path, name: &str) -> bool {
     if tokens.windows(2).any(|w| INTRODUCERS.contains(&w[0].as_str()) && w[1] == name) {
         return true;
     }
-    source
-        .split("pub use ")
-        .skip(1)
-        .filter_map(|rest| rest.split(';').next())
-        .any(|list| words(list).iter().any(|w| w == name))
+    // A `pub use` brings in the last segment of each path it lists (or its `as` name),
+    // not the modules the path goes through: `pub use outputs::status_page::render as
+    // render_status_page` defines `render_status_page`, not `status_page`.
+    source.split("pub use ").skip(1).filter_map(|rest| rest.split(';').next()).any(|list| {
+        list.split([',', '{', '}']).any(|leaf| {
+            let leaf = leaf.trim();
+            let brought = match leaf.rsplit_once(" as ") {
+                Some((_, alias)) => alias.trim(),
+                None => leaf.rsplit("::").next().unwrap_or(leaf).trim(),
+            };
+            brought == name
+        })
+    })
 }
 
 /// What is wrong with a module path a document names, if anything.

@@ -11,13 +11,13 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lockprobe::probe::checks::observer::TracingObserver;
-use lockprobe::probe::checks::report::{CycleReport, CycleResult};
-use lockprobe::probe::checks::scenario::Scenario;
-use lockprobe::probe::checks::settings::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
-use lockprobe::probe::checks::state::StateFile;
-use lockprobe::probe::outputs::metrics::Metrics;
-use lockprobe::probe::outputs::status::ProbeStatus;
+use lockprobe::probe::Metrics;
+use lockprobe::probe::ProbeStatus;
+use lockprobe::probe::Scenario;
+use lockprobe::probe::StateFile;
+use lockprobe::probe::TracingObserver;
+use lockprobe::probe::{CycleReport, CycleResult};
+use lockprobe::probe::{Leases, ProbeSettings, RESOURCES_PER_CYCLE};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -193,7 +193,7 @@ fn scenario(url: &str, state: Arc<StateFile>) -> Scenario {
         owner: "test".into(),
         eager: false,
         force_release: None,
-        max_inconclusive: lockprobe::probe::checks::settings::DEFAULT_MAX_INCONCLUSIVE,
+        max_inconclusive: lockprobe::probe::DEFAULT_MAX_INCONCLUSIVE,
         clock: std::sync::Arc::new(lockprobe::clock::SystemClock),
     };
     Scenario::new(settings, state, Arc::new(TracingObserver)).unwrap()
@@ -344,7 +344,7 @@ async fn every_negative_check_fails_against_a_yes_man_and_locks_are_released() {
         ("junit report", report.to_junit(&[])),
         ("metrics", metrics.render()),
         ("status api", serde_json::to_string(&document).unwrap()),
-        ("status page", lockprobe::probe::outputs::status_page::render(&document)),
+        ("status page", lockprobe::probe::render_status_page(&document)),
     ];
     let issued = fake.issued.lock().unwrap().clone();
     assert!(!issued.is_empty());

@@ -8,12 +8,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockprobe::probe::checks::observer::TracingObserver;
-use lockprobe::probe::checks::report::CycleResult;
-use lockprobe::probe::checks::settings::{ProbeSettings, RESOURCES_PER_CYCLE};
-use lockprobe::probe::checks::state::StateFile;
-use lockprobe::probe::engine::runtime::{Probe, RunSummary};
-use lockprobe::probe::engine::scheduler::TargetSchedule;
+use lockprobe::probe::CycleResult;
+use lockprobe::probe::StateFile;
+use lockprobe::probe::TargetSchedule;
+use lockprobe::probe::TracingObserver;
+use lockprobe::probe::{Probe, RunSummary};
+use lockprobe::probe::{ProbeSettings, RESOURCES_PER_CYCLE};
 use lockprobe::service::Fault;
 use support::{start_service, TestService};
 use tokio_util::sync::CancellationToken;

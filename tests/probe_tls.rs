@@ -159,8 +159,8 @@ async fn mutual_tls_refuses_a_probe_without_its_client_certificate() {
 /// does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_refusal_of_a_probe_without_its_client_certificate_always_names_the_alert() {
-    use lockprobe::probe::checks::credentials::{TargetTls, TlsFiles};
-    use lockprobe::probe::checks::target::{TargetClient, TargetError};
+    use lockprobe::probe::{TargetClient, TargetError};
+    use lockprobe::probe::{TargetTls, TlsFiles};
     let pki = Pki::generate();
     let svc = service(&pki, true).await;
     let tls = TargetTls::load(&TlsFiles { ca_file: Some(pki.server_ca.clone()), ..TlsFiles::default() }).unwrap();

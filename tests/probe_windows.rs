@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use lockprobe::clock::Clock;
-use lockprobe::probe::checks::observer::TracingObserver;
-use lockprobe::probe::checks::settings::RESOURCES_PER_CYCLE;
-use lockprobe::probe::checks::vocabulary::Op;
-use lockprobe::probe::engine::validate::{self, ValidateOptions};
+use lockprobe::probe::Op;
+use lockprobe::probe::TracingObserver;
+use lockprobe::probe::RESOURCES_PER_CYCLE;
+use lockprobe::probe::{validate, ValidateOptions};
 use tokio_util::sync::CancellationToken;
 
 /// The system's wall clock, moved by however far the test stepped it.
@@ -81,11 +81,10 @@ async fn a_wall_clock_step_during_the_eager_renewal_is_inconclusive_not_an_enfor
             clock.step(STEP);
         }
     });
-    let report =
-        validate::run(&opts, Arc::new(TracingObserver), CancellationToken::new()).await.expect("the cycle runs");
+    let report = validate(&opts, Arc::new(TracingObserver), CancellationToken::new()).await.expect("the cycle runs");
     stepper.await.expect("the wall clock stepped during the renewal check");
 
-    let check = |a: &&lockprobe::probe::checks::report::Assertion| a.check == "eager/renewal";
+    let check = |a: &&lockprobe::probe::Assertion| a.check == "eager/renewal";
     let renewal: Vec<_> = report.assertions.iter().filter(check).collect();
     let lines: Vec<String> = renewal.iter().map(|a| a.line()).collect();
     // Nothing in the check is an enforcement violation: the writes the service accepted

@@ -1,6 +1,6 @@
 //! `lockprobe gate`: the release gate's flags, reports and verdict. The runs themselves
 //! (the profiles, the candidate, the probe, the sweep for locks left behind) are
-//! [`crate::probe::engine::gate`]. It writes one JUnit report with a testsuite per
+//! `crate::probe::engine::gate`. It writes one JUnit report with a testsuite per
 //! profile. Exit 1 when a profile within the scheme's
 //! assumptions shows any failure (an enforcement violation, a lost write, a resurrected
 //! tombstone, a lock left behind, a cycle that could not finish); a profile beyond them

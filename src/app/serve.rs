@@ -21,7 +21,7 @@
 //! ```
 //!
 //! SIGHUP and, with `--web.enable-lifecycle`, `POST /-/reload` re-read the file
-//! ([`crate::probe::engine::reloader::ConfigReloader`]): targets are
+//! (`crate::probe::engine::reloader::ConfigReloader`): targets are
 //! compared by name and by every field (and the key their variable holds); `listen`
 //! (unless `--listen` overrides it), `state_file`, `max_concurrent_cycles` and the
 //! `[monitor]` table need a restart, and a reload that changes them is refused, as is a file that does not load.

@@ -12,12 +12,12 @@
 //!   one left.
 //! - [`observer`]: the progress a running cycle reports.
 
-pub mod credentials;
-pub mod observer;
-pub mod report;
-pub mod scenario;
-pub mod settings;
-pub mod state;
-pub mod target;
+pub(crate) mod credentials;
+pub(crate) mod observer;
+pub(crate) mod report;
+pub(crate) mod scenario;
+pub(crate) mod settings;
+pub(crate) mod state;
+pub(crate) mod target;
 mod tls_refusal;
-pub mod vocabulary;
+pub(crate) mod vocabulary;

@@ -11,12 +11,12 @@
 //!   run it; [`gate`]: the release gate's runs of a candidate under every profile;
 //!   [`rollout`]: its rollout profiles, a baseline and a candidate build side by side.
 
-pub mod config;
-pub mod gate;
-pub mod reload;
-pub mod reloader;
-pub mod rollout;
-pub mod runtime;
-pub mod scheduler;
-pub mod server;
-pub mod validate;
+pub(crate) mod config;
+pub(crate) mod gate;
+pub(crate) mod reload;
+pub(crate) mod reloader;
+pub(crate) mod rollout;
+pub(crate) mod runtime;
+pub(crate) mod scheduler;
+pub(crate) mod server;
+pub(crate) mod validate;

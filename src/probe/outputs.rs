@@ -5,8 +5,8 @@
 //! - [`status`] and [`status_page`]: the status document (`/api/v1/status`) and its page.
 //! - [`junit`] and [`gate_junit`]: a cycle's JUnit report and the release gate's.
 
-pub mod gate_junit;
-pub mod junit;
-pub mod metrics;
-pub mod status;
-pub mod status_page;
+pub(crate) mod gate_junit;
+pub(crate) mod junit;
+pub(crate) mod metrics;
+pub(crate) mod status;
+pub(crate) mod status_page;

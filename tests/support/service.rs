@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockprobe::clock::{Clock, SystemClock};
-use lockprobe::probe::checks::settings::{Leases, ProbeSettings};
+use lockprobe::probe::{Leases, ProbeSettings};
 use lockprobe::service::AdminPrincipal;
 use lockprobe::service::{start, Fault, LockDesign, ServiceConfig};
 use lockprobe::store::memory::{MemoryStore, MemoryStoreConfig};
@@ -35,10 +35,10 @@ pub struct TestService {
 
 impl TestService {
     /// Both admin principals' keys, as a probe target's settings take them.
-    pub fn admin_keys(&self) -> lockprobe::probe::checks::settings::AdminKeys {
+    pub fn admin_keys(&self) -> lockprobe::probe::AdminKeys {
         let [requester, approver] =
             self.admin_key_files.clone().map(|f| std::fs::read_to_string(f).unwrap().trim().to_owned());
-        lockprobe::probe::checks::settings::AdminKeys { requester, approver }
+        lockprobe::probe::AdminKeys { requester, approver }
     }
 
     /// `GET .../lock/force-release` on instance 0 as the requesting principal: the lock
@@ -86,7 +86,7 @@ impl TestService {
             owner: owner.into(),
             eager: false,
             force_release: None,
-            max_inconclusive: lockprobe::probe::checks::settings::DEFAULT_MAX_INCONCLUSIVE,
+            max_inconclusive: lockprobe::probe::DEFAULT_MAX_INCONCLUSIVE,
             clock: std::sync::Arc::new(lockprobe::clock::SystemClock),
         }
     }

@@ -76,7 +76,7 @@ pub struct ProbeSettings {
     /// convergence monitor recognises as the probe's (`monitor::PROBE_OWNER_PREFIX`).
     pub owner: String,
     /// Also run the eager checks (escalate the moment the service allows, then assert
-    /// enforcement on every instance at once), on [`EAGER_RESOURCES`] more resources.
+    /// enforcement on every instance at once), on `EAGER_RESOURCES` more resources.
     pub eager: bool,
     /// Two admin principals' keys: when given, the cycle also force-releases a lock of
     /// its own (`negative/force-release`, contract 1.4).

@@ -309,7 +309,7 @@ impl TargetClient {
     }
 
     /// [`TargetClient::new`] on an HTTP client shared with other targets (see
-    /// [`HttpClients`]), built with `tls`; every request still times out after
+    /// `HttpClients`), built with `tls`; every request still times out after
     /// `request_timeout`.
     pub fn sharing(
         http: Arc<reqwest::Client>,
@@ -482,7 +482,7 @@ impl TargetClient {
     /// Sends a lock call with `send(key)` and repeats it under the same key while its
     /// outcome is unknown: a `503 outcome-unknown` (after its `Retry-After`, capped) or
     /// no answer at all (the request may have been applied). At most
-    /// [`UNKNOWN_OUTCOME_ATTEMPTS`] sends; the last answer or error is returned. Against
+    /// `UNKNOWN_OUTCOME_ATTEMPTS` sends; the last answer or error is returned. Against
     /// a service that ignores the key (contract 1.0) a repeat is a new call, which the
     /// lock itself refuses (a second pre-lock gets 423) rather than doubles.
     pub async fn until_known<F, Fut>(&self, key: &CallKey, send: F) -> Result<Reply, TargetError>

@@ -244,7 +244,7 @@ impl Probe {
         self.run_controlled(targets, state, observer, listener, stop_after, shutdown, None).await
     }
 
-    /// [`Probe::run`], with the targets changed through `control`'s [`TargetControl`]
+    /// [`Probe::run`], with the targets changed through `control`'s `TargetControl`
     /// while it runs. With a control the run lasts until `shutdown` (or `stop_after`),
     /// also when every schedule has ended: a change may bring new ones.
     #[allow(clippy::too_many_arguments)]

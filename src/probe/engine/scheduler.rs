@@ -355,21 +355,6 @@ async fn claim_a_group(
     None
 }
 
-/// Runs `target`'s schedule until `cancel` fires, then waits for running cycles (which are
-/// cancelled too and release their locks).
-pub async fn run_target(
-    target: TargetSchedule,
-    runner: Arc<dyn CycleRunner>,
-    sink: Arc<dyn CycleSink>,
-    clock: WallClock,
-    cancel: CancellationToken,
-) {
-    // No sender: the settings never change.
-    let (_, plans) = watch::channel(TargetPlan { schedule: target, runner });
-    let stops = Stops { retire: cancel.clone(), shutdown: cancel };
-    run_target_plans(plans, sink, clock, stops, CycleRoom::default()).await;
-}
-
 /// What a target's cycles run with: its schedule and the runner holding its settings.
 #[derive(Clone)]
 pub struct TargetPlan {
@@ -650,6 +635,22 @@ mod tests {
     use crate::probe::checks::report::CycleResult;
     use chrono::TimeZone;
     use std::str::FromStr;
+
+    /// Runs `target`'s schedule on settings that never change (the runtime always runs
+    /// [`run_target_plans`], for reloads) until `cancel` fires, then waits for running cycles (which are
+    /// cancelled too and release their locks).
+    async fn run_target(
+        target: TargetSchedule,
+        runner: Arc<dyn CycleRunner>,
+        sink: Arc<dyn CycleSink>,
+        clock: WallClock,
+        cancel: CancellationToken,
+    ) {
+        // No sender: the settings never change.
+        let (_, plans) = watch::channel(TargetPlan { schedule: target, runner });
+        let stops = Stops { retire: cancel.clone(), shutdown: cancel };
+        run_target_plans(plans, sink, clock, stops, CycleRoom::default()).await;
+    }
 
     /// Records start times and resources; each cycle takes `length` of tokio time.
     struct FakeRunner {
