@@ -293,13 +293,22 @@ fn a_monitor_key_in_the_file_wins_over_its_variable() {
     let bad_page = [("LOCKPROBE_MONITOR_SCAN_PAGE", "0")];
     let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{monitor}"), &bad_page);
     assert_eq!(code, Some(64), "the variable fills a key the file leaves out: {stdout}{stderr}");
-    assert!(stderr.contains("monitor_scan_page: must be at least 1"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "monitor_scan_page: must be at least 1 (from the environment variable LOCKPROBE_MONITOR_SCAN_PAGE: the file sets no monitor_scan_page)"
+        ),
+        "{stderr}"
+    );
     let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{monitor}monitor_scan_page = 10\n"), &bad_page);
     assert_eq!(code, Some(0), "the file's key wins: {stdout}{stderr}");
     let bad_switch = [("LOCKPROBE_COSMOS_CREATE_IF_MISSING", "perhaps")];
     let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{monitor}"), &bad_switch);
     assert_eq!(code, Some(64), "the variable is read when the file has no key: {stdout}{stderr}");
-    assert!(stderr.contains("cosmos_create_if_missing"), "{stderr}");
+    assert!(
+        stderr.contains("cosmos_create_if_missing")
+            && stderr.contains("from the environment variable LOCKPROBE_COSMOS_CREATE_IF_MISSING"),
+        "the refusal names the variable the value came from: {stderr}"
+    );
     let (code, stdout, stderr) =
         check_with_env(&format!("{GOOD}{monitor}cosmos_create_if_missing = false\n"), &bad_switch);
     assert_eq!(code, Some(0), "a false switch in the file wins: {stdout}{stderr}");

@@ -191,13 +191,27 @@ impl TableArgs {
     /// Parses the flags: the file's values, else the variables, else the defaults. A
     /// refusal names the key (and the flag, in clap's words); each value taken from a
     /// variable is logged.
-    fn parse(self) -> Result<MonitorSection, UsageError> {
-        let matches = self.command.clone().try_get_matches_from(self.argv).map_err(|e| {
+    /// Returns the section and the settings taken from a variable, as (key, variable).
+    fn parse(self) -> Result<(MonitorSection, Vec<(String, String)>), UsageError> {
+        let from_file = |flag: &str| self.argv.iter().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+        let matches = self.command.clone().try_get_matches_from(&self.argv).map_err(|e| {
             let flag = match e.get(clap::error::ContextKind::InvalidArg) {
                 Some(clap::error::ContextValue::String(arg)) => arg.split(' ').next().unwrap_or_default().to_owned(),
                 _ => String::new(),
             };
             let key = flag.trim_start_matches("--").replace('-', "_");
+            // A value the file does not hold came from the flag's variable: say so, or the
+            // reader looks for it in the file.
+            let variable = self
+                .command
+                .get_arguments()
+                .filter(|_| !flag.is_empty() && !from_file(&flag))
+                .find(|a| a.get_long() == Some(flag.trim_start_matches("--")))
+                .and_then(|a| a.get_env())
+                .map(|env| {
+                    format!(" (from the environment variable {}: the file sets no {key})", env.to_string_lossy())
+                })
+                .unwrap_or_default();
             // clap's words without its advice to the command line's user (usage, `--help`,
             // tips): a file has no command line.
             let rendered = e.render().to_string();
@@ -212,17 +226,21 @@ impl TableArgs {
             if key.is_empty() {
                 UsageError::new(format!("[monitor] {said}"))
             } else {
-                UsageError::new(format!("[monitor] {key}: {said}"))
+                UsageError::new(format!("[monitor] {key}: {said}{variable}"))
             }
         })?;
+        let mut from_environment = Vec::new();
         for arg in self.command.get_arguments() {
             if matches.value_source(arg.get_id().as_str()) == Some(clap::parser::ValueSource::EnvVariable) {
                 let key = arg.get_long().unwrap_or_default().replace('-', "_");
                 let env = arg.get_env().map(|v| v.to_string_lossy().into_owned()).unwrap_or_default();
                 tracing::info!(%key, %env, "[monitor] setting taken from the environment; a key in the file wins");
+                from_environment.push((key, env));
             }
         }
-        MonitorSection::from_arg_matches(&matches).map_err(|e| UsageError::new(format!("[monitor] {e}")))
+        let section =
+            MonitorSection::from_arg_matches(&matches).map_err(|e| UsageError::new(format!("[monitor] {e}")))?;
+        Ok((section, from_environment))
     }
 }
 
@@ -236,8 +254,16 @@ impl MonitorSection {
     /// and else its default. Kebab-case keys (`cosmos-endpoint`, the form before 0.2) are
     /// still read, with a warning naming their new spelling.
     pub fn from_table(table: &toml::Table) -> Result<Self, UsageError> {
-        let section = TableArgs::of(table)?.parse()?;
-        section.validate()?;
+        let (section, from_environment) = TableArgs::of(table)?.parse()?;
+        section.validate().map_err(|UsageError(mut said)| {
+            // A setting the file does not hold came from its variable: say so, or the
+            // reader looks for it in the file.
+            let origin = from_environment.iter().find(|(key, _)| said.starts_with(&format!("[monitor] {key}:")));
+            if let Some((key, env)) = origin {
+                said.push_str(&format!(" (from the environment variable {env}: the file sets no {key})"));
+            }
+            UsageError(said)
+        })?;
         Ok(section)
     }
 
