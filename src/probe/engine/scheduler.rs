@@ -637,8 +637,8 @@ mod tests {
     use std::str::FromStr;
 
     /// Runs `target`'s schedule on settings that never change (the runtime always runs
-    /// [`run_target_plans`], for reloads) until `cancel` fires, then waits for running cycles (which are
-    /// cancelled too and release their locks).
+    /// [`run_target_plans`], for reloads) until `cancel` fires, then waits for running
+    /// cycles (which are cancelled too and release their locks).
     async fn run_target(
         target: TargetSchedule,
         runner: Arc<dyn CycleRunner>,
