@@ -545,6 +545,16 @@ mod tests {
         }
     }
 
+    /// What code builds with `CosmosArgs::default()` is what the flags default to.
+    #[test]
+    fn the_flags_default_to_the_defaults() {
+        // No test sets a LOCKPROBE_COSMOS_* variable in this process.
+        let command = <CosmosArgs as clap::Args>::augment_args(clap::Command::new("cosmos").no_binary_name(true));
+        let matches = command.try_get_matches_from(Vec::<String>::new()).unwrap();
+        let parsed = <CosmosArgs as clap::FromArgMatches>::from_arg_matches(&matches).unwrap();
+        assert_eq!(parsed, CosmosArgs::default());
+    }
+
     #[test]
     fn flags_parse_with_clap() {
         #[derive(clap::Parser)]
