@@ -190,39 +190,25 @@ impl TableArgs {
 
     /// Parses the flags: the file's values, else the variables, else the defaults. A
     /// refusal names the key (and the flag, in clap's words); each value taken from a
-    /// variable is logged.
-    /// Returns the section and the settings taken from a variable, as (key, variable).
+    /// variable is logged. Returns the section and the settings taken from a variable,
+    /// as (key, variable).
     fn parse(self) -> Result<(MonitorSection, Vec<(String, String)>), UsageError> {
-        let from_file = |flag: &str| self.argv.iter().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
-        let matches = self.command.clone().try_get_matches_from(&self.argv).map_err(|e| {
+        let matches = self.command.clone().try_get_matches_from(self.argv).map_err(|e| {
             let flag = match e.get(clap::error::ContextKind::InvalidArg) {
                 Some(clap::error::ContextValue::String(arg)) => arg.split(' ').next().unwrap_or_default().to_owned(),
                 _ => String::new(),
             };
             let key = flag.trim_start_matches("--").replace('-', "_");
-            // A value the file does not hold came from the flag's variable: say so, or the
-            // reader looks for it in the file.
+            // The file's keys had their variable taken off, so a flag that still has one
+            // was refused for its variable's value.
             let variable = self
                 .command
                 .get_arguments()
-                .filter(|_| !flag.is_empty() && !from_file(&flag))
                 .find(|a| a.get_long() == Some(flag.trim_start_matches("--")))
                 .and_then(|a| a.get_env())
-                .map(|env| {
-                    format!(" (from the environment variable {}: the file sets no {key})", env.to_string_lossy())
-                })
+                .map(|env| from_variable(&key, &env.to_string_lossy()))
                 .unwrap_or_default();
-            // clap's words without its advice to the command line's user (usage, `--help`,
-            // tips): a file has no command line.
-            let rendered = e.render().to_string();
-            let said = rendered
-                .lines()
-                .map(str::trim)
-                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
-                .filter(|l| !l.is_empty() && !l.starts_with("tip:"))
-                .collect::<Vec<_>>()
-                .join(" ");
-            let said = said.trim_start_matches("error: ");
+            let said = clap_words(&e);
             if key.is_empty() {
                 UsageError::new(format!("[monitor] {said}"))
             } else {
@@ -244,6 +230,26 @@ impl TableArgs {
     }
 }
 
+/// What a refusal of `key`'s value adds when the value came from `env`, its variable: a
+/// reader would otherwise look for the key in the file.
+fn from_variable(key: &str, env: &str) -> String {
+    format!(" (from the environment variable {env}: the file sets no {key})")
+}
+
+/// clap's words for `e` without its advice to a command line's user (usage, `--help`,
+/// tips): a file has no command line.
+fn clap_words(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let said = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty() && !l.starts_with("tip:"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    said.trim_start_matches("error: ").to_owned()
+}
+
 impl MonitorSection {
     /// Reads and validates a `[monitor]` table; errors name the key.
     ///
@@ -260,7 +266,7 @@ impl MonitorSection {
             // reader looks for it in the file.
             let origin = from_environment.iter().find(|(key, _)| said.starts_with(&format!("[monitor] {key}:")));
             if let Some((key, env)) = origin {
-                said.push_str(&format!(" (from the environment variable {env}: the file sets no {key})"));
+                said.push_str(&from_variable(key, env));
             }
             UsageError(said)
         })?;
@@ -418,6 +424,7 @@ mod tests {
         ] {
             let err = MonitorSection::from_table(&cosmos(&key_env, rest)).unwrap_err();
             assert!(err.0.starts_with(&format!("[monitor] {key}")), "{rest}: {err}");
+            assert!(!err.0.contains("environment variable"), "the file's value, not a variable's: {err}");
         }
         let twice = table("cosmos_endpoint = \"https://a.example/\"\ncosmos-endpoint = \"https://b.example/\"");
         let err = MonitorSection::from_table(&twice).unwrap_err();
