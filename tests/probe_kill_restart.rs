@@ -18,16 +18,20 @@ use support::{route, start_service, start_service_with_store_faults};
 const KEY_ENV: &str = "LOCKPROBE_TEST_KILL_RESTART_KEY";
 
 fn config(dir: &Path, urls: &[String], schedule: &str) -> std::path::PathBuf {
+    // A long buffer keeps the cycle waiting for convergence with its lock held.
+    config_with(dir, urls, schedule, |t| t.buffer("60s"))
+}
+
+/// [`config`]'s probe with `more` settings on its one target.
+fn config_with(
+    dir: &Path,
+    urls: &[String],
+    schedule: &str,
+    more: impl FnOnce(TargetConfig) -> TargetConfig,
+) -> std::path::PathBuf {
     ProbeConfig::new(dir.join("state.json"))
         .listen("127.0.0.1:0")
-        .target(
-            TargetConfig::new("kill", urls)
-                .api_key_env(KEY_ENV)
-                // A long buffer keeps the cycle waiting for convergence with its lock held.
-                .buffer("60s")
-                .schedule(schedule)
-                .timeout("5m"),
-        )
+        .target(more(TargetConfig::new("kill", urls).api_key_env(KEY_ENV).schedule(schedule).timeout("5m")))
         .write_as(dir, &format!("probe-{}.toml", schedule.len()))
 }
 
@@ -381,19 +385,11 @@ async fn a_probe_killed_after_a_force_release_approval_clears_its_journal() {
     let dir = tempfile::tempdir().unwrap();
     let admin_key_files: Vec<String> = svc.admin_key_files.iter().map(|f| f.display().to_string()).collect();
     let config = |schedule: &str| {
-        ProbeConfig::new(dir.path().join("state.json"))
-            .listen("127.0.0.1:0")
-            .target(
-                TargetConfig::new("kill", &svc.urls)
-                    .api_key_env(KEY_ENV)
-                    .set("admin_key_files", admin_key_files.clone())
-                    // The wait after the approval, before the last refusals: the window the
-                    // kill must fall in.
-                    .buffer("8s")
-                    .schedule(schedule)
-                    .timeout("5m"),
-            )
-            .write_as(dir.path(), &format!("probe-{}.toml", schedule.len()))
+        config_with(dir.path(), &svc.urls, schedule, |t| {
+            // The wait after the approval, before the last refusals: the window the kill
+            // must fall in.
+            t.set("admin_key_files", admin_key_files.clone()).buffer("8s")
+        })
     };
     let journaled = |dir: &Path| state_tokens(dir).iter().any(|(r, has_token)| r == FORCED && *has_token);
     let first = serve(&config("* * * * * *"), &svc.key);
