@@ -31,6 +31,10 @@ write = "5m"
 short_write = "30s"
 "#;
 
+/// A `[monitor]` table on the Cosmos store, with the key variable [`check`] sets, to
+/// append to [`GOOD`].
+const MONITOR: &str = "\n[monitor]\nstore = \"cosmos\"\ncosmos_endpoint = \"https://acct.documents.azure.com:443/\"\ncosmos_key_env = \"LOCKPROBE_TEST_CONFIG_COSMOS_KEY\"\ncosmos_database = \"routing\"\ncosmos_container = \"locations\"\n";
+
 fn check(text: &str) -> (Option<i32>, String, String) {
     check_with_env(text, &[])
 }
@@ -270,10 +274,9 @@ max_inconclusive = nan"
         }
     }
     // `[monitor]`: its pages, as keys of the serve configuration.
-    let monitor = "\n[monitor]\nstore = \"cosmos\"\ncosmos_endpoint = \"https://acct.documents.azure.com:443/\"\ncosmos_key_env = \"LOCKPROBE_TEST_CONFIG_COSMOS_KEY\"\ncosmos_database = \"routing\"\ncosmos_container = \"locations\"\n";
     for key in ["monitor_poll_batch", "monitor_scan_page"] {
         for (value, taken) in [("1", true), ("100000", true), ("100001", false), ("0", false)] {
-            let text = format!("{GOOD}{monitor}{key} = {value}\n");
+            let text = format!("{GOOD}{MONITOR}{key} = {value}\n");
             let (code, stdout, stderr) = check(&text);
             if taken {
                 assert_eq!(code, Some(0), "{key} = {value} must be taken: {stdout}{stderr}");
@@ -289,9 +292,8 @@ max_inconclusive = nan"
 /// fills only the keys the file leaves out; a `false` switch in the file wins too.
 #[test]
 fn a_monitor_key_in_the_file_wins_over_its_variable() {
-    let monitor = "\n[monitor]\nstore = \"cosmos\"\ncosmos_endpoint = \"https://acct.documents.azure.com:443/\"\ncosmos_key_env = \"LOCKPROBE_TEST_CONFIG_COSMOS_KEY\"\ncosmos_database = \"routing\"\ncosmos_container = \"locations\"\n";
     let bad_page = [("LOCKPROBE_MONITOR_SCAN_PAGE", "0")];
-    let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{monitor}"), &bad_page);
+    let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{MONITOR}"), &bad_page);
     assert_eq!(code, Some(64), "the variable fills a key the file leaves out: {stdout}{stderr}");
     assert!(
         stderr.contains(
@@ -299,10 +301,10 @@ fn a_monitor_key_in_the_file_wins_over_its_variable() {
         ),
         "{stderr}"
     );
-    let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{monitor}monitor_scan_page = 10\n"), &bad_page);
+    let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{MONITOR}monitor_scan_page = 10\n"), &bad_page);
     assert_eq!(code, Some(0), "the file's key wins: {stdout}{stderr}");
     let bad_switch = [("LOCKPROBE_COSMOS_CREATE_IF_MISSING", "perhaps")];
-    let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{monitor}"), &bad_switch);
+    let (code, stdout, stderr) = check_with_env(&format!("{GOOD}{MONITOR}"), &bad_switch);
     assert_eq!(code, Some(64), "the variable is read when the file has no key: {stdout}{stderr}");
     assert!(
         stderr.contains("cosmos_create_if_missing")
@@ -310,7 +312,7 @@ fn a_monitor_key_in_the_file_wins_over_its_variable() {
         "the refusal names the variable the value came from: {stderr}"
     );
     let (code, stdout, stderr) =
-        check_with_env(&format!("{GOOD}{monitor}cosmos_create_if_missing = false\n"), &bad_switch);
+        check_with_env(&format!("{GOOD}{MONITOR}cosmos_create_if_missing = false\n"), &bad_switch);
     assert_eq!(code, Some(0), "a false switch in the file wins: {stdout}{stderr}");
 }
 
